@@ -1,0 +1,49 @@
+// The chapter's relay, kept as the teaching baseline (chapter 7.1, 轮询发布器):
+// for each unpublished row in id order, send with key = event id, wait for
+// the broker's ack, then mark the row published in its own transaction.
+//
+// At-least-once: a crash after the ack and before the mark re-sends the row
+// on the next run (chapter 7.1, decision 3). Marking before the ack would
+// lose the event instead (decision 1).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "outbox/publisher.h"
+#include "outbox/store.h"
+
+namespace outbox {
+
+struct ChapterRelayOptions {
+  std::int64_t limit = 0;  // rows to send at most (publish N); must be > 0
+  bool mark = true;        // false for publish-hold: send and ack, never mark
+};
+
+// What happened to one row, reported as soon as it is settled.
+struct ChapterRelayStep {
+  OutboxRow row;
+  DeliveryResult delivery;
+  bool marked = false;
+};
+
+struct ChapterRelayReport {
+  std::int64_t sent = 0;    // rows the broker acknowledged
+  std::int64_t marked = 0;  // rows this run marked published
+  std::int64_t failed = 0;  // 0 or 1: the run stops at the first failed delivery
+};
+
+// The record for a row: key and event_id header = event id.
+OutboundMessage MessageForRow(const OutboxRow& row);
+
+// Runs the chapter's loop once over up to options.limit unpublished rows.
+// Calls on_step after each row is settled (acked and marked, or failed).
+// Stops at the first failed delivery, leaving that row and every later one
+// unpublished, as the chapter's send().get() would by throwing.
+// Throws DbError when reading or marking fails (the row then stays
+// unpublished and will be re-sent: a duplicate, never a loss).
+ChapterRelayReport RunChapterRelay(Store& store, Publisher& publisher,
+                                   const ChapterRelayOptions& options,
+                                   const std::function<void(const ChapterRelayStep&)>& on_step);
+
+}  // namespace outbox

@@ -1,0 +1,45 @@
+// The outbox's value types: an event to enqueue, a stored row, a message for
+// the broker and the broker's verdict on it. Plain values, freely copyable.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace outbox {
+
+// An event as the business transaction writes it (chapter 7.1, table outbox).
+struct OutboxEvent {
+  std::string event_id;      // unique; the consumer's deduplication key
+  std::string aggregate_id;  // e.g. the loan id
+  std::string event_type;    // e.g. "LoanCreated"
+  std::string payload;       // JSON text, sent as the record value
+  std::int64_t created_at_ms = 0;  // epoch ms
+};
+
+// A row of the outbox table.
+struct OutboxRow {
+  std::int64_t id = 0;  // AUTOINCREMENT: ids never go back, so id order is commit order per writer
+  OutboxEvent event;
+  bool published = false;
+};
+
+// One record to produce. key is normally the event id (chapter 7.1, decision 2).
+struct OutboundMessage {
+  std::int64_t outbox_id = 0;
+  std::string key;
+  std::string payload;
+  std::string event_id;    // sent as header "event_id"
+  std::string event_type;  // sent as header "event_type"
+};
+
+// The delivery report for one message: ok only when the broker acknowledged it
+// (acks=all) within the delivery timeout.
+struct DeliveryResult {
+  std::int64_t outbox_id = 0;
+  bool ok = false;
+  std::int32_t partition = -1;
+  std::int64_t offset = -1;
+  std::string error;  // empty when ok, e.g. "Local: Message timed out (_MSG_TIMED_OUT)"
+};
+
+}  // namespace outbox

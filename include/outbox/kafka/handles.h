@@ -1,0 +1,62 @@
+// RAII ownership for librdkafka's C handles, configuration building, and the
+// one function that turns librdkafka error codes into KafkaError.
+#pragma once
+
+#include <librdkafka/rdkafka.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace outbox::kafka {
+
+struct KafkaDeleter {
+  void operator()(rd_kafka_t* rk) const noexcept { rd_kafka_destroy(rk); }
+};
+struct ConfDeleter {
+  void operator()(rd_kafka_conf_t* conf) const noexcept { rd_kafka_conf_destroy(conf); }
+};
+struct TopicPartitionListDeleter {
+  void operator()(rd_kafka_topic_partition_list_t* list) const noexcept {
+    rd_kafka_topic_partition_list_destroy(list);
+  }
+};
+struct MessageDeleter {
+  void operator()(rd_kafka_message_t* msg) const noexcept { rd_kafka_message_destroy(msg); }
+};
+struct MetadataDeleter {
+  void operator()(const rd_kafka_metadata_t* md) const noexcept { rd_kafka_metadata_destroy(md); }
+};
+
+using KafkaHandle = std::unique_ptr<rd_kafka_t, KafkaDeleter>;
+using ConfHandle = std::unique_ptr<rd_kafka_conf_t, ConfDeleter>;
+using TopicPartitionListHandle =
+    std::unique_ptr<rd_kafka_topic_partition_list_t, TopicPartitionListDeleter>;
+using MessageHandle = std::unique_ptr<rd_kafka_message_t, MessageDeleter>;
+using MetadataHandle = std::unique_ptr<const rd_kafka_metadata_t, MetadataDeleter>;
+
+// A librdkafka property, as given with -X name=value.
+using Property = std::pair<std::string, std::string>;
+
+// Parses "name=value". Throws ConfigError when there is no '=' or no name.
+Property ParseProperty(std::string_view text);
+
+// Builds a configuration from properties, applied in order (later wins).
+// Throws ConfigError naming the property when librdkafka reports it unknown or
+// its value invalid (rd_kafka_conf_set, CONFIGURATION.md).
+ConfHandle MakeConf(const std::vector<Property>& properties);
+
+// Creates a client, taking ownership of conf only when librdkafka accepted it
+// (rd_kafka_new frees conf on success only). Throws KafkaError.
+KafkaHandle MakeClient(rd_kafka_type_t type, ConfHandle conf);
+
+// Throws KafkaError "<what>: <librdkafka message> (<ERROR_NAME>)". The one
+// place that converts rd_kafka_resp_err_t into an exception.
+[[noreturn]] void ThrowKafkaError(std::string_view what, rd_kafka_resp_err_t err);
+
+// "<librdkafka message> (<ERROR_NAME>)", for delivery results.
+std::string DescribeError(rd_kafka_resp_err_t err);
+
+}  // namespace outbox::kafka

@@ -1,0 +1,55 @@
+// KafkaPublisher: the Publisher backed by a librdkafka producer.
+//
+// Owns one rd_kafka_t. Publish() produces asynchronously and returns only
+// after every message has its delivery report, so no report can outlive the
+// call. Not thread-safe.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "outbox/kafka/handles.h"
+#include "outbox/publisher.h"
+
+namespace outbox::kafka {
+
+struct KafkaPublisherOptions {
+  std::string brokers;  // bootstrap.servers, e.g. "127.0.0.1:9092"
+  std::string topic;
+  // librdkafka message.timeout.ms: how long a message may wait for its ack,
+  // including retries, before its delivery report says _MSG_TIMED_OUT, in ms.
+  // The chapter waits 10 s per send (send().get(10, SECONDS)).
+  int delivery_timeout_ms = 10000;
+  // Applied after the defaults above and acks=all, so they win (-X name=value).
+  std::vector<Property> properties;
+};
+
+class KafkaPublisher : public Publisher {
+ public:
+  // Throws ConfigError for an unknown or invalid property.
+  explicit KafkaPublisher(const KafkaPublisherOptions& options);
+
+  // See Publisher::Publish. Waits at most about delivery_timeout_ms plus 5 s;
+  // messages still without a report then are purged and reported failed.
+  std::vector<DeliveryResult> Publish(const std::vector<OutboundMessage>& messages) override;
+
+  // The last error librdkafka reported through error_cb (e.g. "Connect to
+  // ipv4#127.0.0.1:1 failed: Connection refused"), or empty.
+  std::string LastClientError() const;
+
+  rd_kafka_t* handle() const noexcept { return producer_.get(); }
+
+ private:
+  static void OnDelivery(rd_kafka_t* rk, const rd_kafka_message_t* msg, void* opaque) noexcept;
+  static void OnError(rd_kafka_t* rk, int err, const char* reason, void* opaque) noexcept;
+
+  std::string topic_;
+  int delivery_timeout_ms_;
+  mutable std::mutex error_mutex_;  // error_cb may run on a librdkafka thread
+  std::string last_client_error_;
+  // Declared last so it is destroyed first: callbacks write into the members above.
+  KafkaHandle producer_;
+};
+
+}  // namespace outbox::kafka

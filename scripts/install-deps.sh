@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs outbox-lab's build and test dependencies from Debian 12 packages, only those missing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  librdkafka-dev libsqlite3-dev sqlite3
+  libcli11-dev libfmt-dev nlohmann-json3-dev catch2
+  kcat
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "[deps] all dependencies present"
+  exit 0
+fi
+
+echo "[deps] missing: ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=sudo
+  else
+    echo "outbox-lab: error: not root; run: apt-get update && apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+else
+  SUDO=
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "[deps] installed: ${missing[*]}"

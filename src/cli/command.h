@@ -1,0 +1,51 @@
+// What every subcommand shares: the global options and the shape of a
+// subcommand (CLI11 wiring plus the function that runs it).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cli/exit_code.h"
+#include "outbox/kafka/handles.h"
+#include "outbox/store.h"
+
+namespace outbox::cli {
+
+struct GlobalOptions {
+  std::string db = "outbox.db";
+  std::string brokers;  // empty: no broker configured
+  std::string topic = "v2c7.outbox";
+  std::vector<std::string> properties;  // -X name=value, as given
+  std::string synchronous = "full";
+  int busy_timeout_ms = 5000;
+
+  StoreOptions MakeStoreOptions() const;
+  // Parsed -X properties. Throws ConfigError.
+  std::vector<kafka::Property> ParsedProperties() const;
+  // Throws ConfigError when no broker is configured.
+  const std::string& RequireBrokers() const;
+};
+
+// A subcommand: its CLI11 app and the function main() calls when it was chosen.
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<ExitCode()> run;
+};
+
+void AddGlobalOptions(CLI::App& app, GlobalOptions& global);
+
+// One per file under src/cli/.
+Command AddResetCommand(CLI::App& app, const GlobalOptions& global);
+Command AddNaiveHoldCommand(CLI::App& app, const GlobalOptions& global);
+Command AddRollbackCommand(CLI::App& app, const GlobalOptions& global);
+Command AddWriteHoldCommand(CLI::App& app, const GlobalOptions& global);
+Command AddPublishHoldCommand(CLI::App& app, const GlobalOptions& global);
+Command AddPublishCommand(CLI::App& app, const GlobalOptions& global);
+Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global);
+Command AddConsumeCommand(CLI::App& app, const GlobalOptions& global);
+Command AddBrokerCommand(CLI::App& app, const GlobalOptions& global);
+
+}  // namespace outbox::cli

@@ -1,0 +1,22 @@
+// Exit codes of outbox-lab, chosen in main.cc only. Documented in README.md.
+#pragma once
+
+namespace outbox::cli {
+
+enum class ExitCode : int {
+  kOk = 0,
+  kExpectationFailed = 1,  // verify --expect differs, rollback left a business row
+  kUsage = 2,              // bad command line: unknown option, N not a positive integer
+  kConfig = 3,             // invalid configuration: unknown -X property, bad --expect, no broker
+  kDbUnavailable = 4,      // database or its directory cannot be opened or created
+  kDbNotSqlite = 5,        // the file is not an SQLite database, or is corrupt
+  kSchemaMissing = 6,      // no such database or no lab schema: run reset first
+  kDbBusy = 7,             // another process holds the database lock past the busy timeout
+  kBrokerUnavailable = 8,  // the broker could not be reached or read in time
+  kDeliveryFailed = 9,     // a delivery failed: the row stays unpublished
+  kPrecondition = 10,      // the command cannot run on this data (e.g. rollback with no event)
+  kDbError = 11,           // any other SQLite error
+  kInternal = 70,          // a bug: an unexpected exception
+};
+
+}  // namespace outbox::cli

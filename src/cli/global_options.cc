@@ -1,0 +1,51 @@
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "outbox/error.h"
+
+namespace outbox::cli {
+
+void AddGlobalOptions(CLI::App& app, GlobalOptions& global) {
+  app.add_option("--db", global.db, "SQLite database file (the chapter's -Doutbox.db)")
+      ->envname("OUTBOX_DB")
+      ->capture_default_str();
+  app.add_option("--brokers", global.brokers,
+                 "Kafka bootstrap servers, e.g. 127.0.0.1:9092; empty means no broker")
+      ->envname("KAFKA_BOOTSTRAP_SERVERS");
+  app.add_option("--topic", global.topic, "Kafka topic")->envname("OUTBOX_TOPIC")->capture_default_str();
+  app.add_option("-X", global.properties,
+                 "librdkafka property name=value, repeatable (as kcat -X); unknown names are errors")
+      ->type_name("PROP=VALUE");
+  app.add_option("--synchronous", global.synchronous,
+                 "SQLite PRAGMA synchronous: off|normal|full|extra. A commit survives kill -9 at "
+                 "any setting; below full, power loss can undo it")
+      ->check(CLI::IsMember({"off", "normal", "full", "extra"}))
+      ->capture_default_str();
+  app.add_option("--busy-timeout-ms", global.busy_timeout_ms,
+                 "How long to wait for another writer's lock, ms")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+}
+
+StoreOptions GlobalOptions::MakeStoreOptions() const {
+  StoreOptions options;
+  options.synchronous = ParseSynchronous(synchronous);
+  options.busy_timeout_ms = busy_timeout_ms;
+  return options;
+}
+
+std::vector<kafka::Property> GlobalOptions::ParsedProperties() const {
+  std::vector<kafka::Property> parsed;
+  for (const std::string& text : properties) parsed.push_back(kafka::ParseProperty(text));
+  return parsed;
+}
+
+const std::string& GlobalOptions::RequireBrokers() const {
+  if (brokers.empty())
+    throw ConfigError(
+        "no broker configured: pass --brokers HOST:PORT or set KAFKA_BOOTSTRAP_SERVERS "
+        "(./run.sh starts an embedded broker for you)");
+  return brokers;
+}
+
+}  // namespace outbox::cli

@@ -1,0 +1,84 @@
+// outbox-lab: the one binary. The only place that catches exceptions and
+// chooses exit codes (cli/exit_code.h).
+#include <fmt/format.h>
+#include <sqlite3.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <vector>
+
+#include "cli/command.h"
+#include "cli/exit_code.h"
+#include "outbox/error.h"
+
+namespace {
+
+using outbox::cli::ExitCode;
+
+ExitCode ForDbError(const outbox::DbError& e) {
+  switch (e.primary_code()) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: return ExitCode::kDbBusy;
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT: return ExitCode::kDbNotSqlite;
+    case SQLITE_CANTOPEN:
+    case SQLITE_PERM:
+    case SQLITE_READONLY: return ExitCode::kDbUnavailable;
+    default: return ExitCode::kDbError;
+  }
+}
+
+int Fail(ExitCode code, const char* message) {
+  fmt::print(stderr, "outbox-lab: error: {}\n", message);
+  return static_cast<int>(code);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace outbox::cli;
+  CLI::App app{
+      "outbox-lab: a crash-injection lab for the transactional outbox pattern (chapter 7.1).\n"
+      "Writes loans and their outbox events to an SQLite file, publishes them to Kafka, and\n"
+      "reconciles both after kill -9.",
+      "outbox-lab"};
+  app.require_subcommand(1);
+  app.fallthrough();  // global options may follow the subcommand
+  GlobalOptions global;
+  AddGlobalOptions(app, global);
+  const std::vector<Command> commands = {
+      AddResetCommand(app, global),       AddNaiveHoldCommand(app, global),
+      AddRollbackCommand(app, global),    AddWriteHoldCommand(app, global),
+      AddPublishHoldCommand(app, global), AddPublishCommand(app, global),
+      AddVerifyCommand(app, global),      AddConsumeCommand(app, global),
+      AddBrokerCommand(app, global),
+  };
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return Fail(ExitCode::kUsage, e.what());
+  }
+
+  try {
+    // Reject an unknown -X property before any command touches the database.
+    outbox::kafka::MakeConf(global.ParsedProperties());
+    for (const Command& command : commands)
+      if (command.app->parsed()) return static_cast<int>(command.run());
+    return Fail(ExitCode::kUsage, "no subcommand given; see --help");
+  } catch (const outbox::SchemaMissingError& e) {
+    return Fail(ExitCode::kSchemaMissing, e.what());
+  } catch (const outbox::DbError& e) {
+    return Fail(ForDbError(e), e.what());
+  } catch (const outbox::KafkaError& e) {
+    return Fail(ExitCode::kBrokerUnavailable, e.what());
+  } catch (const outbox::ConfigError& e) {
+    return Fail(ExitCode::kConfig, e.what());
+  } catch (const std::exception& e) {
+    return Fail(ExitCode::kInternal, e.what());
+  }
+}

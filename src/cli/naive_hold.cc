@@ -1,0 +1,31 @@
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "lab/hold.h"
+#include "lab/loans.h"
+
+namespace outbox::cli {
+
+Command AddNaiveHoldCommand(CLI::App& app, const GlobalOptions& global) {
+  CLI::App* sub = app.add_subcommand(
+      "naive-hold",
+      "Dual write done wrong: commit business row L-2001 with no outbox row, then HOLD before "
+      "sending; kill -9 it to orphan the row");
+  return {sub, [&global] {
+            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+            lab::Loan loan = lab::ChapterLoan(1001);  // L-2001, B-1101
+            loan.book_id = "B-201";
+            if (lab::LoanExists(store->connection(), loan.loan_id)) {
+              fmt::print(stderr, "outbox-lab: error: naive-hold: loan {} already exists in '{}'; "
+                                 "run reset first\n", loan.loan_id, global.db);
+              return ExitCode::kPrecondition;
+            }
+            sqlite::Transaction txn(store->connection());
+            lab::InsertLoan(store->connection(), loan);
+            txn.Commit();
+            lab::HoldUntilKilled(fmt::format(
+                "[naive] business row {} committed; HOLD before send; kill -9 me", loan.loan_id));
+          }};
+}
+
+}  // namespace outbox::cli

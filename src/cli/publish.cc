@@ -1,0 +1,44 @@
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "cli/publishing.h"
+#include "lab/loans.h"
+#include "outbox/chapter_relay.h"
+
+namespace outbox::cli {
+
+Command AddPublishCommand(CLI::App& app, const GlobalOptions& global) {
+  CLI::App* sub = app.add_subcommand(
+      "publish",
+      "The chapter's relay: for up to N unpublished rows in id order, send (key = event id), "
+      "wait for the ack (acks=all), then mark the row published in its own transaction");
+  auto options = std::make_shared<PublishOptions>();
+  AddPublishOptions(*sub, *options);
+  return {sub, [&global, options]() -> ExitCode {
+            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+            auto publisher = MakePublisher(global, *options);
+            std::int64_t marked_so_far = 0;
+            const auto report = RunChapterRelay(
+                *store, *publisher, {options->count, /*mark=*/true},
+                [&](const ChapterRelayStep& step) {
+                  if (step.delivery.ok)
+                    fmt::print("[publish] outboxId={} key={} offset={} marked={}\n", step.row.id,
+                               step.row.event.event_id, step.delivery.offset,
+                               step.marked ? ++marked_so_far : marked_so_far);
+                  else
+                    PrintDeliveryFailure("publish", step, *publisher);
+                  std::fflush(stdout);
+                });
+            const std::int64_t left = store->Count().unpublished;
+            if (report.failed > 0) {
+              fmt::print("[publish] sent={} marked={} failed={} unpublished-left={}\n", report.sent,
+                         report.marked, report.failed, left);
+              return ExitCode::kDeliveryFailed;
+            }
+            fmt::print("[publish] sent={} marked={} unpublished-left={}\n", report.sent,
+                       report.marked, left);
+            return ExitCode::kOk;
+          }};
+}
+
+}  // namespace outbox::cli

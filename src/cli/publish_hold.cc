@@ -1,0 +1,43 @@
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "cli/publishing.h"
+#include "lab/hold.h"
+#include "lab/loans.h"
+#include "outbox/chapter_relay.h"
+
+namespace outbox::cli {
+
+Command AddPublishHoldCommand(CLI::App& app, const GlobalOptions& global) {
+  CLI::App* sub = app.add_subcommand(
+      "publish-hold",
+      "Send up to N unpublished events and wait for each ack, but do NOT mark them; HOLD before "
+      "the mark; kill -9 it to make the next publish re-send them");
+  auto options = std::make_shared<PublishOptions>();
+  AddPublishOptions(*sub, *options);
+  return {sub, [&global, options]() -> ExitCode {
+            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+            auto publisher = MakePublisher(global, *options);
+            const auto report = RunChapterRelay(
+                *store, *publisher, {options->count, /*mark=*/false},
+                [&](const ChapterRelayStep& step) {
+                  if (step.delivery.ok)
+                    fmt::print("[send] outboxId={} key={} partition={} offset={}\n", step.row.id,
+                               step.row.event.event_id, step.delivery.partition,
+                               step.delivery.offset);
+                  else
+                    PrintDeliveryFailure("send", step, *publisher);
+                  std::fflush(stdout);
+                });
+            if (report.failed > 0) {
+              fmt::print("[publish-hold] sent={} failed={}, NOT marked published; not holding\n",
+                         report.sent, report.failed);
+              return ExitCode::kDeliveryFailed;
+            }
+            lab::HoldUntilKilled(fmt::format(
+                "[publish-hold] sent={}, NOT marked published; HOLD before mark; kill -9 me",
+                report.sent));
+          }};
+}
+
+}  // namespace outbox::cli

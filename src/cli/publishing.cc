@@ -1,0 +1,36 @@
+#include "cli/publishing.h"
+
+#include <fmt/format.h>
+
+namespace outbox::cli {
+
+void AddPublishOptions(CLI::App& sub, PublishOptions& options) {
+  sub.add_option("N", options.count, "Number of unpublished rows to send at most")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  sub.add_option("--delivery-timeout-ms", options.delivery_timeout_ms,
+                 "How long one send may wait for the broker's ack, ms (librdkafka "
+                 "message.timeout.ms; the chapter waits 10 s)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
+std::unique_ptr<kafka::KafkaPublisher> MakePublisher(const GlobalOptions& global,
+                                                     const PublishOptions& options) {
+  kafka::KafkaPublisherOptions publisher_options;
+  publisher_options.brokers = global.RequireBrokers();
+  publisher_options.topic = global.topic;
+  publisher_options.delivery_timeout_ms = options.delivery_timeout_ms;
+  publisher_options.properties = global.ParsedProperties();
+  return std::make_unique<kafka::KafkaPublisher>(publisher_options);
+}
+
+void PrintDeliveryFailure(const char* tag, const ChapterRelayStep& step,
+                          const kafka::KafkaPublisher& publisher) {
+  const std::string client_error = publisher.LastClientError();
+  fmt::print("[{}] outboxId={} key={} delivery FAILED: {}{}; left unpublished\n", tag, step.row.id,
+             step.row.event.event_id, step.delivery.error,
+             client_error.empty() ? "" : fmt::format("; last client error: {}", client_error));
+}
+
+}  // namespace outbox::cli

@@ -1,0 +1,29 @@
+// Options and output shared by publish and publish-hold.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "cli/command.h"
+#include "outbox/chapter_relay.h"
+#include "outbox/kafka/kafka_publisher.h"
+
+namespace outbox::cli {
+
+struct PublishOptions {
+  std::int64_t count = 0;           // N: rows to send at most
+  int delivery_timeout_ms = 10000;  // librdkafka message.timeout.ms
+};
+
+void AddPublishOptions(CLI::App& sub, PublishOptions& options);
+
+// Throws ConfigError (no broker, bad -X property).
+std::unique_ptr<kafka::KafkaPublisher> MakePublisher(const GlobalOptions& global,
+                                                     const PublishOptions& options);
+
+// "[tag] outboxId=1 key=evt-1001 delivery FAILED: ...; left unpublished", to stdout,
+// with librdkafka's last client error (e.g. connection refused) when it has one.
+void PrintDeliveryFailure(const char* tag, const ChapterRelayStep& step,
+                          const kafka::KafkaPublisher& publisher);
+
+}  // namespace outbox::cli

@@ -1,0 +1,48 @@
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "lab/loans.h"
+#include "outbox/error.h"
+
+namespace outbox::cli {
+
+Command AddRollbackCommand(CLI::App& app, const GlobalOptions& global) {
+  CLI::App* sub = app.add_subcommand(
+      "rollback",
+      "Shared fate: insert loan L-3001 and an outbox row reusing an existing event_id in one "
+      "transaction; the unique constraint fails and both roll back");
+  return {sub, [&global] {
+            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+            auto& connection = store->connection();
+            auto first = connection.Prepare("SELECT event_id FROM outbox ORDER BY id LIMIT 1");
+            if (!first.Step()) {
+              fmt::print(stderr, "outbox-lab: error: rollback: the outbox in '{}' has no event "
+                                 "to collide with; run write-hold first\n", global.db);
+              return ExitCode::kPrecondition;
+            }
+            const std::string existing_event_id = first.ColumnText(0);
+
+            lab::Loan loan = lab::ChapterLoan(2001);  // L-3001
+            loan.book_id = "B-301";
+            OutboxEvent event = lab::LoanCreatedEvent(loan, 2001);
+            event.event_id = existing_event_id;
+            {
+              sqlite::Transaction txn(connection);
+              lab::InsertLoan(connection, loan);
+              try {
+                store->Enqueue(event);
+                // Unreachable with the UNIQUE constraint; never commit a collision.
+                fmt::print("[rollback] outbox insert unexpectedly succeeded; rolling back\n");
+              } catch (const DbError& e) {
+                fmt::print("[rollback] outbox insert failed: {}: {} (event_id '{}')\n",
+                           sqlite::ResultCodeName(e.code()), sqlite3_errmsg(connection.get()),
+                           existing_event_id);
+              }
+            }  // no Commit(): the destructor rolls back the loan too
+            const bool present = lab::LoanExists(connection, loan.loan_id);
+            fmt::print("[rollback] business_loan has {} = {}\n", loan.loan_id, present);
+            return present ? ExitCode::kExpectationFailed : ExitCode::kOk;
+          }};
+}
+
+}  // namespace outbox::cli

@@ -1,0 +1,39 @@
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "lab/hold.h"
+#include "lab/loans.h"
+
+namespace outbox::cli {
+
+Command AddWriteHoldCommand(CLI::App& app, const GlobalOptions& global) {
+  CLI::App* sub = app.add_subcommand(
+      "write-hold",
+      "Write N loans, each with its outbox event in the same transaction, then HOLD before "
+      "publishing; kill -9 it");
+  auto count = std::make_shared<std::int64_t>(0);
+  sub->add_option("N", *count, "Number of loan transactions")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  return {sub, [&global, count]() -> ExitCode {
+            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+            auto& connection = store->connection();
+            // Numbering continues after the rows a previous run left.
+            const std::int64_t start = store->Count().total;
+            for (std::int64_t k = 1; k <= *count; ++k) {
+              const std::int64_t i = start + k;
+              const lab::Loan loan = lab::ChapterLoan(i);
+              const OutboxEvent event = lab::LoanCreatedEvent(loan, i);
+              sqlite::Transaction txn(connection);
+              lab::InsertLoan(connection, loan);
+              store->Enqueue(event);
+              txn.Commit();
+              fmt::print("[write] txn i={} loan={} event={} committed business={} outbox={}\n", i,
+                         loan.loan_id, event.event_id, lab::CountLoans(connection),
+                         store->Count().total);
+            }
+            lab::HoldUntilKilled("[write] committed all, HOLD before publish; kill -9 me");
+          }};
+}
+
+}  // namespace outbox::cli

@@ -1,0 +1,46 @@
+// EmbeddedBroker: librdkafka's mock cluster (rdkafka_mock.h), a Kafka-protocol
+// broker on loopback TCP, hosted in this process.
+//
+// Limits (librdkafka 2.0.2): records live in memory only and vanish with the
+// process; brokers listen on ephemeral ports of 127.0.0.1; each partition keeps
+// at most 100,000 message sets or 5 MiB, dropping the oldest beyond that.
+// Run it in its own process (`outbox-lab broker`) so that kill -9 of the lab
+// cannot take the records with it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "outbox/kafka/handles.h"  // rdkafka.h, which must precede rdkafka_mock.h
+
+#include <librdkafka/rdkafka_mock.h>
+
+namespace outbox::lab {
+
+struct MockClusterDeleter {
+  void operator()(rd_kafka_mock_cluster_t* cluster) const noexcept {
+    rd_kafka_mock_cluster_destroy(cluster);
+  }
+};
+
+class EmbeddedBroker {
+ public:
+  // Starts broker_count brokers. Throws KafkaError when the cluster cannot start.
+  explicit EmbeddedBroker(int broker_count = 1);
+
+  // Creates topic with partitions partitions (replication factor 1).
+  // Throws KafkaError (e.g. when it already exists).
+  void CreateTopic(const std::string& topic, int partitions);
+
+  // "127.0.0.1:PORT[,...]", the value for bootstrap.servers.
+  std::string BootstrapServers() const;
+
+  rd_kafka_mock_cluster_t* cluster() const noexcept { return cluster_.get(); }
+
+ private:
+  // The cluster runs on host_'s threads: declared first, destroyed last.
+  kafka::KafkaHandle host_;
+  std::unique_ptr<rd_kafka_mock_cluster_t, MockClusterDeleter> cluster_;
+};
+
+}  // namespace outbox::lab

@@ -1,0 +1,16 @@
+#include "lab/hold.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace outbox::lab {
+
+void HoldUntilKilled(std::string_view line) {
+  fmt::print("{}\n", line);
+  std::fflush(stdout);
+  for (;;) pause();  // pause() returns only after a handled signal; keep holding
+}
+
+}  // namespace outbox::lab

@@ -1,0 +1,90 @@
+#include "lab/loans.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "outbox/error.h"
+
+namespace outbox::lab {
+namespace {
+
+constexpr const char* kLoanSchema = R"sql(
+CREATE TABLE business_loan (
+  loan_id    TEXT    PRIMARY KEY,
+  book_id    TEXT    NOT NULL,
+  member_id  TEXT    NOT NULL,
+  status     TEXT    NOT NULL,
+  created_at INTEGER NOT NULL
+);
+)sql";
+
+bool HasLoanTable(sqlite::Connection& connection) {
+  return connection.QueryInt64(
+             "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='business_loan'") == 1;
+}
+
+}  // namespace
+
+std::int64_t NowMs() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptions& options) {
+  auto store = std::make_unique<Store>(path, options, OpenMode::kExisting);
+  if (!HasLoanTable(store->connection()))
+    throw SchemaMissingError(fmt::format(
+        "open database '{}': no business_loan table; run `outbox-lab reset` first", path));
+  return store;
+}
+
+std::unique_ptr<Store> ResetLabDatabase(const std::string& path, const StoreOptions& options) {
+  auto store = std::make_unique<Store>(path, options, OpenMode::kCreate);
+  store->ResetSchema();
+  sqlite::Transaction txn(store->connection());
+  store->connection().Exec("DROP TABLE IF EXISTS business_loan");
+  store->connection().Exec(kLoanSchema);
+  txn.Commit();
+  return store;
+}
+
+Loan ChapterLoan(std::int64_t index) {
+  return Loan{fmt::format("L-{}", 1000 + index), fmt::format("B-{}", 100 + index), "M-1",
+              "BORROWED", NowMs()};
+}
+
+OutboxEvent LoanCreatedEvent(const Loan& loan, std::int64_t index) {
+  nlohmann::ordered_json payload;
+  const std::string event_id = fmt::format("evt-{}", 1000 + index);
+  payload["eventId"] = event_id;
+  payload["loanId"] = loan.loan_id;
+  payload["bookId"] = loan.book_id;
+  return OutboxEvent{event_id, loan.loan_id, "LoanCreated", payload.dump(), loan.created_at_ms};
+}
+
+void InsertLoan(sqlite::Connection& connection, const Loan& loan) {
+  auto insert = connection.Prepare(
+      "INSERT INTO business_loan(loan_id, book_id, member_id, status, created_at) "
+      "VALUES(?1, ?2, ?3, ?4, ?5)");
+  insert.Bind(1, loan.loan_id)
+      .Bind(2, loan.book_id)
+      .Bind(3, loan.member_id)
+      .Bind(4, loan.status)
+      .Bind(5, loan.created_at_ms)
+      .Run();
+}
+
+bool LoanExists(sqlite::Connection& connection, const std::string& loan_id) {
+  auto select = connection.Prepare("SELECT COUNT(*) FROM business_loan WHERE loan_id = ?1");
+  select.Bind(1, loan_id);
+  select.Step();
+  return select.ColumnInt64(0) > 0;
+}
+
+std::int64_t CountLoans(sqlite::Connection& connection) {
+  return connection.QueryInt64("SELECT COUNT(*) FROM business_loan");
+}
+
+}  // namespace outbox::lab

@@ -1,0 +1,48 @@
+// The chapter's business workload: loans (table business_loan) written in the
+// same local transaction as their LoanCreated outbox event (chapter 7.1).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "outbox/event.h"
+#include "outbox/store.h"
+
+namespace outbox::lab {
+
+struct Loan {
+  std::string loan_id;
+  std::string book_id;
+  std::string member_id;
+  std::string status;
+  std::int64_t created_at_ms = 0;  // epoch ms
+};
+
+// Opens the lab database: the file must exist with both business_loan and
+// outbox tables. Throws SchemaMissingError ("run reset first") otherwise,
+// having created and changed nothing; DbError as Store does.
+std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptions& options);
+
+// reset: creates parent directories and the file, then drops and recreates
+// both tables. Throws DbError (SQLITE_NOTADB for a file that is not SQLite:
+// it is never overwritten).
+std::unique_ptr<Store> ResetLabDatabase(const std::string& path, const StoreOptions& options);
+
+// The chapter's i-th loan (i >= 1): L-(1000+i), book B-(100+i).
+Loan ChapterLoan(std::int64_t index);
+// Its event: evt-(1000+i), type LoanCreated, payload
+// {"eventId":"evt-1001","loanId":"L-1001","bookId":"B-101"} (chapter's order of keys).
+OutboxEvent LoanCreatedEvent(const Loan& loan, std::int64_t index);
+
+// Inserts loan. Call inside a sqlite::Transaction. Throws DbError
+// (SQLITE_CONSTRAINT_PRIMARYKEY when loan_id exists).
+void InsertLoan(sqlite::Connection& connection, const Loan& loan);
+
+bool LoanExists(sqlite::Connection& connection, const std::string& loan_id);
+std::int64_t CountLoans(sqlite::Connection& connection);
+
+// Current time, epoch ms.
+std::int64_t NowMs();
+
+}  // namespace outbox::lab

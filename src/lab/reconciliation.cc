@@ -1,0 +1,113 @@
+#include "lab/reconciliation.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <charconv>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "outbox/error.h"
+
+namespace outbox::lab {
+namespace {
+
+constexpr std::array<const char*, 9> kExpectationKeys = {
+    "business",      "outbox",         "published",        "unpublished",     "kafka_records",
+    "kafka_distinct", "kafka_duplicates", "kafka_missing", "kafka_unexpected"};
+
+}  // namespace
+
+DbSnapshot TakeDbSnapshot(Store& store) {
+  DbSnapshot snapshot;
+  auto& connection = store.connection();
+  snapshot.business_loans = connection.QueryInt64("SELECT COUNT(*) FROM business_loan");
+  snapshot.outbox = store.Count();
+  auto select = connection.Prepare("SELECT event_id FROM outbox ORDER BY id");
+  while (select.Step()) snapshot.outbox_event_ids.push_back(select.ColumnText(0));
+  return snapshot;
+}
+
+KafkaReconciliation Reconcile(const std::vector<std::string>& outbox_event_ids,
+                              const std::vector<TopicRecord>& records) {
+  KafkaReconciliation result;
+  result.records = static_cast<std::int64_t>(records.size());
+  std::unordered_map<std::string, std::int64_t> counts;
+  std::vector<std::string> first_seen;
+  for (const TopicRecord& record : records)
+    if (counts[record.event_id]++ == 0) first_seen.push_back(record.event_id);
+  result.distinct_event_ids = static_cast<std::int64_t>(counts.size());
+  for (const std::string& id : first_seen)
+    if (counts[id] > 1) result.duplicates.emplace_back(id, counts[id]);
+
+  const std::unordered_set<std::string> in_outbox(outbox_event_ids.begin(), outbox_event_ids.end());
+  for (const std::string& id : outbox_event_ids)
+    if (!counts.count(id)) result.missing.push_back(id);
+  for (const std::string& id : first_seen)
+    if (!in_outbox.count(id)) result.unexpected.push_back(id);
+  return result;
+}
+
+std::map<std::string, std::int64_t> ParseExpectations(const std::string& text) {
+  std::map<std::string, std::int64_t> expected;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    if (eq == std::string::npos)
+      throw ConfigError(fmt::format("expectation '{}': expected key=value", item));
+    const std::string key = item.substr(0, eq);
+    const std::string value = item.substr(eq + 1);
+    bool known = false;
+    for (const char* k : kExpectationKeys) known = known || key == k;
+    if (!known)
+      throw ConfigError(fmt::format(
+          "expectation '{}': unknown key; use business, outbox, published, unpublished, "
+          "kafka_records, kafka_distinct, kafka_duplicates, kafka_missing, kafka_unexpected",
+          key));
+    std::int64_t number = -1;
+    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
+    if (ec != std::errc() || ptr != value.data() + value.size() || number < 0)
+      throw ConfigError(fmt::format("expectation '{}': '{}' is not a non-negative integer", key, value));
+    expected[key] = number;
+  }
+  if (expected.empty()) throw ConfigError(fmt::format("expectations '{}': none given", text));
+  return expected;
+}
+
+std::map<std::string, std::int64_t> ActualValues(const DbSnapshot& db,
+                                                 const std::optional<KafkaReconciliation>& kafka) {
+  std::map<std::string, std::int64_t> actual = {
+      {"business", db.business_loans},
+      {"outbox", db.outbox.total},
+      {"published", db.outbox.published},
+      {"unpublished", db.outbox.unpublished},
+  };
+  if (kafka) {
+    actual["kafka_records"] = kafka->records;
+    actual["kafka_distinct"] = kafka->distinct_event_ids;
+    actual["kafka_duplicates"] = static_cast<std::int64_t>(kafka->duplicates.size());
+    actual["kafka_missing"] = static_cast<std::int64_t>(kafka->missing.size());
+    actual["kafka_unexpected"] = static_cast<std::int64_t>(kafka->unexpected.size());
+  }
+  return actual;
+}
+
+std::vector<std::string> CompareExpectations(const std::map<std::string, std::int64_t>& expected,
+                                             const std::map<std::string, std::int64_t>& actual) {
+  std::vector<std::string> mismatches;
+  for (const auto& [key, want] : expected) {
+    const auto found = actual.find(key);
+    if (found == actual.end())
+      mismatches.push_back(fmt::format("{}: expected {}, but no broker is configured", key, want));
+    else if (found->second != want)
+      mismatches.push_back(fmt::format("{}: expected {}, got {}", key, want, found->second));
+  }
+  return mismatches;
+}
+
+}  // namespace outbox::lab

@@ -1,0 +1,117 @@
+#include "lab/topic_reader.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "outbox/error.h"
+
+namespace outbox::lab {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int RemainingMs(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return static_cast<int>(std::max<std::int64_t>(left.count(), 0));
+}
+
+std::string EventIdOf(const rd_kafka_message_t* msg, const std::string& key,
+                      const std::string& value) {
+  rd_kafka_headers_t* headers = nullptr;
+  if (rd_kafka_message_headers(msg, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    const void* data = nullptr;
+    size_t size = 0;
+    if (rd_kafka_header_get_last(headers, "event_id", &data, &size) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+        data)
+      return std::string(static_cast<const char*>(data), size);
+  }
+  const auto payload = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+  if (payload.is_object() && payload.contains("eventId") && payload["eventId"].is_string())
+    return payload["eventId"].get<std::string>();
+  return key;
+}
+
+}  // namespace
+
+std::vector<TopicRecord> ReadTopic(const TopicReadOptions& options) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
+  const std::string what = fmt::format("read topic '{}' from '{}'", options.topic, options.brokers);
+  std::vector<kafka::Property> properties = {
+      {"bootstrap.servers", options.brokers},
+      {"group.id", "outbox-lab-reader"},  // assign() needs one; nothing is committed
+      {"enable.auto.commit", "false"},
+      {"enable.partition.eof", "false"},
+      {"log_level", "3"},
+  };
+  properties.insert(properties.end(), options.properties.begin(), options.properties.end());
+  kafka::KafkaHandle consumer = kafka::MakeClient(RD_KAFKA_CONSUMER, kafka::MakeConf(properties));
+
+  const rd_kafka_metadata_t* raw_metadata = nullptr;
+  rd_kafka_resp_err_t err =
+      rd_kafka_metadata(consumer.get(), 1, nullptr, &raw_metadata, RemainingMs(deadline));
+  kafka::MetadataHandle metadata(raw_metadata);
+  if (err) kafka::ThrowKafkaError(what + ": broker unreachable", err);
+
+  std::vector<std::int32_t> partitions;
+  for (int t = 0; t < metadata->topic_cnt; ++t) {
+    const auto& topic = metadata->topics[t];
+    if (options.topic != topic.topic || topic.err) continue;
+    for (int p = 0; p < topic.partition_cnt; ++p) partitions.push_back(topic.partitions[p].id);
+  }
+  std::sort(partitions.begin(), partitions.end());
+
+  // Read up to the high watermark as it is now; records produced later are not waited for.
+  std::map<std::int32_t, std::int64_t> next_offset, end_offset;
+  kafka::TopicPartitionListHandle assignment(
+      rd_kafka_topic_partition_list_new(static_cast<int>(partitions.size())));
+  for (std::int32_t p : partitions) {
+    int64_t low = 0, high = 0;
+    err = rd_kafka_query_watermark_offsets(consumer.get(), options.topic.c_str(), p, &low, &high,
+                                           RemainingMs(deadline));
+    if (err) kafka::ThrowKafkaError(fmt::format("{}: watermarks of partition {}", what, p), err);
+    if (high <= low) continue;
+    next_offset[p] = low;
+    end_offset[p] = high;
+    rd_kafka_topic_partition_list_add(assignment.get(), options.topic.c_str(), p)->offset = low;
+  }
+
+  std::vector<TopicRecord> records;
+  if (next_offset.empty()) return records;
+  err = rd_kafka_assign(consumer.get(), assignment.get());
+  if (err) kafka::ThrowKafkaError(what + ": assign partitions", err);
+
+  auto unfinished = [&] {
+    return std::any_of(next_offset.begin(), next_offset.end(),
+                       [&](const auto& entry) { return entry.second < end_offset[entry.first]; });
+  };
+  while (unfinished()) {
+    if (RemainingMs(deadline) == 0)
+      throw KafkaError(fmt::format("{}: timed out after {} ms with {} records read", what,
+                                   options.timeout_ms, records.size()),
+                       RD_KAFKA_RESP_ERR__TIMED_OUT);
+    kafka::MessageHandle msg(rd_kafka_consumer_poll(consumer.get(), std::min(100, RemainingMs(deadline))));
+    if (!msg) continue;
+    if (msg->err) {
+      if (msg->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) continue;
+      kafka::ThrowKafkaError(what, msg->err);
+    }
+    TopicRecord record;
+    record.partition = msg->partition;
+    record.offset = msg->offset;
+    if (msg->key) record.key.assign(static_cast<const char*>(msg->key), msg->key_len);
+    if (msg->payload) record.value.assign(static_cast<const char*>(msg->payload), msg->len);
+    record.event_id = EventIdOf(msg.get(), record.key, record.value);
+    next_offset[msg->partition] = msg->offset + 1;
+    if (msg->offset < end_offset[msg->partition]) records.push_back(std::move(record));
+  }
+  std::stable_sort(records.begin(), records.end(), [](const TopicRecord& a, const TopicRecord& b) {
+    return a.partition != b.partition ? a.partition < b.partition : a.offset < b.offset;
+  });
+  return records;
+}
+
+}  // namespace outbox::lab
