@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): installs what is missing, builds, and runs
+# every Catch2 unit test and every crash scenario under ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)"
+ctest --test-dir build --output-on-failure -j2 "$@"
