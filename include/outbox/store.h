@@ -41,6 +41,66 @@ struct OutboxCounts {
   std::int64_t unpublished = 0;
 };
 
+// The schema version kept in PRAGMA user_version. 1 is the chapter's table;
+// 2 adds the relay's columns (published_at, attempts, last_error,
+// next_attempt_at, parked_at, claim_*) and the fencing-token counter.
+// Opening an older database migrates it in one transaction.
+inline constexpr int kSchemaVersion = 2;
+
+// A batch claimed by one relay (Store::ClaimBatch).
+struct Claim {
+  std::int64_t token = 0;  // fencing token: strictly increasing across all claims
+  std::vector<OutboxRow> rows;  // in id order
+  std::vector<std::int64_t> attempts;  // attempts so far, parallel to rows
+};
+
+struct ClaimRequest {
+  std::string owner;            // shown in status, e.g. "relay-4242@host"
+  std::int64_t after_id = 0;    // keyset cursor: claim rows with id > after_id
+  std::int64_t limit = 1000;    // rows, > 0
+  std::int64_t lease_ms = 30000;  // the claim expires this long after now_ms
+  std::int64_t now_ms = 0;      // epoch ms
+  // Per-aggregate order: skip rows whose aggregate has an earlier unpublished
+  // row that is parked, in backoff, or claimed by someone else.
+  bool block_key = true;
+};
+
+// A delivery failure to record against a claimed row.
+struct FailedDelivery {
+  std::int64_t id = 0;
+  std::string error;
+};
+
+struct SettlePolicy {
+  int max_attempts = 5;              // attempts after which a row is parked
+  std::int64_t backoff_base_ms = 200;   // first retry delay
+  std::int64_t backoff_max_ms = 60000;  // cap of the exponential delay
+};
+
+struct SettleReport {
+  std::int64_t marked = 0;   // acknowledged rows marked published
+  std::int64_t retried = 0;  // failed rows put into backoff
+  std::int64_t parked = 0;   // failed rows parked after max_attempts
+  std::int64_t fenced = 0;   // rows whose claim was taken over: left untouched
+};
+
+// Everything status and metrics report, read in one transaction.
+struct OutboxStatus {
+  std::int64_t unpublished = 0;     // not published, not parked
+  std::int64_t oldest_unpublished_age_ms = 0;  // now - oldest created_at, >= 0; 0 when none
+  std::int64_t in_backoff = 0;      // unpublished rows whose next attempt is in the future
+  std::int64_t parked = 0;
+  std::int64_t claimed = 0;         // unpublished rows under an unexpired claim
+  std::int64_t published = 0;       // published rows still in the table
+  std::int64_t archived = 0;        // rows in outbox_archive
+};
+
+struct PurgeReport {
+  std::int64_t deleted = 0;   // published rows removed from outbox
+  std::int64_t archived = 0;  // of those, copied to outbox_archive first
+  std::int64_t batches = 0;
+};
+
 class Store {
  public:
   // Opens the database at path in WAL mode with options applied.
@@ -70,16 +130,66 @@ class Store {
   // (keyset pagination through the partial index). Throws DbError.
   std::vector<OutboxRow> FetchUnpublished(std::int64_t after_id, std::int64_t limit);
 
-  // Marks row id published in its own transaction (chapter 7.1, decision 3:
+  // Marks row id published (published_at = now) in its own transaction (chapter 7.1, decision 3:
   // the mark is a separate transaction after the broker's ack). Returns false
   // when the row does not exist or was already published. Throws DbError.
   bool MarkPublished(std::int64_t id);
 
   OutboxCounts Count();
 
+  // --- The production relay (outbox-lab relay) ---
+
+  // Claims up to request.limit claimable rows in one BEGIN IMMEDIATE
+  // transaction: unpublished, not parked, next attempt due, no unexpired
+  // claim. SQLite has no SELECT ... FOR UPDATE SKIP LOCKED (chapter 7.1's
+  // advice); the write lock of BEGIN IMMEDIATE plus UPDATE ... RETURNING gives
+  // the same effect: two relays never claim the same row while a lease holds.
+  // An empty Claim means nothing is claimable. Throws DbError.
+  Claim ClaimBatch(const ClaimRequest& request);
+
+  // True when ClaimBatch(request) with after_id 0 would claim a row. Read
+  // only, so an idle relay writes nothing. Throws DbError.
+  bool HasClaimable(const ClaimRequest& request);
+
+  // Rows not yet published and not parked (claimable, claimed or in backoff).
+  std::int64_t PendingCount();
+
+  // Settles a claimed batch in ONE transaction: marks every acked id
+  // published (published_at = now_ms) and records every failure (attempts+1,
+  // last_error, next_attempt_at = now + min(base * 2^(attempts-1), cap), or
+  // parked_at = now once attempts reach policy.max_attempts). Applies only to
+  // rows still holding token: a row whose lease expired and was claimed again
+  // by another relay is left alone and counted as fenced. Throws DbError.
+  SettleReport SettleBatch(std::int64_t token, const std::vector<std::int64_t>& acked,
+                           const std::vector<FailedDelivery>& failed, const SettlePolicy& policy,
+                           std::int64_t now_ms);
+
+  // Releases a claim without recording anything (e.g. on shutdown before
+  // producing). Throws DbError.
+  void ReleaseClaim(std::int64_t token);
+
+  // Counts for status/metrics at now_ms. Throws DbError.
+  OutboxStatus Status(std::int64_t now_ms);
+
+  // Makes a parked row claimable again (attempts reset to 0). Returns false
+  // when id does not exist or is not parked. Throws DbError.
+  bool Unpark(std::int64_t id);
+  // Unparks every parked row; returns how many. Throws DbError.
+  std::int64_t UnparkAll();
+
+  // Deletes published rows with published_at (created_at for rows published
+  // before schema 2) older than cutoff_ms, batch_size rows per transaction so
+  // writers are never blocked for long; with archive, copies them into
+  // outbox_archive in the same transaction. Never touches unpublished or
+  // parked rows. Checkpoints the WAL afterwards (wal_checkpoint(TRUNCATE)) so
+  // it does not grow with purged history. Throws DbError.
+  PurgeReport PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_size, bool archive);
+
   sqlite::Connection& connection() noexcept { return connection_; }
 
  private:
+  void Migrate();
+
   sqlite::Connection connection_;
 };
 

@@ -47,5 +47,10 @@ Command AddPublishCommand(CLI::App& app, const GlobalOptions& global);
 Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global);
 Command AddConsumeCommand(CLI::App& app, const GlobalOptions& global);
 Command AddBrokerCommand(CLI::App& app, const GlobalOptions& global);
+Command AddRelayCommand(CLI::App& app, const GlobalOptions& global);
+Command AddStatusCommand(CLI::App& app, const GlobalOptions& global);
+Command AddMetricsCommand(CLI::App& app, const GlobalOptions& global);
+Command AddPurgeCommand(CLI::App& app, const GlobalOptions& global);
+Command AddUnparkCommand(CLI::App& app, const GlobalOptions& global);
 
 }  // namespace outbox::cli

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <system_error>
 
@@ -10,7 +12,8 @@
 namespace outbox {
 namespace {
 
-constexpr const char* kOutboxSchema = R"sql(
+// Schema 1: the chapter's table, times as epoch ms.
+constexpr const char* kOutboxSchemaV1 = R"sql(
 CREATE TABLE outbox (
   id           INTEGER PRIMARY KEY AUTOINCREMENT,
   event_id     TEXT    NOT NULL UNIQUE,
@@ -22,6 +25,39 @@ CREATE TABLE outbox (
 );
 CREATE INDEX outbox_unpublished ON outbox(id) WHERE published = 0;
 )sql";
+
+// Schema 1 -> 2: the relay's bookkeeping. Partial indexes cover only
+// unpublished rows, so polling cost does not grow with retained history.
+constexpr const char* kMigrateToV2 = R"sql(
+ALTER TABLE outbox ADD COLUMN published_at INTEGER;
+ALTER TABLE outbox ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE outbox ADD COLUMN last_error TEXT;
+ALTER TABLE outbox ADD COLUMN next_attempt_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE outbox ADD COLUMN parked_at INTEGER;
+ALTER TABLE outbox ADD COLUMN claim_token INTEGER;
+ALTER TABLE outbox ADD COLUMN claim_owner TEXT;
+ALTER TABLE outbox ADD COLUMN claim_until INTEGER;
+CREATE INDEX outbox_pending_by_aggregate ON outbox(aggregate_id, id) WHERE published = 0;
+CREATE TABLE IF NOT EXISTS outbox_fence (id INTEGER PRIMARY KEY CHECK (id = 1), token INTEGER NOT NULL);
+INSERT OR IGNORE INTO outbox_fence(id, token) VALUES (1, 0);
+CREATE TABLE IF NOT EXISTS outbox_archive (
+  id INTEGER PRIMARY KEY, event_id TEXT NOT NULL, aggregate_id TEXT NOT NULL,
+  event_type TEXT NOT NULL, payload TEXT NOT NULL, created_at INTEGER NOT NULL,
+  published_at INTEGER, attempts INTEGER NOT NULL, archived_at INTEGER NOT NULL
+);
+PRAGMA user_version = 2;
+)sql";
+
+std::int64_t SystemNowMs() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::int64_t BackoffMs(std::int64_t attempts, const SettlePolicy& policy) {
+  std::int64_t delay = policy.backoff_base_ms;
+  for (std::int64_t i = 1; i < attempts && delay < policy.backoff_max_ms; ++i) delay *= 2;
+  return std::min(delay, policy.backoff_max_ms);
+}
 
 const char* SynchronousPragma(Synchronous s) {
   switch (s) {
@@ -76,6 +112,15 @@ Store::Store(const std::string& path, const StoreOptions& options, OpenMode mode
         "open database '{}': no outbox table; run `outbox-lab reset` first", path));
   connection_.Exec("PRAGMA journal_mode=WAL");
   connection_.Exec(SynchronousPragma(options.synchronous));
+  if (mode == OpenMode::kExisting) Migrate();
+}
+
+void Store::Migrate() {
+  if (connection_.QueryInt64("PRAGMA user_version") >= kSchemaVersion) return;
+  sqlite::Transaction txn(connection_);
+  // Re-check under the write lock: another process may have migrated meanwhile.
+  if (connection_.QueryInt64("PRAGMA user_version") < kSchemaVersion) connection_.Exec(kMigrateToV2);
+  txn.Commit();
 }
 
 bool Store::HasSchema() {
@@ -85,8 +130,11 @@ bool Store::HasSchema() {
 
 void Store::ResetSchema() {
   sqlite::Transaction txn(connection_);
-  connection_.Exec("DROP TABLE IF EXISTS outbox");
-  connection_.Exec(kOutboxSchema);
+  connection_.Exec(
+      "DROP TABLE IF EXISTS outbox; DROP TABLE IF EXISTS outbox_fence; "
+      "DROP TABLE IF EXISTS outbox_archive; PRAGMA user_version = 0;");
+  connection_.Exec(kOutboxSchemaV1);
+  connection_.Exec(kMigrateToV2);
   txn.Commit();
 }
 
@@ -124,8 +172,9 @@ std::vector<OutboxRow> Store::FetchUnpublished(std::int64_t after_id, std::int64
 
 bool Store::MarkPublished(std::int64_t id) {
   sqlite::Transaction txn(connection_);
-  auto update = connection_.Prepare("UPDATE outbox SET published = 1 WHERE id = ?1 AND published = 0");
-  update.Bind(1, id).Run();
+  auto update = connection_.Prepare(
+      "UPDATE outbox SET published = 1, published_at = ?2 WHERE id = ?1 AND published = 0");
+  update.Bind(1, id).Bind(2, SystemNowMs()).Run();
   const bool changed = sqlite3_changes(connection_.get()) == 1;
   txn.Commit();
   return changed;
@@ -140,6 +189,207 @@ OutboxCounts Store::Count() {
   counts.published = select.ColumnInt64(1);
   counts.unpublished = counts.total - counts.published;
   return counts;
+}
+
+// Claimable rows o: ?3 = now, ?5 = cursor, ?6 = block_key. Under block_key a
+// row waits while an earlier unpublished row of its aggregate is parked, in
+// backoff, or claimed.
+constexpr const char* kClaimableWhere =
+    "o.published = 0 AND o.id > ?5 AND o.parked_at IS NULL AND o.next_attempt_at <= ?3 "
+    "AND (o.claim_until IS NULL OR o.claim_until <= ?3) "
+    "AND (?6 = 0 OR NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = o.aggregate_id "
+    "AND e.id < o.id AND e.published = 0 "
+    "AND (e.parked_at IS NOT NULL OR e.next_attempt_at > ?3 OR e.claim_until > ?3)))";
+
+bool Store::HasClaimable(const ClaimRequest& request) {
+  auto select = connection_.Prepare(
+      fmt::format("SELECT 1 FROM outbox o WHERE {} LIMIT 1", kClaimableWhere));
+  select.Bind(3, request.now_ms)
+      .Bind(5, std::int64_t{0})
+      .Bind(6, static_cast<std::int64_t>(request.block_key ? 1 : 0));
+  return select.Step();
+}
+
+std::int64_t Store::PendingCount() {
+  return connection_.QueryInt64(
+      "SELECT COUNT(*) FROM outbox WHERE published = 0 AND parked_at IS NULL");
+}
+
+Claim Store::ClaimBatch(const ClaimRequest& request) {
+  Claim claim;
+  sqlite::Transaction txn(connection_);
+  claim.token = connection_.QueryInt64("UPDATE outbox_fence SET token = token + 1 RETURNING token");
+  // The IN (...) subquery is evaluated before any row is updated.
+  auto update = connection_.Prepare(fmt::format(
+      "UPDATE outbox SET claim_token = ?1, claim_owner = ?2, claim_until = ?3 + ?4 "
+      "WHERE id IN (SELECT o.id FROM outbox o WHERE {} ORDER BY o.id LIMIT ?7) "
+      "RETURNING id, event_id, aggregate_id, event_type, payload, created_at, attempts",
+      kClaimableWhere));
+  update.Bind(1, claim.token)
+      .Bind(2, request.owner)
+      .Bind(3, request.now_ms)
+      .Bind(4, request.lease_ms)
+      .Bind(5, request.after_id)
+      .Bind(6, static_cast<std::int64_t>(request.block_key ? 1 : 0))
+      .Bind(7, request.limit);
+  std::vector<std::pair<OutboxRow, std::int64_t>> claimed;
+  while (update.Step()) {
+    OutboxRow row;
+    row.id = update.ColumnInt64(0);
+    row.event.event_id = update.ColumnText(1);
+    row.event.aggregate_id = update.ColumnText(2);
+    row.event.event_type = update.ColumnText(3);
+    row.event.payload = update.ColumnText(4);
+    row.event.created_at_ms = update.ColumnInt64(5);
+    claimed.emplace_back(std::move(row), update.ColumnInt64(6));
+  }
+  txn.Commit();
+  // RETURNING gives no order guarantee (https://www.sqlite.org/lang_returning.html).
+  std::sort(claimed.begin(), claimed.end(),
+            [](const auto& a, const auto& b) { return a.first.id < b.first.id; });
+  for (auto& [row, attempts] : claimed) {
+    claim.rows.push_back(std::move(row));
+    claim.attempts.push_back(attempts);
+  }
+  return claim;
+}
+
+SettleReport Store::SettleBatch(std::int64_t token, const std::vector<std::int64_t>& acked,
+                                const std::vector<FailedDelivery>& failed,
+                                const SettlePolicy& policy, std::int64_t now_ms) {
+  SettleReport report;
+  sqlite::Transaction txn(connection_);
+  auto mark = connection_.Prepare(
+      "UPDATE outbox SET published = 1, published_at = ?3, claim_token = NULL, "
+      "claim_owner = NULL, claim_until = NULL WHERE id = ?1 AND claim_token = ?2");
+  for (std::int64_t id : acked) {
+    mark.Reset();
+    mark.Bind(1, id).Bind(2, token).Bind(3, now_ms).Run();
+    if (sqlite3_changes(connection_.get()) == 1) ++report.marked; else ++report.fenced;
+  }
+  auto attempts_of = connection_.Prepare("SELECT attempts FROM outbox WHERE id = ?1 AND claim_token = ?2");
+  auto record = connection_.Prepare(
+      "UPDATE outbox SET attempts = ?3, last_error = ?4, next_attempt_at = ?5, parked_at = ?6, "
+      "claim_token = NULL, claim_owner = NULL, claim_until = NULL "
+      "WHERE id = ?1 AND claim_token = ?2");
+  for (const FailedDelivery& failure : failed) {
+    attempts_of.Reset();
+    attempts_of.Bind(1, failure.id).Bind(2, token);
+    if (!attempts_of.Step()) {
+      ++report.fenced;
+      continue;
+    }
+    const std::int64_t attempts = attempts_of.ColumnInt64(0) + 1;
+    attempts_of.Reset();
+    const bool park = attempts >= policy.max_attempts;
+    record.Reset();
+    record.Bind(1, failure.id).Bind(2, token).Bind(3, attempts).Bind(4, failure.error)
+        .Bind(5, now_ms + BackoffMs(attempts, policy));
+    if (park) record.Bind(6, now_ms); else record.BindNull(6);
+    record.Run();
+    if (park) ++report.parked; else ++report.retried;
+  }
+  txn.Commit();
+  return report;
+}
+
+void Store::ReleaseClaim(std::int64_t token) {
+  sqlite::Transaction txn(connection_);
+  auto release = connection_.Prepare(
+      "UPDATE outbox SET claim_token = NULL, claim_owner = NULL, claim_until = NULL "
+      "WHERE claim_token = ?1");
+  release.Bind(1, token).Run();
+  txn.Commit();
+}
+
+OutboxStatus Store::Status(std::int64_t now_ms) {
+  // A read transaction: every count comes from the same snapshot.
+  connection_.Exec("BEGIN");
+  OutboxStatus status;
+  try {
+    auto select = connection_.Prepare(R"sql(
+SELECT
+  COALESCE(SUM(published = 0 AND parked_at IS NULL), 0),
+  MIN(CASE WHEN published = 0 AND parked_at IS NULL THEN created_at END),
+  COALESCE(SUM(published = 0 AND parked_at IS NULL AND next_attempt_at > ?1), 0),
+  COALESCE(SUM(published = 0 AND parked_at IS NOT NULL), 0),
+  COALESCE(SUM(published = 0 AND claim_until > ?1), 0),
+  COALESCE(SUM(published <> 0), 0)
+FROM outbox
+)sql");
+    select.Bind(1, now_ms);
+    select.Step();
+    status.unpublished = select.ColumnInt64(0);
+    if (!select.ColumnIsNull(1))
+      status.oldest_unpublished_age_ms = std::max<std::int64_t>(0, now_ms - select.ColumnInt64(1));
+    status.in_backoff = select.ColumnInt64(2);
+    status.parked = select.ColumnInt64(3);
+    status.claimed = select.ColumnInt64(4);
+    status.published = select.ColumnInt64(5);
+    status.archived = connection_.QueryInt64("SELECT COUNT(*) FROM outbox_archive");
+  } catch (...) {
+    sqlite3_exec(connection_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+  connection_.Exec("COMMIT");
+  return status;
+}
+
+bool Store::Unpark(std::int64_t id) {
+  sqlite::Transaction txn(connection_);
+  auto update = connection_.Prepare(
+      "UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = 0 "
+      "WHERE id = ?1 AND published = 0 AND parked_at IS NOT NULL");
+  update.Bind(1, id).Run();
+  const bool changed = sqlite3_changes(connection_.get()) == 1;
+  txn.Commit();
+  return changed;
+}
+
+std::int64_t Store::UnparkAll() {
+  sqlite::Transaction txn(connection_);
+  connection_.Exec(
+      "UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = 0 "
+      "WHERE published = 0 AND parked_at IS NOT NULL");
+  const std::int64_t changed = sqlite3_changes(connection_.get());
+  txn.Commit();
+  return changed;
+}
+
+PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_size, bool archive) {
+  PurgeReport report;
+  const std::int64_t now_ms = SystemNowMs();
+  auto pick = connection_.Prepare(
+      "SELECT id FROM outbox WHERE published <> 0 AND COALESCE(published_at, created_at) < ?1 "
+      "ORDER BY id LIMIT ?2");
+  auto copy = connection_.Prepare(
+      "INSERT OR REPLACE INTO outbox_archive(id, event_id, aggregate_id, event_type, payload, "
+      "created_at, published_at, attempts, archived_at) SELECT id, event_id, aggregate_id, "
+      "event_type, payload, created_at, published_at, attempts, ?2 FROM outbox WHERE id = ?1");
+  auto remove = connection_.Prepare("DELETE FROM outbox WHERE id = ?1 AND published <> 0");
+  for (;;) {
+    sqlite::Transaction txn(connection_);
+    pick.Reset();
+    pick.Bind(1, cutoff_ms).Bind(2, batch_size);
+    std::vector<std::int64_t> ids;
+    while (pick.Step()) ids.push_back(pick.ColumnInt64(0));
+    pick.Reset();
+    if (ids.empty()) break;
+    for (std::int64_t id : ids) {
+      if (archive) {
+        copy.Reset();
+        copy.Bind(1, id).Bind(2, now_ms).Run();
+        ++report.archived;
+      }
+      remove.Reset();
+      remove.Bind(1, id).Run();
+      report.deleted += sqlite3_changes(connection_.get());
+    }
+    txn.Commit();
+    ++report.batches;
+  }
+  connection_.Exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  return report;
 }
 
 }  // namespace outbox

@@ -1,0 +1,126 @@
+// Relay: the production message relay. One batch is
+//   claim (lease + fencing token) -> produce all, collect every delivery
+//   report -> settle (mark acked, back off or park failures) in ONE transaction.
+// No database transaction is open while talking to the broker.
+//
+// Delivery is at-least-once: a crash between the ack and the settle re-sends
+// at most that batch (chapter 7.1, decision 3). A relay paused past its lease
+// (e.g. SIGSTOP, a long GC-like stall) can have its rows claimed and sent by
+// another relay; its own settle is then fenced out, but its records were
+// already produced: duplicates, never losses.
+//
+// Not thread-safe; run one Relay per thread or process.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "outbox/publisher.h"
+#include "outbox/store.h"
+
+namespace outbox {
+
+// Which field becomes the record key.
+enum class KeyChoice {
+  kEventId,      // the chapter's choice: spreads events over partitions
+  kAggregateId,  // same aggregate -> same partition -> per-aggregate order
+};
+
+// What a failed row means for later rows of the same aggregate.
+enum class FailureMode {
+  kBlockKey,  // they wait until it is published (or unparked and published): order kept
+  kSkip,      // they flow on: throughput kept, order across the failure lost
+};
+
+// Throw ConfigError on anything else.
+KeyChoice ParseKeyChoice(const std::string& text);      // "event-id" | "aggregate-id"
+FailureMode ParseFailureMode(const std::string& text);  // "block-key" | "skip"
+
+struct RelayOptions {
+  std::int64_t batch_size = 1000;  // rows per claim, > 0
+  KeyChoice key = KeyChoice::kEventId;
+  FailureMode on_failure = FailureMode::kBlockKey;
+  SettlePolicy settle;             // max attempts and backoff
+  std::int64_t lease_ms = 30000;   // how long a claim holds, ms; must exceed the delivery timeout
+  std::string owner;               // recorded with each claim, e.g. "relay-4242"
+  std::function<std::int64_t()> clock;  // epoch ms; system clock when empty
+};
+
+struct BatchReport {
+  std::int64_t token = 0;
+  std::int64_t claimed = 0;
+  std::int64_t acked = 0;
+  std::int64_t failed = 0;
+  SettleReport settle;
+};
+
+class Relay {
+ public:
+  // Throws ConfigError for batch_size <= 0, lease_ms <= 0 or max_attempts <= 0.
+  Relay(Store& store, Publisher& publisher, RelayOptions options);
+
+  // True when a row could be claimed now (read-only: no write while idle).
+  bool HasClaimable();
+
+  // Runs one batch from the keyset cursor; when nothing lies past the cursor,
+  // starts a new pass from id 0 (rows whose backoff expired). claimed == 0
+  // means nothing was claimable. Throws DbError; delivery failures are
+  // recorded, not thrown.
+  BatchReport RunBatch();
+
+ private:
+  std::int64_t Now() const;
+  ClaimRequest MakeClaimRequest(std::int64_t after_id) const;
+
+  Store& store_;
+  Publisher& publisher_;
+  RelayOptions options_;
+  std::int64_t cursor_ = 0;
+};
+
+// Waits while the relay is idle. Implementations: ChangeWatcher (inotify),
+// fakes in tests.
+class IdleWaiter {
+ public:
+  enum class Wake { kTimeout, kChanged, kStop };
+  virtual ~IdleWaiter() = default;
+  // Forgets changes seen so far.
+  virtual void Drain() = 0;
+  // Blocks up to timeout_ms; returns early on a change or a stop request.
+  virtual Wake Wait(int timeout_ms) = 0;
+  // True once a stop was requested (e.g. SIGTERM); never blocks.
+  virtual bool StopRequested() = 0;
+};
+
+enum class LoopMode {
+  kOnce,        // one batch
+  kUntilEmpty,  // until no row waits (published or parked); waits out backoff
+  kForever,     // until a stop request
+};
+
+struct LoopOptions {
+  LoopMode mode = LoopMode::kForever;
+  int idle_min_ms = 5;     // first idle wait, ms
+  int idle_max_ms = 1000;  // idle waits double up to this, ms
+};
+
+struct LoopReport {
+  std::int64_t batches = 0;
+  std::int64_t acked = 0;
+  std::int64_t marked = 0;
+  std::int64_t failed = 0;
+  std::int64_t parked = 0;
+  std::int64_t fenced = 0;
+  bool stopped = false;  // ended by a stop request
+};
+
+// Runs relay.RunBatch() per mode. A stop request is honoured between batches:
+// the batch in flight finishes (its deliveries are bounded by the delivery
+// timeout) and is settled first, so every acked row is marked.
+// on_batch is called after each non-empty batch. Throws what RunBatch throws.
+LoopReport RunRelayLoop(Relay& relay, Store& store, IdleWaiter& waiter,
+                        const LoopOptions& options,
+                        const std::function<void(const BatchReport&)>& on_batch);
+
+}  // namespace outbox

@@ -1,0 +1,63 @@
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "cli/duration.h"
+#include "lab/loans.h"
+#include "outbox/error.h"
+
+namespace outbox::cli {
+
+Command AddPurgeCommand(CLI::App& app, const GlobalOptions& global) {
+  CLI::App* sub = app.add_subcommand(
+      "purge",
+      "Delete (or --archive) published rows older than a duration, in bounded batches; never "
+      "an unpublished or parked row");
+  struct Options {
+    std::string older_than;
+    bool archive = false;
+    std::int64_t batch_size = 1000;
+  };
+  auto o = std::make_shared<Options>();
+  sub->add_option("--older-than", o->older_than, "e.g. 7d, 12h, 30m, 0s")->required();
+  sub->add_flag("--archive", o->archive, "Move the rows to outbox_archive instead of dropping them");
+  sub->add_option("--batch-size", o->batch_size, "Rows per transaction")->capture_default_str();
+  return {sub, [&global, o]() -> ExitCode {
+            const std::int64_t age_ms = ParseDurationMs("--older-than", o->older_than);
+            if (o->batch_size <= 0)
+              throw ConfigError(fmt::format("--batch-size {}: must be at least 1", o->batch_size));
+            Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
+            const PurgeReport r = store.PurgePublished(lab::NowMs() - age_ms, o->batch_size, o->archive);
+            fmt::print("[purge] deleted={} archived={} batches={}\n", r.deleted, r.archived, r.batches);
+            return ExitCode::kOk;
+          }};
+}
+
+Command AddUnparkCommand(CLI::App& app, const GlobalOptions& global) {
+  CLI::App* sub = app.add_subcommand(
+      "unpark", "Make parked rows claimable again (attempts reset): one id, or --all");
+  struct Options {
+    std::int64_t id = 0;
+    bool all = false;
+  };
+  auto o = std::make_shared<Options>();
+  auto* id = sub->add_option("ID", o->id, "Outbox id of the parked row")->check(CLI::PositiveNumber);
+  sub->add_flag("--all", o->all, "Unpark every parked row")->excludes(id);
+  return {sub, [&global, o, id]() -> ExitCode {
+            if (!o->all && id->count() == 0)
+              throw ConfigError("unpark: give an outbox id or --all");
+            Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
+            if (o->all) {
+              fmt::print("[unpark] unparked={}\n", store.UnparkAll());
+              return ExitCode::kOk;
+            }
+            if (!store.Unpark(o->id)) {
+              fmt::print(stderr, "outbox-lab: error: unpark: no parked row with id {} in '{}'\n",
+                         o->id, global.db);
+              return ExitCode::kPrecondition;
+            }
+            fmt::print("[unpark] unparked id={}\n", o->id);
+            return ExitCode::kOk;
+          }};
+}
+
+}  // namespace outbox::cli

@@ -1,0 +1,124 @@
+#include "outbox/relay.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "outbox/chapter_relay.h"
+#include "outbox/error.h"
+
+namespace outbox {
+
+KeyChoice ParseKeyChoice(const std::string& text) {
+  if (text == "event-id") return KeyChoice::kEventId;
+  if (text == "aggregate-id") return KeyChoice::kAggregateId;
+  throw ConfigError(fmt::format("key '{}': expected event-id or aggregate-id", text));
+}
+
+FailureMode ParseFailureMode(const std::string& text) {
+  if (text == "block-key") return FailureMode::kBlockKey;
+  if (text == "skip") return FailureMode::kSkip;
+  throw ConfigError(fmt::format("on-failure '{}': expected block-key or skip", text));
+}
+
+Relay::Relay(Store& store, Publisher& publisher, RelayOptions options)
+    : store_(store), publisher_(publisher), options_(std::move(options)) {
+  if (options_.batch_size <= 0)
+    throw ConfigError(fmt::format("batch size {}: must be at least 1", options_.batch_size));
+  if (options_.lease_ms <= 0)
+    throw ConfigError(fmt::format("lease {} ms: must be positive", options_.lease_ms));
+  if (options_.settle.max_attempts <= 0)
+    throw ConfigError(fmt::format("max attempts {}: must be at least 1", options_.settle.max_attempts));
+}
+
+std::int64_t Relay::Now() const {
+  if (options_.clock) return options_.clock();
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+ClaimRequest Relay::MakeClaimRequest(std::int64_t after_id) const {
+  ClaimRequest request;
+  request.owner = options_.owner;
+  request.after_id = after_id;
+  request.limit = options_.batch_size;
+  request.lease_ms = options_.lease_ms;
+  request.now_ms = Now();
+  request.block_key = options_.on_failure == FailureMode::kBlockKey;
+  return request;
+}
+
+bool Relay::HasClaimable() { return store_.HasClaimable(MakeClaimRequest(0)); }
+
+BatchReport Relay::RunBatch() {
+  BatchReport report;
+  if (!store_.HasClaimable(MakeClaimRequest(0))) return report;  // idle: read only
+  Claim claim = store_.ClaimBatch(MakeClaimRequest(cursor_));
+  if (claim.rows.empty() && cursor_ > 0) {
+    cursor_ = 0;  // a new pass picks up rows whose backoff ran out
+    claim = store_.ClaimBatch(MakeClaimRequest(cursor_));
+  }
+  report.token = claim.token;
+  report.claimed = static_cast<std::int64_t>(claim.rows.size());
+  if (claim.rows.empty()) return report;
+  cursor_ = claim.rows.back().id;
+
+  std::vector<OutboundMessage> messages;
+  messages.reserve(claim.rows.size());
+  for (const OutboxRow& row : claim.rows) {
+    OutboundMessage message = MessageForRow(row);
+    if (options_.key == KeyChoice::kAggregateId) message.key = row.event.aggregate_id;
+    messages.push_back(std::move(message));
+  }
+  const std::vector<DeliveryResult> results = publisher_.Publish(messages);
+
+  std::vector<std::int64_t> acked;
+  std::vector<FailedDelivery> failed;
+  for (const DeliveryResult& result : results) {
+    if (result.ok)
+      acked.push_back(result.outbox_id);
+    else
+      failed.push_back({result.outbox_id, result.error.empty() ? "delivery failed" : result.error});
+  }
+  report.acked = static_cast<std::int64_t>(acked.size());
+  report.failed = static_cast<std::int64_t>(failed.size());
+  report.settle = store_.SettleBatch(claim.token, acked, failed, options_.settle, Now());
+  return report;
+}
+
+LoopReport RunRelayLoop(Relay& relay, Store& store, IdleWaiter& waiter, const LoopOptions& options,
+                        const std::function<void(const BatchReport&)>& on_batch) {
+  LoopReport loop;
+  int idle_ms = options.idle_min_ms;
+  while (!waiter.StopRequested()) {
+    const BatchReport batch = relay.RunBatch();
+    if (batch.claimed > 0) {
+      ++loop.batches;
+      loop.acked += batch.acked;
+      loop.marked += batch.settle.marked;
+      loop.failed += batch.failed;
+      loop.parked += batch.settle.parked;
+      loop.fenced += batch.settle.fenced;
+      if (on_batch) on_batch(batch);
+      idle_ms = options.idle_min_ms;
+      if (options.mode == LoopMode::kOnce) break;
+      continue;
+    }
+    if (options.mode == LoopMode::kOnce) break;
+    if (options.mode == LoopMode::kUntilEmpty && store.PendingCount() == 0) break;
+    // Drain, then look once more: a commit before the drain is seen by the
+    // look, one after it wakes the wait.
+    waiter.Drain();
+    if (relay.HasClaimable()) continue;
+    const IdleWaiter::Wake wake = waiter.Wait(idle_ms);
+    if (wake == IdleWaiter::Wake::kChanged)
+      idle_ms = options.idle_min_ms;
+    else
+      idle_ms = std::min(idle_ms * 2, options.idle_max_ms);
+  }
+  loop.stopped = waiter.StopRequested();
+  return loop;
+}
+
+}  // namespace outbox
