@@ -1,6 +1,8 @@
 #include <fmt/format.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -8,6 +10,7 @@
 #include <fstream>
 
 #include "cli/command.h"
+#include "lab/broker_control.h"
 #include "lab/embedded_broker.h"
 #include "outbox/error.h"
 
@@ -18,6 +21,7 @@ struct BrokerOptions {
   int partitions = 1;
   int broker_count = 1;
   std::string addr_file;
+  std::string control;
 };
 
 // Written to a temporary name and renamed, so a reader never sees half an address.
@@ -50,6 +54,9 @@ Command AddBrokerCommand(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str();
   sub->add_option("--addr-file", options->addr_file,
                   "Write the bootstrap address here once ready (removed on a clean stop)");
+  sub->add_option("--control", options->control,
+                  "Unix socket for fault injection with `outbox-lab broker-ctl` (down, up, rtt, "
+                  "errors)");
   return {sub, [&global, options]() -> ExitCode {
             // Block the stop signals before librdkafka starts its threads (they
             // inherit the mask), so only sigwait below receives them.
@@ -59,6 +66,8 @@ Command AddBrokerCommand(CLI::App& app, const GlobalOptions& global) {
             sigaddset(&stop_signals, SIGINT);
             pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+            const int stop_fd = signalfd(-1, &stop_signals, SFD_CLOEXEC);
+            if (stop_fd < 0) throw ConfigError("signalfd for SIGTERM/SIGINT failed");
             lab::EmbeddedBroker broker(options->broker_count);
             broker.CreateTopic(global.topic, options->partitions);
             const std::string bootstrap = broker.BootstrapServers();
@@ -67,13 +76,58 @@ Command AddBrokerCommand(CLI::App& app, const GlobalOptions& global) {
                        global.topic, options->partitions, getpid());
             std::fflush(stdout);
 
+            std::unique_ptr<lab::ControlSocket> control;
+            if (!options->control.empty())
+              control = std::make_unique<lab::ControlSocket>(options->control);
             int signal_number = 0;
-            sigwait(&stop_signals, &signal_number);
+            for (;;) {
+              pollfd fds[2] = {{stop_fd, POLLIN, 0}, {control ? control->fd() : -1, POLLIN, 0}};
+              if (poll(fds, 2, -1) < 0) continue;
+              if (fds[0].revents & POLLIN) {
+                signalfd_siginfo info{};
+                if (read(stop_fd, &info, sizeof info) == sizeof info)
+                  signal_number = static_cast<int>(info.ssi_signo);
+                break;
+              }
+              if (control && (fds[1].revents & POLLIN))
+                control->ServeOne([&](const std::string& request) {
+                  const std::string reply = lab::ApplyBrokerControl(broker, request);
+                  fmt::print("[broker] control '{}' -> {}\n", request, reply);
+                  std::fflush(stdout);
+                  return reply;
+                });
+            }
+            close(stop_fd);
             if (!options->addr_file.empty()) {
               std::error_code ec;
               std::filesystem::remove(options->addr_file, ec);
             }
             fmt::print("[broker] stopping on {}\n", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
+            return ExitCode::kOk;
+          }};
+}
+
+Command AddBrokerCtlCommand(CLI::App& app, const GlobalOptions&) {
+  CLI::App* sub = app.add_subcommand(
+      "broker-ctl",
+      "Inject a fault into a running embedded broker: down [ID] | up [ID] | rtt MS [ID] | "
+      "errors produce N CODE | clear produce | ping");
+  struct Options {
+    std::string control;
+    std::vector<std::string> request;
+  };
+  auto options = std::make_shared<Options>();
+  sub->add_option("--control", options->control, "The broker's --control socket")
+      ->required()
+      ->envname("OUTBOX_BROKER_CONTROL");
+  sub->add_option("REQUEST", options->request, "e.g. down, or rtt 3000, or errors produce 5 19")
+      ->required();
+  return {sub, [options]() -> ExitCode {
+            std::string request;
+            for (const auto& word : options->request) request += (request.empty() ? "" : " ") + word;
+            const std::string reply = lab::SendBrokerControl(options->control, request);
+            if (reply != "ok") throw ConfigError(fmt::format("broker-ctl '{}': {}", request, reply));
+            fmt::print("[broker-ctl] {}: ok\n", request);
             return ExitCode::kOk;
           }};
 }

@@ -47,6 +47,7 @@ Command AddPublishCommand(CLI::App& app, const GlobalOptions& global);
 Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global);
 Command AddConsumeCommand(CLI::App& app, const GlobalOptions& global);
 Command AddBrokerCommand(CLI::App& app, const GlobalOptions& global);
+Command AddBrokerCtlCommand(CLI::App& app, const GlobalOptions& global);
 Command AddRelayCommand(CLI::App& app, const GlobalOptions& global);
 Command AddStatusCommand(CLI::App& app, const GlobalOptions& global);
 Command AddMetricsCommand(CLI::App& app, const GlobalOptions& global);

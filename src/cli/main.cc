@@ -51,7 +51,8 @@ int main(int argc, char** argv) {
       AddRollbackCommand(app, global),    AddWriteHoldCommand(app, global),
       AddPublishHoldCommand(app, global), AddPublishCommand(app, global),
       AddVerifyCommand(app, global),      AddConsumeCommand(app, global),
-      AddBrokerCommand(app, global),      AddRelayCommand(app, global),
+      AddBrokerCommand(app, global),      AddBrokerCtlCommand(app, global),
+      AddRelayCommand(app, global),
       AddStatusCommand(app, global),      AddMetricsCommand(app, global),
       AddPurgeCommand(app, global),       AddUnparkCommand(app, global),
   };

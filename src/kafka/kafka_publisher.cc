@@ -20,6 +20,9 @@ KafkaPublisher::KafkaPublisher(const KafkaPublisherOptions& options)
       {"bootstrap.servers", options.brokers},
       {"acks", "all"},
       {"message.timeout.ms", std::to_string(options.delivery_timeout_ms)},
+      // Connection failures reach the user through LastClientError() in the
+      // failure line; -X log_level=7 brings librdkafka's own log back.
+      {"log_level", "2"},
   };
   properties.insert(properties.end(), options.properties.begin(), options.properties.end());
   ConfHandle conf = MakeConf(properties);
