@@ -1,0 +1,438 @@
+// Store: schema, enqueue in the caller's transaction, keyset fetch, marking,
+// and what opening a wrong, missing or locked file does.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "lab/loans.h"
+#include "outbox/error.h"
+#include "outbox/sqlite/connection.h"
+#include "outbox/store.h"
+#include "test_support.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using outbox::DbError;
+using outbox::OpenMode;
+using outbox::SchemaMissingError;
+using outbox::Store;
+using outbox::StoreOptions;
+using outbox::testing::CaptureThrow;
+using outbox::testing::ListDir;
+using outbox::testing::MakeEvent;
+using outbox::testing::ReadFileBytes;
+using outbox::testing::TempDir;
+using outbox::testing::WriteFileBytes;
+
+std::vector<std::int64_t> IdsOf(const std::vector<outbox::OutboxRow>& rows) {
+  std::vector<std::int64_t> ids;
+  for (const auto& row : rows) ids.push_back(row.id);
+  return ids;
+}
+
+// Enqueues MakeEvent(1..n), one committed transaction each; returns the ids.
+std::vector<std::int64_t> EnqueueEvents(Store& store, int n) {
+  std::vector<std::int64_t> ids;
+  for (int i = 1; i <= n; ++i) {
+    outbox::sqlite::Transaction txn(store.connection());
+    ids.push_back(store.Enqueue(MakeEvent(i)));
+    txn.Commit();
+  }
+  return ids;
+}
+
+// A file whose first bytes are not the SQLite header.
+std::string GarbageBytes() {
+  std::string bytes;
+  for (int i = 0; i < 4096; ++i) bytes.push_back(static_cast<char>('A' + (i * 7) % 26));
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("ResetSchema creates the outbox table and its unpublished index", "[store]") {
+  TempDir dir;
+  Store store(dir.File("lab.db"), StoreOptions{}, OpenMode::kCreate);
+  REQUIRE_FALSE(store.HasSchema());
+
+  store.ResetSchema();
+
+  REQUIRE(store.HasSchema());
+  REQUIRE(store.connection().QueryInt64(
+              "SELECT COUNT(*) FROM sqlite_master WHERE type='index' AND name='outbox_unpublished'") ==
+          1);
+  const auto counts = store.Count();
+  REQUIRE(counts.total == 0);
+  REQUIRE(counts.published == 0);
+  REQUIRE(counts.unpublished == 0);
+}
+
+TEST_CASE("ResetSchema drops every existing outbox row", "[store]") {
+  TempDir dir;
+  Store store(dir.File("lab.db"), StoreOptions{}, OpenMode::kCreate);
+  store.ResetSchema();
+  EnqueueEvents(store, 3);
+  REQUIRE(store.Count().total == 3);
+
+  store.ResetSchema();
+
+  REQUIRE(store.Count().total == 0);
+  REQUIRE(store.FetchUnpublished(0, 10).empty());
+}
+
+TEST_CASE("Enqueue inside a transaction returns increasing row ids and stores every field", "[store]") {
+  TempDir dir;
+  Store store(dir.File("lab.db"), StoreOptions{}, OpenMode::kCreate);
+  store.ResetSchema();
+
+  std::vector<std::int64_t> ids = EnqueueEvents(store, 2);
+  {
+    outbox::sqlite::Transaction txn(store.connection());
+    ids.push_back(store.Enqueue(MakeEvent(3)));
+    ids.push_back(store.Enqueue(MakeEvent(4)));
+    txn.Commit();
+  }
+
+  REQUIRE(ids == std::vector<std::int64_t>{1, 2, 3, 4});
+  const auto rows = store.FetchUnpublished(0, 10);
+  REQUIRE(IdsOf(rows) == ids);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto expected = MakeEvent(static_cast<int>(i) + 1);
+    CHECK(rows[i].event.event_id == expected.event_id);
+    CHECK(rows[i].event.aggregate_id == expected.aggregate_id);
+    CHECK(rows[i].event.event_type == expected.event_type);
+    CHECK(rows[i].event.payload == expected.payload);
+    CHECK(rows[i].event.created_at_ms == expected.created_at_ms);
+    CHECK_FALSE(rows[i].published);
+  }
+  REQUIRE(store.Count().total == 4);
+}
+
+TEST_CASE("Enqueue in a transaction that is never committed leaves no row", "[store]") {
+  TempDir dir;
+  Store store(dir.File("lab.db"), StoreOptions{}, OpenMode::kCreate);
+  store.ResetSchema();
+  {
+    outbox::sqlite::Transaction txn(store.connection());
+    REQUIRE(store.Enqueue(MakeEvent(1)) == 1);
+    REQUIRE(store.Count().total == 1);  // visible inside the transaction
+  }
+  REQUIRE(store.Count().total == 0);
+  // AUTOINCREMENT never reuses an id; a rolled-back insert does not consume one.
+  REQUIRE(EnqueueEvents(store, 1) == std::vector<std::int64_t>{1});
+}
+
+TEST_CASE("A duplicate event id rolls back the business row written in the same transaction",
+          "[store]") {
+  TempDir dir;
+  auto store = outbox::lab::ResetLabDatabase(dir.File("lab.db"), StoreOptions{});
+  auto& connection = store->connection();
+  const auto loan1 = outbox::lab::ChapterLoan(1);
+  {
+    outbox::sqlite::Transaction txn(connection);
+    outbox::lab::InsertLoan(connection, loan1);
+    store->Enqueue(outbox::lab::LoanCreatedEvent(loan1, 1));
+    txn.Commit();
+  }
+
+  const auto loan2 = outbox::lab::ChapterLoan(2);
+  auto duplicate = outbox::lab::LoanCreatedEvent(loan2, 2);
+  duplicate.event_id = outbox::lab::LoanCreatedEvent(loan1, 1).event_id;  // evt-1001 again
+  {
+    outbox::sqlite::Transaction txn(connection);
+    outbox::lab::InsertLoan(connection, loan2);
+    REQUIRE(outbox::lab::LoanExists(connection, loan2.loan_id));  // written, not committed
+    const auto error = CaptureThrow<DbError>([&] { store->Enqueue(duplicate); });
+    REQUIRE(error.has_value());
+    REQUIRE(error->code() == SQLITE_CONSTRAINT_UNIQUE);
+    REQUIRE(error->primary_code() == SQLITE_CONSTRAINT);
+    REQUIRE_THAT(error->what(), Catch::Contains("SQLITE_CONSTRAINT_UNIQUE"));
+  }  // txn rolls back here
+
+  REQUIRE_FALSE(outbox::lab::LoanExists(connection, loan2.loan_id));
+  REQUIRE(outbox::lab::LoanExists(connection, loan1.loan_id));
+  REQUIRE(outbox::lab::CountLoans(connection) == 1);
+  const auto counts = store->Count();
+  REQUIRE(counts.total == 1);
+  REQUIRE(counts.unpublished == 1);
+}
+
+TEST_CASE("A duplicate loan id throws SQLITE_CONSTRAINT_PRIMARYKEY and writes no outbox row",
+          "[store]") {
+  TempDir dir;
+  auto store = outbox::lab::ResetLabDatabase(dir.File("lab.db"), StoreOptions{});
+  auto& connection = store->connection();
+  const auto loan = outbox::lab::ChapterLoan(1);
+  {
+    outbox::sqlite::Transaction txn(connection);
+    outbox::lab::InsertLoan(connection, loan);
+    txn.Commit();
+  }
+  {
+    outbox::sqlite::Transaction txn(connection);
+    const auto error = CaptureThrow<DbError>([&] { outbox::lab::InsertLoan(connection, loan); });
+    REQUIRE(error.has_value());
+    REQUIRE(error->code() == SQLITE_CONSTRAINT_PRIMARYKEY);
+  }
+  REQUIRE(outbox::lab::CountLoans(connection) == 1);
+  REQUIRE(store->Count().total == 0);
+}
+
+TEST_CASE("FetchUnpublished pages by id after after_id, skips published rows and honours limit",
+          "[store]") {
+  TempDir dir;
+  Store store(dir.File("lab.db"), StoreOptions{}, OpenMode::kCreate);
+  store.ResetSchema();
+  REQUIRE(EnqueueEvents(store, 6) == std::vector<std::int64_t>{1, 2, 3, 4, 5, 6});
+  REQUIRE(store.MarkPublished(2));
+  REQUIRE(store.MarkPublished(4));
+
+  using Ids = std::vector<std::int64_t>;
+  CHECK(IdsOf(store.FetchUnpublished(0, 10)) == Ids{1, 3, 5, 6});
+  CHECK(IdsOf(store.FetchUnpublished(0, 2)) == Ids{1, 3});
+  CHECK(IdsOf(store.FetchUnpublished(3, 2)) == Ids{5, 6});
+  CHECK(IdsOf(store.FetchUnpublished(1, 1)) == Ids{3});
+  CHECK(IdsOf(store.FetchUnpublished(6, 10)).empty());
+  CHECK(IdsOf(store.FetchUnpublished(0, 0)).empty());
+
+  // Paging with the last id seen visits every unpublished row exactly once.
+  Ids seen;
+  std::int64_t after = 0;
+  for (auto page = store.FetchUnpublished(after, 1); !page.empty();
+       page = store.FetchUnpublished(after, 1)) {
+    seen.push_back(page.front().id);
+    after = page.front().id;
+  }
+  CHECK(seen == Ids{1, 3, 5, 6});
+  const auto row5 = store.FetchUnpublished(4, 1);
+  REQUIRE(row5.size() == 1);
+  CHECK(row5.front().event.event_id == MakeEvent(5).event_id);
+}
+
+TEST_CASE("MarkPublished returns true once, then false, and false for a missing row", "[store]") {
+  TempDir dir;
+  Store store(dir.File("lab.db"), StoreOptions{}, OpenMode::kCreate);
+  store.ResetSchema();
+  EnqueueEvents(store, 3);
+
+  REQUIRE(store.MarkPublished(2));
+  REQUIRE_FALSE(store.MarkPublished(2));
+  REQUIRE_FALSE(store.MarkPublished(99));
+
+  const auto counts = store.Count();
+  REQUIRE(counts.total == 3);
+  REQUIRE(counts.published == 1);
+  REQUIRE(counts.unpublished == 2);
+
+  REQUIRE(store.MarkPublished(1));
+  REQUIRE(store.MarkPublished(3));
+  const auto after = store.Count();
+  REQUIRE(after.published == 3);
+  REQUIRE(after.unpublished == 0);
+}
+
+TEST_CASE("Marks survive closing and reopening the database", "[store]") {
+  TempDir dir;
+  const std::string path = dir.File("lab.db");
+  {
+    Store store(path, StoreOptions{}, OpenMode::kCreate);
+    store.ResetSchema();
+    EnqueueEvents(store, 3);
+    REQUIRE(store.MarkPublished(1));
+  }
+  Store reopened(path, StoreOptions{}, OpenMode::kExisting);
+  const auto counts = reopened.Count();
+  REQUIRE(counts.total == 3);
+  REQUIRE(counts.published == 1);
+  REQUIRE(IdsOf(reopened.FetchUnpublished(0, 10)) == std::vector<std::int64_t>{2, 3});
+}
+
+TEST_CASE("Opening a missing file with kExisting throws SchemaMissingError and creates nothing",
+          "[store]") {
+  TempDir dir;
+  const std::string path = dir.File("missing.db");
+
+  const auto error = CaptureThrow<SchemaMissingError>(
+      [&] { Store store(path, StoreOptions{}, OpenMode::kExisting); });
+  REQUIRE(error.has_value());
+  REQUIRE_THAT(error->what(), Catch::Contains("missing.db"));
+  REQUIRE_FALSE(fs::exists(path));
+
+  const auto lab_error = CaptureThrow<SchemaMissingError>(
+      [&] { outbox::lab::OpenLabDatabase(path, StoreOptions{}); });
+  REQUIRE(lab_error.has_value());
+  REQUIRE_FALSE(fs::exists(path));
+  REQUIRE(ListDir(dir.path()).empty());
+}
+
+TEST_CASE("Opening a file of garbage bytes throws SQLITE_NOTADB and leaves the file unchanged",
+          "[store]") {
+  TempDir dir;
+  const std::string path = dir.File("garbage.db");
+  const std::string bytes = GarbageBytes();
+  WriteFileBytes(path, bytes);
+
+  SECTION("Store with kExisting") {
+    const auto error =
+        CaptureThrow<DbError>([&] { Store store(path, StoreOptions{}, OpenMode::kExisting); });
+    REQUIRE(error.has_value());
+    REQUIRE(error->primary_code() == SQLITE_NOTADB);
+    REQUIRE_THAT(error->what(), Catch::Contains("SQLITE_NOTADB"));
+  }
+  SECTION("Store with kCreate") {
+    const auto error =
+        CaptureThrow<DbError>([&] { Store store(path, StoreOptions{}, OpenMode::kCreate); });
+    REQUIRE(error.has_value());
+    REQUIRE(error->primary_code() == SQLITE_NOTADB);
+  }
+  SECTION("ResetLabDatabase") {
+    const auto error =
+        CaptureThrow<DbError>([&] { outbox::lab::ResetLabDatabase(path, StoreOptions{}); });
+    REQUIRE(error.has_value());
+    REQUIRE(error->primary_code() == SQLITE_NOTADB);
+  }
+  SECTION("OpenLabDatabase") {
+    const auto error =
+        CaptureThrow<DbError>([&] { outbox::lab::OpenLabDatabase(path, StoreOptions{}); });
+    REQUIRE(error.has_value());
+    REQUIRE(error->primary_code() == SQLITE_NOTADB);
+  }
+
+  REQUIRE(ReadFileBytes(path) == bytes);
+  REQUIRE(ListDir(dir.path()) == std::vector<std::string>{"garbage.db"});
+}
+
+TEST_CASE("An SQLite database without tables opened with kExisting throws SchemaMissingError "
+          "and is left unchanged",
+          "[store]") {
+  TempDir dir;
+  const std::string path = dir.File("empty.db");
+  SECTION("a database with a header and no tables") {
+    outbox::sqlite::Connection raw(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+    raw.Exec("PRAGMA user_version=7");
+  }
+  SECTION("a zero-byte file") { WriteFileBytes(path, ""); }
+  const std::string before = ReadFileBytes(path);
+
+  const auto error =
+      CaptureThrow<SchemaMissingError>([&] { Store store(path, StoreOptions{}, OpenMode::kExisting); });
+  REQUIRE(error.has_value());
+  REQUIRE_THAT(error->what(), Catch::Contains("empty.db"));
+
+  REQUIRE(ReadFileBytes(path) == before);
+  REQUIRE(ListDir(dir.path()) == std::vector<std::string>{"empty.db"});
+}
+
+TEST_CASE("OpenLabDatabase on a database with only the outbox table throws SchemaMissingError",
+          "[store]") {
+  TempDir dir;
+  const std::string path = dir.File("lab.db");
+  {
+    Store store(path, StoreOptions{}, OpenMode::kCreate);
+    store.ResetSchema();
+  }
+
+  const auto error = CaptureThrow<SchemaMissingError>(
+      [&] { outbox::lab::OpenLabDatabase(path, StoreOptions{}); });
+  REQUIRE(error.has_value());
+  REQUIRE_THAT(error->what(), Catch::Contains("business_loan"));
+
+  outbox::lab::ResetLabDatabase(path, StoreOptions{});
+  auto store = outbox::lab::OpenLabDatabase(path, StoreOptions{});
+  REQUIRE(store->HasSchema());
+  REQUIRE(outbox::lab::CountLoans(store->connection()) == 0);
+}
+
+TEST_CASE("kCreate creates missing parent directories", "[store]") {
+  TempDir dir;
+  const fs::path path = dir.path() / "a" / "b" / "c" / "lab.db";
+  REQUIRE_FALSE(fs::exists(dir.path() / "a"));
+
+  Store store(path.string(), StoreOptions{}, OpenMode::kCreate);
+  store.ResetSchema();
+
+  REQUIRE(fs::is_directory(dir.path() / "a" / "b" / "c"));
+  REQUIRE(fs::is_regular_file(path));
+  REQUIRE(store.HasSchema());
+}
+
+TEST_CASE("kCreate throws SQLITE_CANTOPEN when a parent path is a regular file", "[store]") {
+  TempDir dir;
+  WriteFileBytes(dir.path() / "plain", "x");
+  const std::string path = (dir.path() / "plain" / "lab.db").string();
+
+  const auto error =
+      CaptureThrow<DbError>([&] { Store store(path, StoreOptions{}, OpenMode::kCreate); });
+  REQUIRE(error.has_value());
+  REQUIRE(error->primary_code() == SQLITE_CANTOPEN);
+  REQUIRE(ReadFileBytes(dir.path() / "plain") == "x");
+}
+
+TEST_CASE("A write throws SQLITE_BUSY after busy_timeout_ms while another connection holds the "
+          "write lock",
+          "[store]") {
+  TempDir dir;
+  const std::string path = dir.File("lab.db");
+  {
+    auto setup = outbox::lab::ResetLabDatabase(path, StoreOptions{});
+    EnqueueEvents(*setup, 1);
+  }
+  outbox::sqlite::Connection holder(path, SQLITE_OPEN_READWRITE);
+  holder.Exec("BEGIN IMMEDIATE");
+
+  StoreOptions options;
+  options.busy_timeout_ms = 50;
+  Store store(path, options, OpenMode::kExisting);
+
+  const auto begin_error =
+      CaptureThrow<DbError>([&] { outbox::sqlite::Transaction txn(store.connection()); });
+  REQUIRE(begin_error.has_value());
+  REQUIRE(begin_error->primary_code() == SQLITE_BUSY);
+  REQUIRE_THAT(begin_error->what(), Catch::Contains("SQLITE_BUSY"));
+
+  const auto mark_error = CaptureThrow<DbError>([&] { store.MarkPublished(1); });
+  REQUIRE(mark_error.has_value());
+  REQUIRE(mark_error->primary_code() == SQLITE_BUSY);
+
+  // Readers are not blocked in WAL mode.
+  REQUIRE(store.Count().unpublished == 1);
+
+  holder.Exec("ROLLBACK");
+  REQUIRE(store.MarkPublished(1));
+  REQUIRE(store.Count().published == 1);
+}
+
+TEST_CASE("ParseSynchronous accepts off, normal, full and extra and rejects anything else",
+          "[store]") {
+  using outbox::Synchronous;
+  CHECK(outbox::ParseSynchronous("off") == Synchronous::kOff);
+  CHECK(outbox::ParseSynchronous("normal") == Synchronous::kNormal);
+  CHECK(outbox::ParseSynchronous("full") == Synchronous::kFull);
+  CHECK(outbox::ParseSynchronous("extra") == Synchronous::kExtra);
+
+  const std::string bad = GENERATE(as<std::string>{}, "", "FULL", "Normal", "on", "2", " full",
+                                   "full ", "fsync");
+  INFO("text: '" << bad << "'");
+  const auto error = CaptureThrow<outbox::ConfigError>([&] { outbox::ParseSynchronous(bad); });
+  REQUIRE(error.has_value());
+  REQUIRE_THAT(error->what(), Catch::Contains("'" + bad + "'"));
+}
+
+TEST_CASE("Store opens in WAL mode with the requested synchronous level", "[store]") {
+  using outbox::Synchronous;
+  const auto [level, pragma_value] = GENERATE(table<Synchronous, std::int64_t>(
+      {{Synchronous::kOff, 0}, {Synchronous::kNormal, 1}, {Synchronous::kFull, 2},
+       {Synchronous::kExtra, 3}}));
+  TempDir dir;
+  StoreOptions options;
+  options.synchronous = level;
+  Store store(dir.File("lab.db"), options, OpenMode::kCreate);
+
+  REQUIRE(store.connection().QueryInt64("PRAGMA synchronous") == pragma_value);
+  auto mode = store.connection().Prepare("PRAGMA journal_mode");
+  REQUIRE(mode.Step());
+  REQUIRE(mode.ColumnText(0) == "wal");
+}
