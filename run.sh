@@ -1,0 +1,275 @@
+#!/usr/bin/env bash
+# run.sh: the chapter's entry point. Builds outbox-lab (first use: dependencies + configure; then
+# incrementally and quietly), keeps an embedded Kafka-protocol broker running in the background
+# for the commands that talk to Kafka, and then *execs* the lab, so the PID you see is the lab's
+# own and the chapter's `kill -9 <pid>` kills the lab, not a wrapper shell.
+#
+#   ./run.sh -Doutbox.db=/tmp/mqrel7-outbox/outbox OutboxLab write-hold 5
+#     runs  build/outbox-lab --db /tmp/mqrel7-outbox/outbox write-hold 5
+#
+# Run `./run.sh --help` for the details. Exit codes are the lab's (src/cli/exit_code.h); run.sh's
+# own failures (build, broker start) exit 125, as `docker run` does for its own.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+build_dir=$repo/build
+bin=$build_dir/outbox-lab
+state=${OUTBOX_LAB_STATE:-/tmp/outbox-lab-state-$(id -u)}
+addr_file=$state/broker.addr
+pid_file=$state/broker.pid
+broker_log=$state/broker.log
+readonly kRunShFailed=125
+readonly kBrokerStartTimeoutS=15
+
+say() { echo "run.sh: $*" >&2; }
+die() {
+  echo "run.sh: error: $*" >&2
+  exit "$kRunShFailed"
+}
+
+usage() {
+  cat <<EOF
+Usage: ./run.sh [-Doutbox.db=PATH] [OutboxLab] SUBCOMMAND [ARGS...]
+       ./run.sh demo | stop-broker | broker-status | --help
+
+Builds build/outbox-lab if needed (first use also runs scripts/install-deps.sh; build output
+goes to $state/build.log and is shown only on failure), then execs it,
+so the PID you kill -9 is the lab itself. The chapter's Java-style commands work verbatim:
+  -Doutbox.db=PATH   becomes --db PATH
+  OutboxLab          is dropped
+  anything else      is passed through unchanged
+
+Kafka: without KAFKA_BOOTSTRAP_SERVERS or --brokers, the subcommands that talk to Kafka
+(publish, publish-hold, verify unless --no-kafka, consume, relay, check, and any not known
+to run.sh) get --brokers of an embedded broker that run.sh starts once in the background
+(in memory; its state files are in \$OUTBOX_LAB_STATE, default
+/tmp/outbox-lab-state-\$(id -u)) and reuses while it runs.
+reset stops that broker, so the next experiment starts on an empty topic and its offsets
+match the chapter's (0, 1, 2, ...).
+
+  ./run.sh demo           the chapter's experiment (two kill -9s) end to end, with the final
+                          reconciliation (scenarios/outbox-crash.sh; own broker, own temp db)
+  ./run.sh stop-broker    stop the embedded broker (SIGTERM by PID) and remove its state files
+  ./run.sh broker-status  print its address and PID, or "not running" (exit 3)
+
+run.sh's own failures exit $kRunShFailed; all other codes are the lab's.
+
+EOF
+}
+
+# --- build -----------------------------------------------------------------------------------------
+
+ensure_state_dir() {
+  (umask 077 && mkdir -p "$state") || die "cannot create state directory $state"
+  [ -O "$state" ] || die "state directory $state belongs to another user; set OUTBOX_LAB_STATE"
+}
+
+build_failed() {
+  echo "run.sh: error: $1; last 60 lines of $state/build.log:" >&2
+  tail -n 60 "$state/build.log" >&2
+  exit "$kRunShFailed"
+}
+
+# Serialised with flock, so two run.sh started together do not build over each other. The lock
+# lives in a subshell: its descriptor must not leak into the lab we exec afterwards.
+build() {
+  ensure_state_dir
+  (
+    if command -v flock >/dev/null 2>&1; then flock 9; fi
+    log=$state/build.log
+    : >"$log"
+    if [ ! -x "$bin" ] || [ ! -f "$build_dir/CMakeCache.txt" ]; then
+      say "first use: installing dependencies and building outbox-lab (log: $log)"
+      "$repo/scripts/install-deps.sh" >>"$log" 2>&1 || build_failed "scripts/install-deps.sh failed"
+      cmake -S "$repo" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >>"$log" 2>&1 ||
+        build_failed "cmake configure failed"
+    fi
+    if ! command -v cmake >/dev/null 2>&1; then
+      say "cmake not found; using the existing $bin as it is"
+      exit 0
+    fi
+    # Only the lab: run.sh never runs the unit tests (scripts/test.sh builds and runs those), and
+    # compiling them would triple the first build.
+    cmake --build "$build_dir" --target outbox-lab -j"$(nproc)" >>"$log" 2>&1 ||
+      build_failed "build failed"
+  ) 9>"$state/build.lock"
+  [ -x "$bin" ] || die "the build finished but $bin is missing"
+}
+
+# --- embedded broker ---------------------------------------------------------------------------------
+
+# The recorded broker is alive and is an outbox-lab (not a stranger that inherited its PID, nor
+# a zombie: kill -0 succeeds on one until init reaps it).
+broker_running() {
+  local pid info
+  [ -s "$addr_file" ] && [ -s "$pid_file" ] || return 1
+  pid=$(cat "$pid_file")
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  info=$(ps -o stat=,comm= -p "$pid" 2>/dev/null) || return 1
+  [[ $info =~ ^\ *[^Z\ ][^\ ]*\ +outbox-lab$ ]]
+}
+
+broker_ready() { [ -s "$addr_file" ] && grep -q '^\[broker\] ready ' "$broker_log"; }
+still_alive_before() { kill -0 "$1" 2>/dev/null && [ "$SECONDS" -lt "$2" ]; }
+
+# Prints the bootstrap address of the running broker, starting one if there is none.
+ensure_broker() {
+  ensure_state_dir
+  (
+    if command -v flock >/dev/null 2>&1; then flock 9; fi
+    if broker_running; then
+      cat "$addr_file"
+      exit 0
+    fi
+    rm -f "$addr_file" "$pid_file"
+    # Its own session (no terminal's SIGHUP or Ctrl-C reaches it), no descriptor of ours: a
+    # broker holding our stdout would keep a `./run.sh verify | less` pipe open forever.
+    setsid nohup "$bin" broker --addr-file "$addr_file" </dev/null >"$broker_log" 2>&1 9>&- &
+    local pid=$!
+    local deadline=$((SECONDS + kBrokerStartTimeoutS))
+    until broker_ready; do still_alive_before "$pid" "$deadline" || break; sleep 0.05; done
+    if ! broker_ready; then
+      echo "run.sh: error: the embedded broker did not become ready within ${kBrokerStartTimeoutS}s; $broker_log:" >&2
+      sed 's/^/  /' "$broker_log" >&2
+      kill -TERM "$pid" 2>/dev/null || true
+      exit "$kRunShFailed"
+    fi
+    # The broker names its own PID; trust that over $! should setsid ever have forked.
+    local ready_pid
+    ready_pid=$(sed -n 's/^\[broker\] ready .* pid=\([0-9][0-9]*\).*$/\1/p' "$broker_log" | head -n 1)
+    echo "${ready_pid:-$pid}" >"$pid_file"
+    local addr
+    addr=$(head -n 1 "$addr_file")
+    say "started embedded broker at $addr (pid ${ready_pid:-$pid}); stop it with ./run.sh stop-broker"
+    echo "$addr"
+  ) 9>"$state/broker.lock"
+}
+
+# SIGTERM by PID, wait (10 s, then SIGKILL), remove the state files. Quiet if none is running.
+stop_broker() {
+  local pid
+  if ! broker_running; then
+    rm -f "$addr_file" "$pid_file"
+    return 1
+  fi
+  pid=$(cat "$pid_file")
+  kill -TERM "$pid"
+  local deadline=$((SECONDS + 10))
+  while still_alive_before "$pid" "$deadline"; do sleep 0.05; done
+  if kill -0 "$pid" 2>/dev/null; then
+    say "broker $pid ignored SIGTERM for 10 s; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$addr_file" "$pid_file"
+  STOPPED_PID=$pid
+}
+
+# --- run.sh's own commands ---------------------------------------------------------------------------
+
+case "${1:-}" in
+  "")
+    usage >&2
+    exit 2
+    ;;
+  -h | --help | help)
+    usage
+    build
+    exec "$bin" --help
+    ;;
+  stop-broker)
+    if stop_broker; then
+      echo "stopped embedded broker (pid $STOPPED_PID)"
+    else
+      echo "no embedded broker running"
+    fi
+    exit 0
+    ;;
+  broker-status)
+    if broker_running; then
+      echo "running: bootstrap=$(head -n 1 "$addr_file") pid=$(cat "$pid_file") log=$broker_log"
+      exit 0
+    fi
+    echo "not running"
+    exit 3
+    ;;
+  demo)
+    build
+    export OUTBOX_LAB_BIN=$bin
+    exec bash "$repo/scenarios/outbox-crash.sh"
+    ;;
+esac
+
+# --- the chapter's command line -> the lab's ------------------------------------------------------
+
+args=()
+subcommand=""
+dropped_outboxlab=0
+has_brokers=0
+wants_help=0
+no_kafka=0
+expect_value=0
+for arg in "$@"; do
+  if [ "$expect_value" -eq 1 ]; then
+    args+=("$arg")
+    expect_value=0
+    continue
+  fi
+  case "$arg" in
+    -Doutbox.db=*) args+=(--db "${arg#-Doutbox.db=}") ;;
+    OutboxLab)
+      if [ -z "$subcommand" ] && [ "$dropped_outboxlab" -eq 0 ]; then
+        dropped_outboxlab=1
+      else
+        args+=("$arg")
+      fi
+      ;;
+    --brokers)
+      has_brokers=1
+      args+=("$arg")
+      expect_value=1
+      ;;
+    --brokers=*)
+      has_brokers=1
+      args+=("$arg")
+      ;;
+    # Global options that take a value: their value is not the subcommand.
+    --db | --topic | -X | --synchronous | --busy-timeout-ms)
+      args+=("$arg")
+      [ -n "$subcommand" ] || expect_value=1
+      ;;
+    -h | --help) wants_help=1; args+=("$arg") ;;
+    --no-kafka) no_kafka=1; args+=("$arg") ;;
+    -*) args+=("$arg") ;;
+    *)
+      [ -n "$subcommand" ] || subcommand=$arg
+      args+=("$arg")
+      ;;
+  esac
+done
+
+build
+
+# Those that never talk to Kafka; bench starts a broker of its own. Any other subcommand,
+# including ones added later, gets the embedded broker.
+needs_broker=1
+case "$subcommand" in
+  "" | reset | naive-hold | write-hold | rollback | broker) needs_broker=0 ;;
+  broker-ctl | write | failpoints | status | metrics | purge | unpark | bench) needs_broker=0 ;;
+esac
+if [ "$wants_help" -eq 1 ] || [ "$no_kafka" -eq 1 ] || [ "$has_brokers" -eq 1 ] ||
+   [ -n "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
+  needs_broker=0
+fi
+
+# A reset starts a new experiment: let it start on an empty topic too.
+if [ "$subcommand" = reset ] && [ "$wants_help" -eq 0 ] && [ "$has_brokers" -eq 0 ] &&
+   [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ] && stop_broker; then
+  say "reset: stopped the embedded broker (pid $STOPPED_PID); the next command starts one on an empty topic"
+fi
+
+if [ "$needs_broker" -eq 1 ]; then
+  addr=$(ensure_broker) || exit "$kRunShFailed"
+  exec "$bin" --brokers "$addr" "${args[@]}"
+fi
+exec "$bin" "${args[@]}"

@@ -1,0 +1,287 @@
+# shellcheck shell=bash
+# Shared helpers for the crash scenarios (like kcat's tests/helpers.sh). Source it first:
+#
+#   . "$(dirname "$0")/lib.sh"
+#
+# It gives each scenario a fresh temp dir with its own database ($DB), starts processes in the
+# background and remembers their PIDs, waits for their own output lines (never a bare sleep),
+# kills by PID only, and cleans everything up from an EXIT trap. Assertions are soft: a failed
+# one is recorded and the scenario goes on, so one run shows every broken expectation; `finish`
+# prints `PASS <name>` or `FAIL <name>: <first reason>` and exits 0 or 1. Setup failures
+# (no binary, broker not starting, no HOLD line) use `die`, which finishes at once.
+#
+# Environment:
+#   OUTBOX_LAB_BIN           the binary; default <repo>/build/outbox-lab
+#   KAFKA_BOOTSTRAP_SERVERS  use this Kafka instead of an embedded broker, on a unique topic
+#   OUTBOX_LAB_KEEP_TMP=1    keep the temp dir (its path is printed) for a post-mortem
+
+set -u
+set -o pipefail
+
+SCENARIO=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
+SCENARIO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_DIR=$(cd "$SCENARIO_DIR/.." && pwd)
+LAB_BIN=${OUTBOX_LAB_BIN:-$REPO_DIR/build/outbox-lab}
+
+# The binary reads these from the environment (failpoints too); a scenario passes what it needs,
+# so a caller's shell (say OUTBOX_DB left over from run.sh use) cannot leak into a run.
+EXTERNAL_BROKERS=${KAFKA_BOOTSTRAP_SERVERS:-}
+unset KAFKA_BOOTSTRAP_SERVERS OUTBOX_DB OUTBOX_TOPIC OUTBOX_BROKER_CONTROL OUTBOX_FAILPOINTS
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/outbox-lab-$SCENARIO.XXXXXX") || {
+  echo "FAIL $SCENARIO: mktemp -d failed"
+  exit 1
+}
+DB=$TMP/outbox.db
+TOPIC=v2c7.outbox
+BROKER=          # bootstrap address once start_broker ran
+BROKER_PID=      # set only for an embedded broker we started
+PIDS=()          # every background process this scenario started
+FAILURES=()
+FINISHED=0
+STEP=0
+RUNS=0
+OUT=$TMP/none.out  # stdout of the last `run`
+ERR=$TMP/none.err  # stderr of the last `run`
+RC=0               # exit code of the last `run`
+
+# --- cleanup -------------------------------------------------------------------------------------
+
+_forget_pid() {
+  local pid=$1 kept=() p
+  for p in "${PIDS[@]}"; do [ "$p" = "$pid" ] || kept+=("$p"); done
+  PIDS=("${kept[@]}")
+}
+
+# SIGTERM first (the broker removes its address file on a clean stop), SIGKILL after ~2 s.
+_stop_pid() {
+  local pid=$1 tries=0
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null
+  while kill -0 "$pid" 2>/dev/null && [ "$tries" -lt 40 ]; do tries=$((tries + 1)); sleep 0.05; done
+  if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null; fi
+  wait "$pid" 2>/dev/null
+  return 0
+}
+
+_cleanup() {
+  local rc=$? pid
+  trap - EXIT INT TERM
+  for pid in "${PIDS[@]}"; do _stop_pid "$pid"; done
+  if [ "$FINISHED" -eq 0 ]; then
+    echo "FAIL $SCENARIO: exited (code $rc) without reaching finish"
+    rc=1
+  fi
+  if [ "${OUTBOX_LAB_KEEP_TMP:-0}" = 1 ]; then
+    echo "(kept $TMP)"
+  else
+    rm -rf -- "$TMP"
+  fi
+  exit "$rc"
+}
+trap _cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- verdicts ------------------------------------------------------------------------------------
+
+# fail REASON: record a broken expectation and carry on.
+fail() {
+  FAILURES+=("$1")
+  echo "  !! $1"
+}
+
+# die REASON: a setup step failed; nothing after it can be meaningful.
+die() {
+  fail "$1"
+  finish
+}
+
+# finish: the verdict line, then exit 0 only if every assertion held.
+finish() {
+  FINISHED=1
+  echo
+  if [ "${#FAILURES[@]}" -eq 0 ]; then
+    echo "PASS $SCENARIO"
+    exit 0
+  fi
+  local more=""
+  [ "${#FAILURES[@]}" -gt 1 ] && more=" (and $((${#FAILURES[@]} - 1)) more above)"
+  echo "FAIL $SCENARIO: ${FAILURES[0]}$more"
+  exit 1
+}
+
+step() {
+  STEP=$((STEP + 1))
+  echo
+  echo "== $STEP. $*"
+}
+
+# --- running the lab -----------------------------------------------------------------------------
+
+[ -x "$LAB_BIN" ] || die "no executable at $LAB_BIN (build it, or set OUTBOX_LAB_BIN)"
+
+# The global options of every lab call: this scenario's database, topic and broker. A scenario
+# that passes its own --brokers (bad-input) must not have started one: the binary rejects a
+# repeated option.
+lab_args() {
+  LAB_ARGS=(--db "$DB" --topic "$TOPIC")
+  [ -n "$BROKER" ] && LAB_ARGS+=(--brokers "$BROKER")
+  return 0
+}
+
+# run ARGS...: run the lab to completion; stdout in $OUT, stderr in $ERR, exit code in $RC, wall
+# time in $RUN_MS. Echoes the command and its output so a scenario's log reads like the chapter.
+# A command that should have returned but blocks (say, a hold that validation let through) is
+# stopped after RUN_TIMEOUT_S (default 60) seconds and reported as exit 124.
+run() {
+  lab_args
+  RUNS=$((RUNS + 1))
+  OUT=$TMP/run-$RUNS.out
+  ERR=${OUT%.out}.err
+  echo "\$ outbox-lab $*"
+  local start
+  start=$(_now_us)
+  timeout -k 5 "${RUN_TIMEOUT_S:-60}" "$LAB_BIN" "${LAB_ARGS[@]}" "$@" </dev/null >"$OUT" 2>"$ERR"
+  RC=$?
+  RUN_MS=$((($(_now_us) - start) / 1000))
+  cat "$OUT"
+  sed 's/^/  (stderr) /' "$ERR"
+  [ "$RC" -eq 0 ] || echo "  (exit $RC after ${RUN_MS} ms)"
+  [ "$RC" -ne 124 ] || fail "outbox-lab $*: still running after ${RUN_TIMEOUT_S:-60}s"
+}
+
+# wait_for TIMEOUT_S PID WHAT CMD...: poll CMD every 0.05 s until it succeeds. Fails (returns 1)
+# if PID is gone first or TIMEOUT_S passes.
+wait_for() {
+  local timeout_s=$1 pid=$2 what=$3
+  shift 3
+  local deadline=$(($(_now_us) + timeout_s * 1000000))
+  until "$@"; do _keep_waiting "$pid" "$deadline" || break; sleep 0.05; done
+  "$@" && return 0
+  if kill -0 "$pid" 2>/dev/null; then
+    fail "$what: not within ${timeout_s}s"
+  else
+    fail "$what: process $pid exited first"
+  fi
+  return 1
+}
+
+_keep_waiting() { kill -0 "$1" 2>/dev/null && [ "$(_now_us)" -le "$2" ]; }
+
+# Microseconds since the epoch; EPOCHREALTIME's decimal point follows the locale, so drop it.
+_now_us() { echo "${EPOCHREALTIME//[!0-9]/}"; }
+
+_nonempty() { [ -s "$1" ]; }
+_has_line() { grep -q -- "$1" "$2" 2>/dev/null; }
+
+# start_broker: an embedded broker in its own process (it must survive our kill -9 of the lab),
+# or, with KAFKA_BOOTSTRAP_SERVERS set, that Kafka and a topic no other run uses.
+start_broker() {
+  if [ -n "$EXTERNAL_BROKERS" ]; then
+    BROKER=$EXTERNAL_BROKERS
+    TOPIC=outbox-lab-$SCENARIO-$$-$RANDOM
+    echo "broker: external $BROKER, topic $TOPIC"
+    return 0
+  fi
+  local addr_file=$TMP/broker.addr log=$TMP/broker.log
+  "$LAB_BIN" --topic "$TOPIC" broker --addr-file "$addr_file" </dev/null >"$log" 2>&1 &
+  BROKER_PID=$!
+  PIDS+=("$BROKER_PID")
+  if ! wait_for 15 "$BROKER_PID" "embedded broker ready" _nonempty "$addr_file" ||
+     ! wait_for 5 "$BROKER_PID" "embedded broker ready line" _has_line '^\[broker\] ready ' "$log"; then
+    sed 's/^/  (broker) /' "$log"
+    die "embedded broker did not start (log above)"
+  fi
+  BROKER=$(head -n 1 "$addr_file")
+  [ -n "$BROKER" ] || die "embedded broker wrote an empty address file"
+  echo "broker: embedded $BROKER (pid $BROKER_PID), topic $TOPIC"
+}
+
+# start_hold NAME ARGS...: start a hold command in the background, output to $TMP/NAME.log; wait
+# for its own HOLD line; set HOLD_PID (the lab process itself, not a subshell) and HOLD_LOG.
+start_hold() {
+  local name=$1
+  shift
+  lab_args
+  HOLD_LOG=$TMP/$name.log
+  echo "\$ outbox-lab $* &"
+  # A simple command with & is forked and exec'd directly, so $! is the lab's own PID.
+  "$LAB_BIN" "${LAB_ARGS[@]}" "$@" </dev/null >"$HOLD_LOG" 2>&1 &
+  HOLD_PID=$!
+  PIDS+=("$HOLD_PID")
+  if ! wait_for 30 "$HOLD_PID" "HOLD line of '$*'" _has_line 'HOLD' "$HOLD_LOG"; then
+    sed 's/^/  | /' "$HOLD_LOG"
+    die "'outbox-lab $*' never reached its HOLD point"
+  fi
+  cat "$HOLD_LOG"
+  expect_line 'kill -9 me' "$HOLD_LOG"
+  local comm
+  comm=$(ps -o comm= -p "$HOLD_PID" 2>/dev/null)
+  [ "$comm" = "outbox-lab" ] || [ "$comm" = "$(basename "$LAB_BIN" | cut -c1-15)" ] ||
+    fail "PID $HOLD_PID is '$comm', not the lab: kill -9 would hit the wrong process"
+}
+
+# kill9 PID: SIGKILL exactly that process and wait until it is gone.
+kill9() {
+  local pid=$1 status
+  echo "\$ kill -9 $pid"
+  kill -9 "$pid" 2>/dev/null || { fail "kill -9 $pid: no such process (it should have been holding)"; return 1; }
+  wait "$pid" 2>/dev/null
+  status=$?
+  # Not our child (wait fails with 127): poll until it is gone, for at most 10 s.
+  if [ "$status" -eq 127 ]; then
+    local deadline=$(($(_now_us) + 10000000))
+    while kill -0 "$pid" 2>/dev/null && [ "$(_now_us)" -lt "$deadline" ]; do sleep 0.05; done
+    status=137
+  fi
+  _forget_pid "$pid"
+  kill -0 "$pid" 2>/dev/null && fail "process $pid still alive after kill -9"
+  [ "$status" -eq 137 ] || fail "process $pid ended with status $status, not by SIGKILL (137)"
+  return 0
+}
+
+# --- assertions ----------------------------------------------------------------------------------
+
+# expect_verify K=V,...: `verify --expect` against this scenario's DB (and broker, if any).
+expect_verify() {
+  run verify --expect "$1"
+  [ "$RC" -eq 0 ] || fail "verify --expect $1: exit $RC: $(grep -h -e MISMATCH -e 'error:' "$OUT" "$ERR" | head -n 1)"
+}
+
+# expect_line ERE FILE: FILE has a line matching the extended regex.
+expect_line() {
+  grep -E -q -- "$1" "$2" || fail "no line matching /$1/ in $(basename "$2")"
+}
+
+# expect_no_line ERE FILE
+expect_no_line() {
+  ! grep -E -q -- "$1" "$2" || fail "unexpected line matching /$1/ in $(basename "$2")"
+}
+
+# expect_count N ERE FILE: exactly N lines match.
+expect_count() {
+  local got
+  got=$(grep -E -c -- "$2" "$3")
+  [ "$got" -eq "$1" ] || fail "expected $1 lines matching /$2/ in $(basename "$3"), got $got"
+}
+
+# expect_error_line WHAT: the last run's stderr is one `outbox-lab: error: ...` line. librdkafka's
+# own log lines (`%LEVEL|time|FAC|...`) may come before it: they are its logger, not our report.
+expect_error_line() {
+  local errors others
+  errors=$(grep -c -E '^outbox-lab: error: .+' "$ERR")
+  others=$(grep -v -E '^outbox-lab: error: |^%[0-7]\|' "$ERR" | grep -c .)
+  [ "$errors" -eq 1 ] || fail "$1: $errors 'outbox-lab: error:' lines on stderr, expected 1"
+  [ "$others" -eq 0 ] || fail "$1: $others stray lines on stderr"
+}
+
+# expect_rc EXPECTED WHAT: the last run exited with EXPECTED.
+expect_rc() {
+  [ "$RC" -eq "$1" ] || fail "$2: exit $RC, expected $1"
+}
+
+# expect_eq EXPECTED ACTUAL WHAT
+expect_eq() {
+  [ "$1" = "$2" ] || fail "$3: got '$2', expected '$1'"
+}
