@@ -53,5 +53,6 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global);
 Command AddMetricsCommand(CLI::App& app, const GlobalOptions& global);
 Command AddPurgeCommand(CLI::App& app, const GlobalOptions& global);
 Command AddUnparkCommand(CLI::App& app, const GlobalOptions& global);
+Command AddBenchCommand(CLI::App& app, const GlobalOptions& global);
 
 }  // namespace outbox::cli

@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
       AddRelayCommand(app, global),
       AddStatusCommand(app, global),      AddMetricsCommand(app, global),
       AddPurgeCommand(app, global),       AddUnparkCommand(app, global),
+      AddBenchCommand(app, global),
   };
 
   try {

@@ -1,0 +1,254 @@
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "lab/benchmark.h"
+#include "outbox/error.h"
+
+namespace outbox::cli {
+namespace {
+
+struct BenchCliOptions {
+  bool json = false;
+  bool quick = false;
+  std::int64_t chapter_events = 2000;
+  std::int64_t events = 200000;
+  std::int64_t batch_size = 1000;
+  std::int64_t write_txns = 20000;
+  std::int64_t write_rounds = 3;
+  std::int64_t history_rows = 1000000;
+  std::int64_t poll_repetitions = 300;
+  std::int64_t rss_events = 1000000;
+  std::string work_dir;
+};
+
+// --quick divides these by 10 unless they were given explicitly.
+constexpr std::int64_t kQuickDivisor = 10;
+
+// "1,000,000"
+std::string Grouped(std::int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+struct Check {
+  const char* name;
+  double value;
+  double target;
+  bool at_least;  // value >= target passes; otherwise value <= target
+  bool pass() const { return at_least ? value >= target : value <= target; }
+};
+
+std::vector<Check> Checks(const lab::BenchmarkResult& r, const lab::BenchmarkTargets& t) {
+  return {
+      {"relay_over_chapter", r.relay_over_chapter, t.relay_over_chapter_min, true},
+      {"relay_over_raw", r.relay_over_raw, t.relay_over_raw_min, true},
+      {"write_ratio", r.write.ratio, t.write_ratio_min, true},
+      {"history_ratio", r.history.ratio, t.history_ratio_max, false},
+      {"relay_peak_rss_mib", r.rss.peak_rss_mib, t.relay_rss_max_mib, false},
+  };
+}
+
+void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
+                const std::vector<Check>& checks) {
+  fmt::print("outbox-lab bench: synchronous={} broker={}{} topic={} batch-size={}\n",
+             o.synchronous, r.embedded_broker ? "embedded " : "", r.brokers, r.topic, o.batch_size);
+  const auto row = [](const std::string& figure, const std::string& value,
+                      const std::string& target = "", const std::string& check = "") {
+    fmt::print("{:<48} {:>12}  {:<10} {}\n", figure, value, target, check);
+  };
+  const auto verdict = [&checks](std::size_t i) { return checks[i].pass() ? "PASS" : "MISS"; };
+  row("figure", "value", "target", "check");
+  row(fmt::format("chapter algorithm, {} events (events/s)", Grouped(r.chapter.events)),
+      fmt::format("{:.0f}", r.chapter.events_per_s));
+  row(fmt::format("relay, {} events (events/s)", Grouped(r.relay.events)),
+      fmt::format("{:.0f}", r.relay.events_per_s));
+  row(fmt::format("raw produce, {} events (events/s)", Grouped(r.raw.events)),
+      fmt::format("{:.0f}", r.raw.events_per_s));
+  row("relay / chapter", fmt::format("{:.1f}x", r.relay_over_chapter),
+      fmt::format(">= {:g}x", checks[0].target), verdict(0));
+  row("relay / raw", fmt::format("{:.2f}", r.relay_over_raw), fmt::format(">= {:g}", checks[1].target),
+      verdict(1));
+  row(fmt::format("write business-only, {} txns x {} (txn/s)", Grouped(r.write.txns),
+                  r.write.business_only_tps.size()),
+      fmt::format("{:.0f}", r.write.business_only_median_tps));
+  row(fmt::format("write business+outbox, {} txns x {} (txn/s)", Grouped(r.write.txns),
+                  r.write.with_outbox_tps.size()),
+      fmt::format("{:.0f}", r.write.with_outbox_median_tps));
+  row("write ratio (business+outbox / business-only)", fmt::format("{:.3f}", r.write.ratio),
+      fmt::format(">= {:g}", checks[2].target), verdict(2));
+  row("poll latency, 0 published rows (us)", fmt::format("{:.0f}", r.history.without_history.poll_us));
+  row(fmt::format("poll latency, {} published rows (us)",
+                  Grouped(r.history.with_history.retained_published)),
+      fmt::format("{:.0f}", r.history.with_history.poll_us));
+  row("poll latency ratio (with / without history)", fmt::format("{:.2f}", r.history.ratio),
+      fmt::format("<= {:g}", checks[3].target), verdict(3));
+  row(fmt::format("relay peak RSS draining {} (MiB)", Grouped(r.rss.events)),
+      fmt::format("{:.1f}", r.rss.peak_rss_mib), fmt::format("<= {:g}", checks[4].target),
+      verdict(4));
+  row(fmt::format("relay child draining {} (events/s)", Grouped(r.rss.events)),
+      fmt::format("{:.0f}", r.rss.events_per_s));
+  fmt::print("poll = has-claimable + claim of {} rows (median of {}); has-claimable {:.0f} / {:.0f} "
+             "us, claim {:.0f} / {:.0f} us, release (untimed) {:.0f} / {:.0f} us\n",
+             o.history_backlog, o.poll_repetitions, r.history.without_history.has_claimable_us,
+             r.history.with_history.has_claimable_us, r.history.without_history.claim_us,
+             r.history.with_history.claim_us, r.history.without_history.release_us,
+             r.history.with_history.release_us);
+  fmt::print("targets are informational (2-core machine); the exit status does not depend on them\n");
+}
+
+nlohmann::ordered_json PollJson(const lab::PollFigure& p) {
+  return {{"retained_published", p.retained_published},
+          {"has_claimable_us", p.has_claimable_us},
+          {"claim_us", p.claim_us},
+          {"poll_us", p.poll_us},
+          {"release_us", p.release_us}};
+}
+
+nlohmann::ordered_json ThroughputJson(const lab::ThroughputFigure& f) {
+  return {{"events", f.events}, {"seconds", f.seconds}, {"events_per_s", f.events_per_s}};
+}
+
+void PrintJson(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
+               const std::vector<Check>& checks) {
+  nlohmann::ordered_json out;
+  nlohmann::ordered_json properties = nlohmann::ordered_json::object();
+  for (const auto& [name, value] : o.properties) properties[name] = value;
+  out["parameters"] = {
+      {"synchronous", o.synchronous},
+      {"brokers", r.brokers},
+      {"embedded_broker", r.embedded_broker},
+      {"topic", r.topic},
+      {"properties", properties},
+      {"delivery_timeout_ms", o.delivery_timeout_ms},
+      {"chapter_events", o.chapter_events},
+      {"events", o.events},
+      {"batch_size", o.batch_size},
+      {"write_txns", o.write_txns},
+      {"write_rounds", o.write_rounds},
+      {"history_rows", o.history_rows},
+      {"history_backlog", o.history_backlog},
+      {"poll_repetitions", o.poll_repetitions},
+      {"rss_events", o.rss_events},
+      {"work_dir", r.work_dir},
+  };
+  out["chapter"] = ThroughputJson(r.chapter);
+  out["relay"] = ThroughputJson(r.relay);
+  out["raw"] = ThroughputJson(r.raw);
+  out["relay_over_chapter"] = r.relay_over_chapter;
+  out["relay_over_raw"] = r.relay_over_raw;
+  out["write"] = {{"txns", r.write.txns},
+                  {"business_only_tps", r.write.business_only_tps},
+                  {"with_outbox_tps", r.write.with_outbox_tps},
+                  {"business_only_median_tps", r.write.business_only_median_tps},
+                  {"with_outbox_median_tps", r.write.with_outbox_median_tps},
+                  {"ratio", r.write.ratio}};
+  out["history"] = {{"without_history", PollJson(r.history.without_history)},
+                    {"with_history", PollJson(r.history.with_history)},
+                    {"ratio", r.history.ratio}};
+  out["rss"] = {{"events", r.rss.events},
+                {"peak_rss_mib", r.rss.peak_rss_mib},
+                {"seconds", r.rss.seconds},
+                {"events_per_s", r.rss.events_per_s}};
+  nlohmann::ordered_json targets = nlohmann::ordered_json::object();
+  for (const Check& check : checks)
+    targets[check.name] = {{"value", check.value},
+                           {check.at_least ? "min" : "max", check.target},
+                           {"pass", check.pass()}};
+  out["targets"] = targets;
+  fmt::print("{}\n", out.dump());
+}
+
+}  // namespace
+
+Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
+  CLI::App* sub = app.add_subcommand(
+      "bench",
+      "Measure, in one run on one broker: the chapter's relay vs `relay` vs raw produce "
+      "(events/s), business-only vs business+outbox transactions/s, poll latency with and "
+      "without 1,000,000 published rows, and the relay's peak RSS draining a large backlog. "
+      "Starts the embedded broker unless --brokers is given; uses a fresh topic and temporary "
+      "databases; takes minutes (--quick: seconds)");
+  auto o = std::make_shared<BenchCliOptions>();
+  sub->add_flag("--json", o->json, "Print one JSON object with every number and the parameters");
+  sub->add_flag("--quick", o->quick,
+                "Divide every count not given explicitly by 10 (a smoke run, not a measurement)");
+  auto* chapter = sub->add_option("--chapter-events", o->chapter_events,
+                                  "Rows the chapter's relay sends")->capture_default_str();
+  auto* events = sub->add_option("--events", o->events, "Rows `relay` and raw produce send")
+                     ->capture_default_str();
+  sub->add_option("--batch-size", o->batch_size, "Rows per relay batch")->capture_default_str();
+  auto* write = sub->add_option("--write-txns", o->write_txns,
+                                "Transactions per write-path round")->capture_default_str();
+  sub->add_option("--write-rounds", o->write_rounds,
+                  "Rounds per write-path variant, alternated; the median is reported")
+      ->capture_default_str();
+  auto* history = sub->add_option("--history-rows", o->history_rows,
+                                  "Published rows retained for the history figure")
+                      ->capture_default_str();
+  auto* polls = sub->add_option("--poll-repetitions", o->poll_repetitions,
+                                "Timed polls per history variant; the median is reported")
+                    ->capture_default_str();
+  auto* rss = sub->add_option("--rss-events", o->rss_events,
+                              "Backlog the relay child drains for the peak-RSS figure")
+                  ->capture_default_str();
+  sub->add_option("--work-dir", o->work_dir,
+                  "Parent of the temporary directory for the databases (default TMPDIR or /tmp); "
+                  "put it on the disk to measure");
+  return {sub, [&global, o, chapter, events, write, history, polls, rss]() -> ExitCode {
+            const auto scaled = [&o](const CLI::Option* option, std::int64_t value) {
+              return o->quick && option->count() == 0 ? std::max<std::int64_t>(1, value / kQuickDivisor)
+                                                      : value;
+            };
+            lab::BenchmarkOptions options;
+            options.brokers = global.brokers;
+            options.properties = global.ParsedProperties();
+            options.store = global.MakeStoreOptions();
+            options.synchronous = global.synchronous;
+            options.work_parent = o->work_dir;
+            options.chapter_events = scaled(chapter, o->chapter_events);
+            options.events = scaled(events, o->events);
+            options.batch_size = o->batch_size;
+            options.write_txns = scaled(write, o->write_txns);
+            options.write_rounds = o->write_rounds;
+            options.history_rows = scaled(history, o->history_rows);
+            options.poll_repetitions = scaled(polls, o->poll_repetitions);
+            options.rss_events = scaled(rss, o->rss_events);
+            // Name the option, not the field, in the one-line error.
+            const std::pair<const char*, std::int64_t> counts[] = {
+                {"--chapter-events", o->chapter_events}, {"--events", o->events},
+                {"--batch-size", o->batch_size},         {"--write-txns", o->write_txns},
+                {"--write-rounds", o->write_rounds},     {"--history-rows", o->history_rows},
+                {"--poll-repetitions", o->poll_repetitions}, {"--rss-events", o->rss_events}};
+            for (const auto& [name, value] : counts)
+              if (value <= 0) throw ConfigError(fmt::format("{} {}: must be at least 1", name, value));
+
+            // Progress only for a person watching: never in a pipe or a CI log.
+            if (isatty(STDERR_FILENO)) {
+              const auto start = std::chrono::steady_clock::now();
+              options.progress = [start](const std::string& line) {
+                const double elapsed =
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                fmt::print(stderr, "[bench] {:6.1f}s {}\n", elapsed, line);
+              };
+            }
+            const lab::BenchmarkResult result = lab::RunBenchmark(options);
+            const std::vector<Check> checks = Checks(result, lab::BenchmarkTargets{});
+            if (o->json)
+              PrintJson(options, result, checks);
+            else
+              PrintTable(options, result, checks);
+            return ExitCode::kOk;
+          }};
+}
+
+}  // namespace outbox::cli
