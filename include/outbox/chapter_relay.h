@@ -40,7 +40,8 @@ OutboundMessage MessageForRow(const OutboxRow& row);
 // Calls on_step after each row is settled (acked and marked, or failed).
 // Stops at the first failed delivery, leaving that row and every later one
 // unpublished, as the chapter's send().get() would by throwing.
-// Throws DbError when reading or marking fails (the row then stays
+// Throws ConfigError when options.limit <= 0 (SQLite would read a negative
+// LIMIT as "no limit"), DbError when reading or marking fails (the row then stays
 // unpublished and will be re-sent: a duplicate, never a loss).
 ChapterRelayReport RunChapterRelay(Store& store, Publisher& publisher,
                                    const ChapterRelayOptions& options,

@@ -5,10 +5,12 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/exit_code.h"
+#include "outbox/error.h"
 #include "outbox/kafka/handles.h"
 #include "outbox/store.h"
 
@@ -31,11 +33,32 @@ struct GlobalOptions {
 
 // A subcommand: its CLI11 app and the function main() calls when it was chosen.
 struct Command {
+  Command(CLI::App* sub, std::function<ExitCode()> runner,
+          std::optional<ExitCode> error_exit_code = std::nullopt)
+      : app(sub), run(std::move(runner)), error_exit(error_exit_code) {}
+
   CLI::App* app = nullptr;
   std::function<ExitCode()> run;
+  // When set, every error exits with this code instead of its own (check:
+  // 0 valid, 1 invalid, 2 could not check).
+  std::optional<ExitCode> error_exit;
 };
 
 void AddGlobalOptions(CLI::App& app, GlobalOptions& global);
+
+// CLI11 check for counts: a whole number >= 1, else "must be a positive integer, got '0'".
+CLI::Validator PositiveInteger();
+
+// An expected failure of a command (not a bug): main prints
+// "outbox-lab: error: <message>" once and exits with code.
+class CommandError : public outbox::Error {
+ public:
+  CommandError(ExitCode code, const std::string& message) : Error(message), code_(code) {}
+  ExitCode code() const noexcept { return code_; }
+
+ private:
+  ExitCode code_;
+};
 
 // One per file under src/cli/.
 Command AddResetCommand(CLI::App& app, const GlobalOptions& global);
@@ -49,6 +72,9 @@ Command AddConsumeCommand(CLI::App& app, const GlobalOptions& global);
 Command AddBrokerCommand(CLI::App& app, const GlobalOptions& global);
 Command AddBrokerCtlCommand(CLI::App& app, const GlobalOptions& global);
 Command AddRelayCommand(CLI::App& app, const GlobalOptions& global);
+Command AddWriteCommand(CLI::App& app, const GlobalOptions& global);
+Command AddFailpointsCommand(CLI::App& app, const GlobalOptions& global);
+Command AddCheckCommand(CLI::App& app, const GlobalOptions& global);
 Command AddStatusCommand(CLI::App& app, const GlobalOptions& global);
 Command AddMetricsCommand(CLI::App& app, const GlobalOptions& global);
 Command AddPurgeCommand(CLI::App& app, const GlobalOptions& global);

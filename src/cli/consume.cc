@@ -18,7 +18,7 @@ Command AddConsumeCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_flag("--with-offsets", options->with_offsets,
                 "Prefix each line with partition=P offset=O");
   sub->add_option("--timeout-ms", options->timeout_ms, "Bound on reading the topic, ms")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveInteger())
       ->capture_default_str();
   return {sub, [&global, options]() -> ExitCode {
             const auto records = lab::ReadTopic({global.RequireBrokers(), global.topic,

@@ -16,6 +16,7 @@ enum class ExitCode : int {
   kDeliveryFailed = 9,     // a delivery failed: the row stays unpublished
   kPrecondition = 10,      // the command cannot run on this data (e.g. rollback with no event)
   kDbError = 11,           // any other SQLite error
+  kFailpoint = 12,         // a failpoint's `error` action fired (OUTBOX_FAILPOINTS)
   kInternal = 70,          // a bug: an unexpected exception
 };
 

@@ -27,6 +27,18 @@ void AddGlobalOptions(CLI::App& app, GlobalOptions& global) {
       ->capture_default_str();
 }
 
+CLI::Validator PositiveInteger() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const bool digits = !text.empty() && text.size() <= 18 &&
+                            text.find_first_not_of("0123456789") == std::string::npos;
+        if (!digits || std::stoll(text) < 1)
+          return fmt::format("must be a positive integer, got '{}'", text);
+        return {};
+      },
+      "POSITIVE INTEGER", "PositiveInteger");
+}
+
 StoreOptions GlobalOptions::MakeStoreOptions() const {
   StoreOptions options;
   options.synchronous = ParseSynchronous(synchronous);

@@ -10,6 +10,7 @@
 #include "cli/command.h"
 #include "cli/exit_code.h"
 #include "outbox/error.h"
+#include "outbox/failpoint.h"
 
 namespace {
 
@@ -33,6 +34,29 @@ int Fail(ExitCode code, const char* message) {
   return static_cast<int>(code);
 }
 
+int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOptions& global) {
+  try {
+    // Reject an unknown -X property or failpoint spec before anything touches the database.
+    outbox::kafka::MakeConf(global.ParsedProperties());
+    outbox::ConfigureFailpointsFromEnv();
+    return static_cast<int>(command.run());
+  } catch (const outbox::cli::CommandError& e) {
+    return Fail(e.code(), e.what());
+  } catch (const outbox::SchemaMissingError& e) {
+    return Fail(ExitCode::kSchemaMissing, e.what());
+  } catch (const outbox::DbError& e) {
+    return Fail(ForDbError(e), e.what());
+  } catch (const outbox::KafkaError& e) {
+    return Fail(ExitCode::kBrokerUnavailable, e.what());
+  } catch (const outbox::FailpointError& e) {
+    return Fail(ExitCode::kFailpoint, e.what());
+  } catch (const outbox::ConfigError& e) {
+    return Fail(ExitCode::kConfig, e.what());
+  } catch (const std::exception& e) {
+    return Fail(ExitCode::kInternal, e.what());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,7 +76,8 @@ int main(int argc, char** argv) {
       AddPublishHoldCommand(app, global), AddPublishCommand(app, global),
       AddVerifyCommand(app, global),      AddConsumeCommand(app, global),
       AddBrokerCommand(app, global),      AddBrokerCtlCommand(app, global),
-      AddRelayCommand(app, global),
+      AddRelayCommand(app, global),       AddWriteCommand(app, global),
+      AddFailpointsCommand(app, global),  AddCheckCommand(app, global),
       AddStatusCommand(app, global),      AddMetricsCommand(app, global),
       AddPurgeCommand(app, global),       AddUnparkCommand(app, global),
       AddBenchCommand(app, global),
@@ -68,21 +93,13 @@ int main(int argc, char** argv) {
     return Fail(ExitCode::kUsage, e.what());
   }
 
-  try {
-    // Reject an unknown -X property before any command touches the database.
-    outbox::kafka::MakeConf(global.ParsedProperties());
-    for (const Command& command : commands)
-      if (command.app->parsed()) return static_cast<int>(command.run());
-    return Fail(ExitCode::kUsage, "no subcommand given; see --help");
-  } catch (const outbox::SchemaMissingError& e) {
-    return Fail(ExitCode::kSchemaMissing, e.what());
-  } catch (const outbox::DbError& e) {
-    return Fail(ForDbError(e), e.what());
-  } catch (const outbox::KafkaError& e) {
-    return Fail(ExitCode::kBrokerUnavailable, e.what());
-  } catch (const outbox::ConfigError& e) {
-    return Fail(ExitCode::kConfig, e.what());
-  } catch (const std::exception& e) {
-    return Fail(ExitCode::kInternal, e.what());
-  }
+  const Command* chosen = nullptr;
+  for (const Command& command : commands)
+    if (command.app->parsed()) chosen = &command;
+  if (!chosen) return Fail(ExitCode::kUsage, "no subcommand given; see --help");
+  const int code = RunCommand(*chosen, global);
+  // check: 0 valid, 1 invalid, anything else "could not check".
+  if (chosen->error_exit && code != 0 && code != static_cast<int>(ExitCode::kExpectationFailed))
+    return static_cast<int>(*chosen->error_exit);
+  return code;
 }

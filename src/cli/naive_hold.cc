@@ -11,15 +11,14 @@ Command AddNaiveHoldCommand(CLI::App& app, const GlobalOptions& global) {
       "naive-hold",
       "Dual write done wrong: commit business row L-2001 with no outbox row, then HOLD before "
       "sending; kill -9 it to orphan the row");
-  return {sub, [&global] {
+  return {sub, [&global]() -> ExitCode {
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
             lab::Loan loan = lab::ChapterLoan(1001);  // L-2001, B-1101
             loan.book_id = "B-201";
-            if (lab::LoanExists(store->connection(), loan.loan_id)) {
-              fmt::print(stderr, "outbox-lab: error: naive-hold: loan {} already exists in '{}'; "
-                                 "run reset first\n", loan.loan_id, global.db);
-              return ExitCode::kPrecondition;
-            }
+            if (lab::LoanExists(store->connection(), loan.loan_id))
+              throw CommandError(ExitCode::kPrecondition,
+                                 fmt::format("naive-hold: loan {} already exists in '{}'; run reset first",
+                                             loan.loan_id, global.db));
             sqlite::Transaction txn(store->connection());
             lab::InsertLoan(store->connection(), loan);
             txn.Commit();

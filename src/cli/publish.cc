@@ -33,7 +33,10 @@ Command AddPublishCommand(CLI::App& app, const GlobalOptions& global) {
             if (report.failed > 0) {
               fmt::print("[publish] sent={} marked={} failed={} unpublished-left={}\n", report.sent,
                          report.marked, report.failed, left);
-              return ExitCode::kDeliveryFailed;
+              std::fflush(stdout);
+              throw CommandError(ExitCode::kDeliveryFailed,
+                                 fmt::format("publish: a delivery failed (see above); {} rows left "
+                                             "unpublished in '{}'", left, global.db));
             }
             fmt::print("[publish] sent={} marked={} unpublished-left={}\n", report.sent,
                        report.marked, left);

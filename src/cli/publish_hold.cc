@@ -32,7 +32,9 @@ Command AddPublishHoldCommand(CLI::App& app, const GlobalOptions& global) {
             if (report.failed > 0) {
               fmt::print("[publish-hold] sent={} failed={}, NOT marked published; not holding\n",
                          report.sent, report.failed);
-              return ExitCode::kDeliveryFailed;
+              std::fflush(stdout);
+              throw CommandError(ExitCode::kDeliveryFailed,
+                                 "publish-hold: a delivery failed (see above); nothing was marked");
             }
             lab::HoldUntilKilled(fmt::format(
                 "[publish-hold] sent={}, NOT marked published; HOLD before mark; kill -9 me",

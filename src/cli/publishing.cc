@@ -7,11 +7,11 @@ namespace outbox::cli {
 void AddPublishOptions(CLI::App& sub, PublishOptions& options) {
   sub.add_option("N", options.count, "Number of unpublished rows to send at most")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveInteger());
   sub.add_option("--delivery-timeout-ms", options.delivery_timeout_ms,
                  "How long one send may wait for the broker's ack, ms (librdkafka "
                  "message.timeout.ms; the chapter waits 10 s)")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveInteger())
       ->capture_default_str();
 }
 

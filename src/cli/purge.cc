@@ -40,7 +40,7 @@ Command AddUnparkCommand(CLI::App& app, const GlobalOptions& global) {
     bool all = false;
   };
   auto o = std::make_shared<Options>();
-  auto* id = sub->add_option("ID", o->id, "Outbox id of the parked row")->check(CLI::PositiveNumber);
+  auto* id = sub->add_option("ID", o->id, "Outbox id of the parked row")->check(PositiveInteger());
   sub->add_flag("--all", o->all, "Unpark every parked row")->excludes(id);
   return {sub, [&global, o, id]() -> ExitCode {
             if (!o->all && id->count() == 0)
@@ -50,11 +50,9 @@ Command AddUnparkCommand(CLI::App& app, const GlobalOptions& global) {
               fmt::print("[unpark] unparked={}\n", store.UnparkAll());
               return ExitCode::kOk;
             }
-            if (!store.Unpark(o->id)) {
-              fmt::print(stderr, "outbox-lab: error: unpark: no parked row with id {} in '{}'\n",
-                         o->id, global.db);
-              return ExitCode::kPrecondition;
-            }
+            if (!store.Unpark(o->id))
+              throw CommandError(ExitCode::kPrecondition,
+                                 fmt::format("unpark: no parked row with id {} in '{}'", o->id, global.db));
             fmt::print("[unpark] unparked id={}\n", o->id);
             return ExitCode::kOk;
           }};

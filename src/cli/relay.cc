@@ -86,7 +86,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
       ->check(CLI::IsMember({"block-key", "skip"}))
       ->capture_default_str();
   sub->add_option("--max-attempts", o->max_attempts, "Failed attempts before a row is parked")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveInteger())
       ->capture_default_str();
   sub->add_option("--lease", o->lease, "How long a claim holds; must exceed --send-timeout")
       ->capture_default_str();

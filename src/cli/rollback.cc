@@ -15,11 +15,10 @@ Command AddRollbackCommand(CLI::App& app, const GlobalOptions& global) {
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
             auto& connection = store->connection();
             auto first = connection.Prepare("SELECT event_id FROM outbox ORDER BY id LIMIT 1");
-            if (!first.Step()) {
-              fmt::print(stderr, "outbox-lab: error: rollback: the outbox in '{}' has no event "
-                                 "to collide with; run write-hold first\n", global.db);
-              return ExitCode::kPrecondition;
-            }
+            if (!first.Step())
+              throw CommandError(ExitCode::kPrecondition,
+                                 fmt::format("rollback: the outbox in '{}' has no event to collide "
+                                             "with; run write-hold first", global.db));
             const std::string existing_event_id = first.ColumnText(0);
 
             lab::Loan loan = lab::ChapterLoan(2001);  // L-3001

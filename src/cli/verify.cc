@@ -85,7 +85,7 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
                   "kafka_missing, kafka_unexpected)");
   sub->add_flag("--no-kafka", options->no_kafka, "Check the database only, even with a broker");
   sub->add_option("--timeout-ms", options->timeout_ms, "Bound on reading the topic, ms")
-      ->check(CLI::PositiveNumber)
+      ->check(PositiveInteger())
       ->capture_default_str();
   return {sub, [&global, options]() -> ExitCode {
             // Parse expectations first: a typo must not cost a topic read.

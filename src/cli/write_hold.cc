@@ -14,7 +14,7 @@ Command AddWriteHoldCommand(CLI::App& app, const GlobalOptions& global) {
   auto count = std::make_shared<std::int64_t>(0);
   sub->add_option("N", *count, "Number of loan transactions")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveInteger());
   return {sub, [&global, count]() -> ExitCode {
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
             auto& connection = store->connection();
@@ -22,14 +22,9 @@ Command AddWriteHoldCommand(CLI::App& app, const GlobalOptions& global) {
             const std::int64_t start = store->Count().total;
             for (std::int64_t k = 1; k <= *count; ++k) {
               const std::int64_t i = start + k;
-              const lab::Loan loan = lab::ChapterLoan(i);
-              const OutboxEvent event = lab::LoanCreatedEvent(loan, i);
-              sqlite::Transaction txn(connection);
-              lab::InsertLoan(connection, loan);
-              store->Enqueue(event);
-              txn.Commit();
+              const lab::WrittenLoan w = lab::WriteLoanWithEvent(*store, i);
               fmt::print("[write] txn i={} loan={} event={} committed business={} outbox={}\n", i,
-                         loan.loan_id, event.event_id, lab::CountLoans(connection),
+                         w.loan.loan_id, w.event.event_id, lab::CountLoans(connection),
                          store->Count().total);
             }
             lab::HoldUntilKilled("[write] committed all, HOLD before publish; kill -9 me");

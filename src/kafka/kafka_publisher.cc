@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "outbox/error.h"
+#include "outbox/failpoint.h"
 
 namespace outbox::kafka {
 namespace {
@@ -85,10 +86,11 @@ std::vector<DeliveryResult> KafkaPublisher::Publish(const std::vector<OutboundMe
         rd_kafka_poll(producer_.get(), kQueueFullPollMs);  // serve reports to make room
         continue;
       }
-      slot.error = DescribeError(err);  // refused locally, e.g. _MSG_SIZE_TOO_LARGE
+      slot.error = DescribeError(err);  // refused locally, e.g. _UNKNOWN_TOPIC
       break;
     }
   }
+  HitFailpoint("relay.after_produce");
   if (rd_kafka_flush(producer_.get(), delivery_timeout_ms_ + kFlushMarginMs) != RD_KAFKA_RESP_ERR_NO_ERROR) {
     // Never return while a report could still write into results.
     rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "outbox/error.h"
+#include "outbox/failpoint.h"
 
 namespace outbox::lab {
 namespace {
@@ -62,6 +63,18 @@ OutboxEvent LoanCreatedEvent(const Loan& loan, std::int64_t index) {
   payload["loanId"] = loan.loan_id;
   payload["bookId"] = loan.book_id;
   return OutboxEvent{event_id, loan.loan_id, "LoanCreated", payload.dump(), loan.created_at_ms};
+}
+
+WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index) {
+  WrittenLoan written{ChapterLoan(index), {}};
+  written.event = LoanCreatedEvent(written.loan, index);
+  sqlite::Transaction txn(store.connection());
+  InsertLoan(store.connection(), written.loan);
+  store.Enqueue(written.event);
+  HitFailpoint("write.before_commit");
+  txn.Commit();
+  HitFailpoint("write.after_commit");
+  return written;
 }
 
 void InsertLoan(sqlite::Connection& connection, const Loan& loan) {

@@ -35,6 +35,17 @@ Loan ChapterLoan(std::int64_t index);
 // {"eventId":"evt-1001","loanId":"L-1001","bookId":"B-101"} (chapter's order of keys).
 OutboxEvent LoanCreatedEvent(const Loan& loan, std::int64_t index);
 
+struct WrittenLoan {
+  Loan loan;
+  OutboxEvent event;
+};
+
+// The chapter's business transaction for the index-th loan: the loan and its
+// LoanCreated event in one BEGIN IMMEDIATE transaction, with failpoints
+// write.before_commit and write.after_commit. Throws DbError (nothing of the
+// loan is committed then) or FailpointError.
+WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index);
+
 // Inserts loan. Call inside a sqlite::Transaction. Throws DbError
 // (SQLITE_CONSTRAINT_PRIMARYKEY when loan_id exists).
 void InsertLoan(sqlite::Connection& connection, const Loan& loan);

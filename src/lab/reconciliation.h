@@ -45,7 +45,8 @@ std::map<std::string, std::int64_t> ActualValues(const DbSnapshot& db,
                                                  const std::optional<KafkaReconciliation>& kafka);
 
 // One line per expectation that does not hold: "kafka_records: expected 8, got 5".
-// An expected kafka_* key without a Kafka result yields "…: no broker configured".
+// An expected kafka_* key without a Kafka result yields
+// "kafka_records: expected 8, but no broker is configured".
 std::vector<std::string> CompareExpectations(const std::map<std::string, std::int64_t>& expected,
                                              const std::map<std::string, std::int64_t>& actual);
 

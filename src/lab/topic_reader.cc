@@ -45,7 +45,7 @@ std::vector<TopicRecord> ReadTopic(const TopicReadOptions& options) {
       {"group.id", "outbox-lab-reader"},  // assign() needs one; nothing is committed
       {"enable.auto.commit", "false"},
       {"enable.partition.eof", "false"},
-      {"log_level", "3"},
+      {"log_level", "2"},  // failures reach the user as KafkaError; -X log_level=7 for more
   };
   properties.insert(properties.end(), options.properties.begin(), options.properties.end());
   kafka::KafkaHandle consumer = kafka::MakeClient(RD_KAFKA_CONSUMER, kafka::MakeConf(properties));

@@ -1,5 +1,10 @@
 #include "outbox/chapter_relay.h"
 
+#include <fmt/format.h>
+
+#include "outbox/error.h"
+#include "outbox/failpoint.h"
+
 namespace outbox {
 
 OutboundMessage MessageForRow(const OutboxRow& row) {
@@ -15,6 +20,8 @@ OutboundMessage MessageForRow(const OutboxRow& row) {
 ChapterRelayReport RunChapterRelay(Store& store, Publisher& publisher,
                                    const ChapterRelayOptions& options,
                                    const std::function<void(const ChapterRelayStep&)>& on_step) {
+  if (options.limit <= 0)
+    throw ConfigError(fmt::format("relay limit {}: must be at least 1", options.limit));
   ChapterRelayReport report;
   for (OutboxRow& row : store.FetchUnpublished(0, options.limit)) {
     ChapterRelayStep step;
@@ -26,9 +33,11 @@ ChapterRelayReport RunChapterRelay(Store& store, Publisher& publisher,
       break;
     }
     ++report.sent;
-    if (options.mark && store.MarkPublished(row.id)) {
-      step.marked = true;
-      ++report.marked;
+    if (options.mark) {
+      HitFailpoint("relay.after_ack_before_mark");
+      step.marked = store.MarkPublished(row.id);
+      if (step.marked) ++report.marked;
+      HitFailpoint("relay.after_mark");
     }
     step.row = std::move(row);
     if (on_step) on_step(step);

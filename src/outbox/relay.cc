@@ -7,6 +7,7 @@
 
 #include "outbox/chapter_relay.h"
 #include "outbox/error.h"
+#include "outbox/failpoint.h"
 
 namespace outbox {
 
@@ -63,6 +64,7 @@ BatchReport Relay::RunBatch() {
   report.claimed = static_cast<std::int64_t>(claim.rows.size());
   if (claim.rows.empty()) return report;
   cursor_ = claim.rows.back().id;
+  HitFailpoint("relay.after_claim");
 
   std::vector<OutboundMessage> messages;
   messages.reserve(claim.rows.size());
@@ -72,6 +74,7 @@ BatchReport Relay::RunBatch() {
     messages.push_back(std::move(message));
   }
   const std::vector<DeliveryResult> results = publisher_.Publish(messages);
+  HitFailpoint("relay.after_ack_before_mark");
 
   std::vector<std::int64_t> acked;
   std::vector<FailedDelivery> failed;
@@ -84,6 +87,7 @@ BatchReport Relay::RunBatch() {
   report.acked = static_cast<std::int64_t>(acked.size());
   report.failed = static_cast<std::int64_t>(failed.size());
   report.settle = store_.SettleBatch(claim.token, acked, failed, options_.settle, Now());
+  HitFailpoint("relay.after_mark");
   return report;
 }
 

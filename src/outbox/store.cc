@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "outbox/error.h"
+#include "outbox/failpoint.h"
 
 namespace outbox {
 namespace {
@@ -385,6 +386,7 @@ PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_siz
       remove.Bind(1, id).Run();
       report.deleted += sqlite3_changes(connection_.get());
     }
+    HitFailpoint("purge.mid_batch");
     txn.Commit();
     ++report.batches;
   }

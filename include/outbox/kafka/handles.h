@@ -49,7 +49,8 @@ Property ParseProperty(std::string_view text);
 ConfHandle MakeConf(const std::vector<Property>& properties);
 
 // Creates a client, taking ownership of conf only when librdkafka accepted it
-// (rd_kafka_new frees conf on success only). Throws KafkaError.
+// (rd_kafka_new frees conf on success only). Throws ConfigError with
+// librdkafka's reason when it refuses the configuration.
 KafkaHandle MakeClient(rd_kafka_type_t type, ConfHandle conf);
 
 // Throws KafkaError "<what>: <librdkafka message> (<ERROR_NAME>)". The one

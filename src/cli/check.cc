@@ -1,0 +1,76 @@
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "lab/checker.h"
+#include "lab/loans.h"
+
+namespace outbox::cli {
+namespace {
+
+std::string Join(const std::vector<std::string>& items) {
+  std::string text;
+  for (const auto& item : items) text += (text.empty() ? "" : ", ") + item;
+  return text;
+}
+
+}  // namespace
+
+Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
+  CLI::App* sub = app.add_subcommand(
+      "check",
+      "Judge a run from the database and the whole topic: ok, lost, duplicated, phantom, "
+      "atomicity, lost-after-mark, stuck, order violations. Exit 0 valid, 1 invalid, 2 could "
+      "not check. Duplicates never invalidate (at-least-once)");
+  struct Options {
+    bool json = false;
+    int timeout_ms = 10000;
+  };
+  auto o = std::make_shared<Options>();
+  sub->add_flag("--json", o->json, "Print one JSON object");
+  sub->add_option("--timeout-ms", o->timeout_ms, "Bound on reading the topic, ms")
+      ->check(PositiveInteger())
+      ->capture_default_str();
+  Command command{sub, [&global, o]() -> ExitCode {
+                    auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+                    const auto records = lab::ReadTopic(
+                        {global.RequireBrokers(), global.topic, global.ParsedProperties(), o->timeout_ms});
+                    const lab::CheckResult r = lab::CheckRun(*store, records);
+                    if (o->json) {
+                      nlohmann::ordered_json out;
+                      out["valid"] = r.valid();
+                      out["business_rows"] = r.business_rows;
+                      out["outbox_rows"] = r.outbox_rows;
+                      out["kafka_records"] = r.kafka_records;
+                      out["ok"] = r.ok;
+                      out["lost"] = r.lost;
+                      out["duplicated"] = nlohmann::ordered_json::object();
+                      for (const auto& [id, n] : r.duplicated) out["duplicated"][id] = n;
+                      out["phantom"] = r.phantom;
+                      out["atomicity"] = r.atomicity;
+                      out["lost_after_mark"] = r.lost_after_mark;
+                      out["stuck"] = r.stuck;
+                      out["order_violations"] = r.order_violations;
+                      fmt::print("{}\n", out.dump());
+                    } else {
+                      fmt::print("[check] business={} outbox={} kafka-records={}\n", r.business_rows,
+                                 r.outbox_rows, r.kafka_records);
+                      fmt::print("[check] ok={} lost={} duplicated={} phantom={} atomicity={} "
+                                 "lost-after-mark={} stuck={} order-violations={}\n",
+                                 r.ok, r.lost.size(), r.duplicated.size(), r.phantom.size(),
+                                 r.atomicity.size(), r.lost_after_mark.size(), r.stuck.size(),
+                                 r.order_violations.size());
+                      if (!r.lost.empty()) fmt::print("[check] lost: {}\n", Join(r.lost));
+                      if (!r.phantom.empty()) fmt::print("[check] phantom: {}\n", Join(r.phantom));
+                      if (!r.atomicity.empty()) fmt::print("[check] atomicity: {}\n", Join(r.atomicity));
+                      if (!r.stuck.empty()) fmt::print("[check] stuck: {}\n", Join(r.stuck));
+                      fmt::print("[check] {}\n", r.valid() ? "valid" : "INVALID");
+                    }
+                    return r.valid() ? ExitCode::kOk : ExitCode::kExpectationFailed;
+                  },
+                  ExitCode::kUsage};  // 2: could not check
+  return command;
+}
+
+}  // namespace outbox::cli

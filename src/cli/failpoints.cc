@@ -1,0 +1,31 @@
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "outbox/failpoint.h"
+
+namespace outbox::cli {
+
+Command AddFailpointsCommand(CLI::App& app, const GlobalOptions&) {
+  CLI::App* sub = app.add_subcommand(
+      "failpoints",
+      "List every failpoint and what is durable when the process stops there. Enable with "
+      "OUTBOX_FAILPOINTS='name=[P%][N*]action[(arg)][->...];...', actions off, kill, hold, "
+      "sleep(ms), error");
+  auto json = std::make_shared<bool>(false);
+  sub->add_flag("--json", *json, "Print a JSON array of {name, durable}");
+  return {sub, [json]() -> ExitCode {
+            if (*json) {
+              nlohmann::ordered_json out = nlohmann::ordered_json::array();
+              for (const auto& fp : AllFailpoints())
+                out.push_back({{"name", fp.name}, {"durable", fp.durable}});
+              fmt::print("{}\n", out.dump());
+            } else {
+              for (const auto& fp : AllFailpoints()) fmt::print("{:<30} durable: {}\n", fp.name, fp.durable);
+            }
+            return ExitCode::kOk;
+          }};
+}
+
+}  // namespace outbox::cli

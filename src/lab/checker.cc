@@ -1,0 +1,84 @@
+#include "lab/checker.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+#include <unordered_map>
+
+namespace outbox::lab {
+namespace {
+
+struct OutboxEntry {
+  std::int64_t id = 0;
+  std::string aggregate_id;
+  bool published = false;
+};
+
+}  // namespace
+
+CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records) {
+  CheckResult result;
+  auto& db = store.connection();
+  std::unordered_map<std::string, OutboxEntry> outbox;
+  std::vector<std::string> outbox_order;
+  {
+    auto select = db.Prepare("SELECT id, event_id, aggregate_id, published FROM outbox ORDER BY id");
+    while (select.Step()) {
+      const std::string event_id = select.ColumnText(1);
+      outbox[event_id] = {select.ColumnInt64(0), select.ColumnText(2), select.ColumnInt64(3) != 0};
+      outbox_order.push_back(event_id);
+    }
+  }
+  result.outbox_rows = static_cast<std::int64_t>(outbox_order.size());
+  result.kafka_records = static_cast<std::int64_t>(records.size());
+
+  // Atomicity: the lab's aggregate is the loan; one LoanCreated event per loan.
+  std::set<std::string> loans;
+  {
+    auto select = db.Prepare("SELECT loan_id FROM business_loan ORDER BY loan_id");
+    while (select.Step()) loans.insert(select.ColumnText(0));
+  }
+  result.business_rows = static_cast<std::int64_t>(loans.size());
+  std::set<std::string> aggregates;
+  for (const auto& [event_id, entry] : outbox) aggregates.insert(entry.aggregate_id);
+  for (const auto& loan : loans)
+    if (!aggregates.count(loan)) result.atomicity.push_back(fmt::format("loan {} has no outbox row", loan));
+  for (const auto& event_id : outbox_order)
+    if (!loans.count(outbox[event_id].aggregate_id))
+      result.atomicity.push_back(fmt::format("event {} has no business row", event_id));
+
+  std::unordered_map<std::string, std::int64_t> seen;
+  std::vector<std::string> first_seen;
+  // Per partition, per aggregate: the outbox id of the last first-sighting.
+  std::map<std::pair<std::int32_t, std::string>, std::int64_t> last_id_by_aggregate;
+  for (const TopicRecord& record : records) {
+    if (seen[record.event_id]++ > 0) continue;
+    first_seen.push_back(record.event_id);
+    const auto found = outbox.find(record.event_id);
+    if (found == outbox.end()) {
+      result.phantom.push_back(record.event_id);
+      continue;
+    }
+    auto& last = last_id_by_aggregate[{record.partition, found->second.aggregate_id}];
+    if (found->second.id < last)
+      result.order_violations.push_back(fmt::format("{} (aggregate {}) after a later event",
+                                                    record.event_id, found->second.aggregate_id));
+    last = std::max(last, found->second.id);
+  }
+  for (const auto& id : first_seen)
+    if (seen[id] > 1) result.duplicated.emplace_back(id, seen[id]);
+  for (const auto& event_id : outbox_order) {
+    const OutboxEntry& entry = outbox[event_id];
+    if (!entry.published) result.stuck.push_back(event_id);
+    if (seen.count(event_id)) {
+      ++result.ok;
+      continue;
+    }
+    result.lost.push_back(event_id);
+    if (entry.published) result.lost_after_mark.push_back(event_id);
+  }
+  return result;
+}
+
+}  // namespace outbox::lab
