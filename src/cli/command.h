@@ -63,6 +63,7 @@ class CommandError : public outbox::Error {
 // One per file under src/cli/.
 Command AddResetCommand(CLI::App& app, const GlobalOptions& global);
 Command AddNaiveHoldCommand(CLI::App& app, const GlobalOptions& global);
+Command AddNaiveSendFirstHoldCommand(CLI::App& app, const GlobalOptions& global);
 Command AddRollbackCommand(CLI::App& app, const GlobalOptions& global);
 Command AddWriteHoldCommand(CLI::App& app, const GlobalOptions& global);
 Command AddPublishHoldCommand(CLI::App& app, const GlobalOptions& global);

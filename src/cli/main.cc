@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   AddGlobalOptions(app, global);
   const std::vector<Command> commands = {
       AddResetCommand(app, global),       AddNaiveHoldCommand(app, global),
+      AddNaiveSendFirstHoldCommand(app, global),
       AddRollbackCommand(app, global),    AddWriteHoldCommand(app, global),
       AddPublishHoldCommand(app, global), AddPublishCommand(app, global),
       AddVerifyCommand(app, global),      AddConsumeCommand(app, global),

@@ -1,0 +1,43 @@
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "cli/publishing.h"
+#include "lab/hold.h"
+#include "lab/loans.h"
+
+namespace outbox::cli {
+
+Command AddNaiveSendFirstHoldCommand(CLI::App& app, const GlobalOptions& global) {
+  CLI::App* sub = app.add_subcommand(
+      "naive-send-first-hold",
+      "Dual write done wrong the other way: send LoanCreated for L-4001 and wait for its ack, "
+      "then HOLD before the database write; kill -9 it to leave a phantom event in Kafka");
+  auto options = std::make_shared<PublishOptions>();
+  options->count = 1;
+  sub->add_option("--delivery-timeout-ms", options->delivery_timeout_ms,
+                  "How long the send may wait for the broker's ack, ms")
+      ->check(PositiveInteger())
+      ->capture_default_str();
+  return {sub, [&global, options]() -> ExitCode {
+            // The schema must exist, as for every command, although nothing is written.
+            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+            lab::Loan loan = lab::ChapterLoan(3001);  // L-4001
+            loan.book_id = "B-401";
+            const OutboxEvent event = lab::LoanCreatedEvent(loan, 3001);  // evt-4001
+            auto publisher = MakePublisher(global, *options);
+            OutboundMessage message{0, event.event_id, event.payload, event.event_id, event.event_type};
+            const DeliveryResult result = publisher->Publish({message}).front();
+            if (!result.ok)
+              throw CommandError(ExitCode::kDeliveryFailed,
+                                 fmt::format("naive-send-first-hold: send of {} failed: {}",
+                                             event.event_id, result.error));
+            fmt::print("[naive-send-first] sent key={} partition={} offset={}\n", event.event_id,
+                       result.partition, result.offset);
+            lab::HoldUntilKilled(fmt::format(
+                "[naive-send-first] event {} sent, business row {} NOT written; HOLD before DB "
+                "write; kill -9 me",
+                event.event_id, loan.loan_id));
+          }};
+}
+
+}  // namespace outbox::cli
