@@ -47,6 +47,7 @@ const std::vector<FailpointInfo> kFailpoints = {
     {"relay.after_ack_before_mark", "records acknowledged by the broker; rows not marked: re-sent later"},
     {"relay.after_mark", "the batch is marked published"},
     {"purge.mid_batch", "earlier purge batches; this batch's deletes roll back"},
+    {"consume.after_effect", "the consumer's effect and processed_event row; offset not committed: re-delivered, deduplicated"},
 };
 
 [[noreturn]] void Malformed(const std::string& entry, const std::string& why) {

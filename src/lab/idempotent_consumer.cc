@@ -1,0 +1,160 @@
+#include "lab/idempotent_consumer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "outbox/error.h"
+#include "outbox/failpoint.h"
+#include "outbox/sqlite/connection.h"
+
+namespace outbox::lab {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kEffectsSchema = R"sql(
+CREATE TABLE IF NOT EXISTS processed_event (
+  event_id     TEXT PRIMARY KEY,
+  processed_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS loan_effect (
+  event_id   TEXT NOT NULL,
+  loan_id    TEXT NOT NULL,
+  applied_at INTEGER NOT NULL
+);
+)sql";
+
+int RemainingMs(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return static_cast<int>(std::max<std::int64_t>(left.count(), 0));
+}
+
+std::int64_t EpochMs() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string HeaderOrPayloadEventId(const rd_kafka_message_t* msg, std::string& loan_id) {
+  const std::string value(static_cast<const char*>(msg->payload), msg->payload ? msg->len : 0);
+  const auto payload = nlohmann::json::parse(value, nullptr, false);
+  if (payload.is_object() && payload.contains("loanId") && payload["loanId"].is_string())
+    loan_id = payload["loanId"].get<std::string>();
+  rd_kafka_headers_t* headers = nullptr;
+  const void* data = nullptr;
+  size_t size = 0;
+  if (rd_kafka_message_headers(msg, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+      rd_kafka_header_get_last(headers, "event_id", &data, &size) == RD_KAFKA_RESP_ERR_NO_ERROR && data)
+    return std::string(static_cast<const char*>(data), size);
+  if (payload.is_object() && payload.contains("eventId") && payload["eventId"].is_string())
+    return payload["eventId"].get<std::string>();
+  return std::string(static_cast<const char*>(msg->key), msg->key ? msg->key_len : 0);
+}
+
+}  // namespace
+
+ConsumeReport ConsumeIdempotently(const IdempotentConsumerOptions& options,
+                                  const std::function<void(const ConsumedRecord&)>& on_record) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
+  const std::string what =
+      fmt::format("consume topic '{}' as group '{}' from '{}'", options.topic, options.group, options.brokers);
+
+  sqlite::Connection effects(options.effects_db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX);
+  effects.SetBusyTimeout(5000);
+  effects.Exec("PRAGMA journal_mode=WAL");
+  effects.Exec(kEffectsSchema);
+
+  std::vector<kafka::Property> properties = {
+      {"bootstrap.servers", options.brokers}, {"group.id", options.group},
+      {"enable.auto.commit", "false"},        {"enable.auto.offset.store", "false"},
+      {"log_level", "2"},
+  };
+  properties.insert(properties.end(), options.properties.begin(), options.properties.end());
+  kafka::KafkaHandle consumer = kafka::MakeClient(RD_KAFKA_CONSUMER, kafka::MakeConf(properties));
+
+  const rd_kafka_metadata_t* raw = nullptr;
+  rd_kafka_resp_err_t err = rd_kafka_metadata(consumer.get(), 1, nullptr, &raw, RemainingMs(deadline));
+  kafka::MetadataHandle metadata(raw);
+  if (err) kafka::ThrowKafkaError(what + ": broker unreachable", err);
+
+  // Start from the group's committed offsets: assign() without a group
+  // rebalance, so a restarted consumer resumes at once.
+  kafka::TopicPartitionListHandle partitions(rd_kafka_topic_partition_list_new(4));
+  for (int t = 0; t < metadata->topic_cnt; ++t) {
+    if (options.topic != metadata->topics[t].topic) continue;
+    for (int p = 0; p < metadata->topics[t].partition_cnt; ++p)
+      rd_kafka_topic_partition_list_add(partitions.get(), options.topic.c_str(),
+                                        metadata->topics[t].partitions[p].id);
+  }
+  err = rd_kafka_committed(consumer.get(), partitions.get(), RemainingMs(deadline));
+  if (err) kafka::ThrowKafkaError(what + ": committed offsets", err);
+
+  std::map<std::int32_t, std::int64_t> end_offset, next_offset;
+  for (int i = 0; i < partitions->cnt; ++i) {
+    auto& tp = partitions->elems[i];
+    int64_t low = 0, high = 0;
+    err = rd_kafka_query_watermark_offsets(consumer.get(), options.topic.c_str(), tp.partition, &low,
+                                           &high, RemainingMs(deadline));
+    if (err) kafka::ThrowKafkaError(fmt::format("{}: watermarks of partition {}", what, tp.partition), err);
+    if (tp.offset < 0) tp.offset = low;  // nothing committed yet: from the beginning
+    end_offset[tp.partition] = high;
+    next_offset[tp.partition] = tp.offset;
+  }
+  ConsumeReport report;
+  auto unfinished = [&] {
+    return std::any_of(next_offset.begin(), next_offset.end(),
+                       [&](const auto& e) { return e.second < end_offset[e.first]; });
+  };
+  if (unfinished()) {
+    err = rd_kafka_assign(consumer.get(), partitions.get());
+    if (err) kafka::ThrowKafkaError(what + ": assign", err);
+  }
+
+  auto mark = effects.Prepare("INSERT OR IGNORE INTO processed_event(event_id, processed_at) VALUES(?1, ?2)");
+  auto apply = effects.Prepare("INSERT INTO loan_effect(event_id, loan_id, applied_at) VALUES(?1, ?2, ?3)");
+  while (unfinished()) {
+    if (RemainingMs(deadline) == 0)
+      throw KafkaError(fmt::format("{}: timed out after {} ms", what, options.timeout_ms),
+                       RD_KAFKA_RESP_ERR__TIMED_OUT);
+    kafka::MessageHandle msg(rd_kafka_consumer_poll(consumer.get(), std::min(100, RemainingMs(deadline))));
+    if (!msg) continue;
+    if (msg->err) {
+      if (msg->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) continue;
+      kafka::ThrowKafkaError(what, msg->err);
+    }
+    ConsumedRecord record;
+    record.partition = msg->partition;
+    record.offset = msg->offset;
+    std::string loan_id;
+    record.event_id = HeaderOrPayloadEventId(msg.get(), loan_id);
+    {
+      // The effect and the dedup row share one transaction: both or neither.
+      sqlite::Transaction txn(effects);
+      const std::int64_t now = EpochMs();
+      mark.Reset();
+      mark.Bind(1, record.event_id).Bind(2, now).Run();
+      record.applied = sqlite3_changes(effects.get()) == 1;
+      if (record.applied) {
+        apply.Reset();
+        apply.Bind(1, record.event_id).Bind(2, loan_id).Bind(3, now).Run();
+      }
+      txn.Commit();
+    }
+    HitFailpoint("consume.after_effect");
+    // Offset after the effect: a crash here re-delivers, and processed_event absorbs it.
+    err = rd_kafka_commit_message(consumer.get(), msg.get(), /*async=*/0);
+    if (err) kafka::ThrowKafkaError(what + ": commit offset", err);
+    next_offset[msg->partition] = msg->offset + 1;
+    ++report.read;
+    if (record.applied) ++report.applied; else ++report.skipped;
+    if (on_record) on_record(record);
+  }
+  report.effects_total = effects.QueryInt64("SELECT COUNT(*) FROM loan_effect");
+  return report;
+}
+
+}  // namespace outbox::lab
