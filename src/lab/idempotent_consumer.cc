@@ -144,14 +144,14 @@ ConsumeReport ConsumeIdempotently(const IdempotentConsumerOptions& options,
       }
       txn.Commit();
     }
+    ++report.read;
+    if (record.applied) ++report.applied; else ++report.skipped;
+    if (on_record) on_record(record);
     HitFailpoint("consume.after_effect");
     // Offset after the effect: a crash here re-delivers, and processed_event absorbs it.
     err = rd_kafka_commit_message(consumer.get(), msg.get(), /*async=*/0);
     if (err) kafka::ThrowKafkaError(what + ": commit offset", err);
     next_offset[msg->partition] = msg->offset + 1;
-    ++report.read;
-    if (record.applied) ++report.applied; else ++report.skipped;
-    if (on_record) on_record(record);
   }
   report.effects_total = effects.QueryInt64("SELECT COUNT(*) FROM loan_effect");
   return report;
