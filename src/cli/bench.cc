@@ -103,6 +103,10 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
              r.history.with_history.has_claimable_us, r.history.without_history.claim_us,
              r.history.with_history.claim_us, r.history.without_history.release_us,
              r.history.with_history.release_us);
+  std::string probes;
+  for (const double us : r.fsync_us) probes += fmt::format("{}{:.0f}", probes.empty() ? "" : " / ", us);
+  fmt::print("disk: median fdatasync of 4 KiB (us) at start / before write path / after / end: {}\n",
+             probes);
   fmt::print("targets are informational (2-core machine); the exit status does not depend on them\n");
 }
 
@@ -141,6 +145,7 @@ void PrintJson(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
       {"rss_events", o.rss_events},
       {"work_dir", r.work_dir},
   };
+  out["fsync_us"] = r.fsync_us;
   out["chapter"] = ThroughputJson(r.chapter);
   out["relay"] = ThroughputJson(r.relay);
   out["raw"] = ThroughputJson(r.raw);

@@ -34,6 +34,9 @@ using Clock = std::chrono::steady_clock;
 constexpr int kBrokerStartTimeoutMs = 15000;
 constexpr int kChildStopTimeoutMs = 5000;
 constexpr int kPollWarmupRepetitions = 10;
+// Interleaved slices per compared pair of figures (see MeasureRelays).
+constexpr int kSlices = 10;
+constexpr int kFsyncProbes = 50;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -306,45 +309,78 @@ void RequireAllDelivered(const char* figure, std::int64_t expected, std::int64_t
                      RD_KAFKA_RESP_ERR__MSG_TIMED_OUT);
 }
 
-ThroughputFigure MeasureChapter(const BenchmarkOptions& options, const TempDir& dir,
-                                const std::string& brokers, const std::string& topic) {
-  auto store = FreshDatabase(dir.File("chapter.db"), options.store);
-  Populate(*store, 1, options.chapter_events, /*published=*/false);
-  kafka::KafkaPublisher publisher(PublisherOptions(options, brokers, topic));
-  WarmUp(publisher);
-  const auto start = Clock::now();
-  const ChapterRelayReport report =
-      RunChapterRelay(*store, publisher, {options.chapter_events, /*mark=*/true}, nullptr);
-  ThroughputFigure figure;
-  figure.seconds = SecondsSince(start);
-  figure.events = report.marked;
-  figure.events_per_s = Rate(figure.events, figure.seconds);
-  RequireAllDelivered("chapter algorithm", options.chapter_events, report.marked);
-  return figure;
+// The share of total that slice i of kSlices ends at: totals split evenly.
+std::int64_t SliceEnd(std::int64_t total, int slice) {
+  return total * (slice + 1) / kSlices;
 }
 
-ThroughputFigure MeasureRelay(const BenchmarkOptions& options, const TempDir& dir,
-                              const std::string& brokers, const std::string& topic) {
-  const std::string path = dir.File("relay.db");
-  auto store = FreshDatabase(path, options.store);
-  Populate(*store, 1, options.events, /*published=*/false);
-  kafka::KafkaPublisher publisher(PublisherOptions(options, brokers, topic));
-  WarmUp(publisher);
+struct RelayFigures {
+  ThroughputFigure chapter;
+  ThroughputFigure relay;
+};
+
+// The chapter's relay and the production relay, each on its own database and
+// producer, run in kSlices alternating slices; each figure is its events over
+// the sum of its slices' times. The chapter commits once per row, the relay
+// twice per batch, so a change in fsync latency during the run (this VM's disk
+// alternates between ~0.1 ms and ~4 ms) must hit both alike.
+RelayFigures MeasureRelays(const BenchmarkOptions& options, const TempDir& dir,
+                           const std::string& brokers, const std::string& topic) {
+  auto chapter_store = FreshDatabase(dir.File("chapter.db"), options.store);
+  Populate(*chapter_store, 1, options.chapter_events, /*published=*/false);
+  const std::string relay_path = dir.File("relay.db");
+  auto relay_store = FreshDatabase(relay_path, options.store);
+  Populate(*relay_store, 1, options.events, /*published=*/false);
+
+  kafka::KafkaPublisher chapter_publisher(PublisherOptions(options, brokers, topic));
+  kafka::KafkaPublisher relay_publisher(PublisherOptions(options, brokers, topic));
+  WarmUp(chapter_publisher);
+  WarmUp(relay_publisher);
   RelayOptions relay_options;
   relay_options.batch_size = options.batch_size;
   relay_options.owner = fmt::format("bench-{}", getpid());
-  Relay relay(*store, publisher, relay_options);
-  ChangeWatcher watcher(path, /*stop_fd=*/-1);
-  LoopOptions loop;
-  loop.mode = LoopMode::kUntilEmpty;
-  const auto start = Clock::now();
-  const LoopReport report = RunRelayLoop(relay, *store, watcher, loop, nullptr);
-  ThroughputFigure figure;
-  figure.seconds = SecondsSince(start);
-  figure.events = report.marked;
-  figure.events_per_s = Rate(figure.events, figure.seconds);
-  RequireAllDelivered("relay", options.events, report.marked);
-  return figure;
+  Relay relay(*relay_store, relay_publisher, relay_options);
+
+  RelayFigures figures;
+  for (int slice = 0; slice < kSlices; ++slice) {
+    const auto run_chapter = [&] {
+      const std::int64_t rows = SliceEnd(options.chapter_events, slice) - figures.chapter.events;
+      if (rows <= 0) return;
+      const auto start = Clock::now();
+      const ChapterRelayReport report =
+          RunChapterRelay(*chapter_store, chapter_publisher, {rows, /*mark=*/true}, nullptr);
+      figures.chapter.seconds += SecondsSince(start);
+      figures.chapter.events += report.marked;
+      if (report.marked != rows)
+        RequireAllDelivered("chapter algorithm", options.chapter_events, figures.chapter.events);
+    };
+    const auto run_relay = [&] {
+      const std::int64_t until = SliceEnd(options.events, slice);
+      const auto start = Clock::now();
+      while (figures.relay.events < until) {
+        const BatchReport batch = relay.RunBatch();
+        if (batch.claimed == 0) break;
+        figures.relay.events += batch.settle.marked;
+      }
+      figures.relay.seconds += SecondsSince(start);
+    };
+    if (slice % 2 == 0) {
+      run_chapter();
+      run_relay();
+    } else {
+      run_relay();
+      run_chapter();
+    }
+  }
+  RequireAllDelivered("chapter algorithm", options.chapter_events, figures.chapter.events);
+  RequireAllDelivered("relay", options.events, figures.relay.events);
+  if (relay_store->PendingCount() != 0)
+    throw KafkaError(fmt::format("relay: {} rows still pending in '{}'",
+                                 relay_store->PendingCount(), relay_path),
+                     RD_KAFKA_RESP_ERR__MSG_TIMED_OUT);
+  figures.chapter.events_per_s = Rate(figures.chapter.events, figures.chapter.seconds);
+  figures.relay.events_per_s = Rate(figures.relay.events, figures.relay.seconds);
+  return figures;
 }
 
 // Delivery reports of the raw producer. Served on our thread (rd_kafka_poll,
@@ -429,46 +465,58 @@ ThroughputFigure MeasureRaw(const BenchmarkOptions& options, const std::string& 
   return figure;
 }
 
-// One round of write_txns transactions on a fresh database, each BEGIN
-// IMMEDIATE + insert(s) + COMMIT. Returns transactions per second.
-double MeasureWriteRound(const BenchmarkOptions& options, const std::string& path,
-                         bool with_outbox) {
-  std::error_code ec;
-  for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(path + suffix, ec);
-  auto store = FreshDatabase(path, options.store);
-  std::vector<Loan> loans;
-  std::vector<OutboxEvent> events;
-  loans.reserve(static_cast<std::size_t>(options.write_txns));
-  for (std::int64_t i = 1; i <= options.write_txns; ++i) {
-    loans.push_back(ChapterLoan(i));
-    if (with_outbox) events.push_back(LoanCreatedEvent(loans.back(), i));
-  }
-  sqlite::Connection& db = store->connection();
+// write_txns transactions of one variant on store, txns [first, last), each
+// BEGIN IMMEDIATE + insert(s) + COMMIT. Returns the seconds they took.
+double RunWrites(Store& store, const std::vector<Loan>& loans, const std::vector<OutboxEvent>& events,
+                 std::size_t first, std::size_t last, bool with_outbox) {
+  sqlite::Connection& db = store.connection();
   const auto start = Clock::now();
-  for (std::size_t i = 0; i < loans.size(); ++i) {
+  for (std::size_t i = first; i < last; ++i) {
     sqlite::Transaction txn(db);
     InsertLoan(db, loans[i]);
-    if (with_outbox) store->Enqueue(events[i]);
+    if (with_outbox) store.Enqueue(events[i]);
     txn.Commit();
   }
-  return Rate(options.write_txns, SecondsSince(start));
+  return SecondsSince(start);
 }
 
+// Each round: both variants on fresh databases, in kSlices alternating
+// slices (as MeasureRelays, so fsync latency changes hit both alike). The
+// median round of each variant is reported.
 WritePathFigure MeasureWritePath(const BenchmarkOptions& options, const TempDir& dir) {
   WritePathFigure figure;
   figure.txns = options.write_txns;
+  std::vector<Loan> loans;
+  std::vector<OutboxEvent> events;
+  for (std::int64_t i = 1; i <= options.write_txns; ++i) {
+    loans.push_back(ChapterLoan(i));
+    events.push_back(LoanCreatedEvent(loans.back(), i));
+  }
   for (std::int64_t round = 0; round < options.write_rounds; ++round) {
-    // Alternate which variant goes first, so drift (page cache, disk) hits both alike.
-    const bool outbox_first = round % 2 == 1;
-    for (const bool with_outbox : {outbox_first, !outbox_first}) {
-      if (options.progress)
-        options.progress(fmt::format("write path round {}/{}: {} x {} transactions",
-                                     round + 1, options.write_rounds,
-                                     with_outbox ? "business+outbox" : "business-only",
-                                     options.write_txns));
-      const double tps = MeasureWriteRound(options, dir.File("write.db"), with_outbox);
-      (with_outbox ? figure.with_outbox_tps : figure.business_only_tps).push_back(tps);
+    if (options.progress)
+      options.progress(fmt::format("write path round {}/{}: {} business-only and {} "
+                                   "business+outbox transactions, interleaved",
+                                   round + 1, options.write_rounds, options.write_txns,
+                                   options.write_txns));
+    std::unique_ptr<Store> stores[2];
+    for (int variant = 0; variant < 2; ++variant) {
+      const std::string path = dir.File(fmt::format("write-{}.db", variant));
+      std::error_code ec;
+      for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(path + suffix, ec);
+      stores[variant] = FreshDatabase(path, options.store);
     }
+    double seconds[2] = {0, 0};
+    std::size_t done = 0;
+    for (int slice = 0; slice < kSlices; ++slice) {
+      const auto end = static_cast<std::size_t>(SliceEnd(options.write_txns, slice));
+      // Alternate which variant goes first, so drift (page cache, disk) hits both alike.
+      const int first_variant = (slice + round) % 2;
+      for (const int variant : {first_variant, 1 - first_variant})
+        seconds[variant] += RunWrites(*stores[variant], loans, events, done, end, variant == 1);
+      done = end;
+    }
+    figure.business_only_tps.push_back(Rate(options.write_txns, seconds[0]));
+    figure.with_outbox_tps.push_back(Rate(options.write_txns, seconds[1]));
   }
   figure.business_only_median_tps = Median(figure.business_only_tps);
   figure.with_outbox_median_tps = Median(figure.with_outbox_tps);
@@ -568,6 +616,27 @@ RssFigure MeasureRss(const BenchmarkOptions& options, const TempDir& dir,
   return figure;
 }
 
+// Median fdatasync of a 4 KiB overwrite in the work directory, µs: what one
+// SQLite commit at synchronous=full waits for at least.
+double MeasureFsyncUs(const TempDir& dir) {
+  const std::string path = dir.File("fsync.probe");
+  UniqueFd fd(open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) ThrowSystemError(fmt::format("open '{}'", path));
+  const std::string page(4096, 'x');
+  std::vector<double> samples;
+  for (int i = 0; i < kFsyncProbes; ++i) {
+    if (pwrite(fd.get(), page.data(), page.size(), 0) != static_cast<ssize_t>(page.size()))
+      ThrowSystemError(fmt::format("write '{}'", path));
+    const auto start = Clock::now();
+    if (fdatasync(fd.get()) != 0) ThrowSystemError(fmt::format("fdatasync '{}'", path));
+    samples.push_back(Micros(start, Clock::now()));
+  }
+  fd.Reset();
+  std::error_code ec;
+  fs::remove(path, ec);
+  return Median(samples);
+}
+
 void RequirePositive(const char* name, std::int64_t value) {
   if (value <= 0) throw ConfigError(fmt::format("{} {}: must be at least 1", name, value));
 }
@@ -610,21 +679,26 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
     result.brokers = options.brokers;
   }
 
-  progress(fmt::format("chapter algorithm: {} events, one send + ack + mark each",
-                       options.chapter_events));
-  result.chapter = MeasureChapter(options, dir, result.brokers, result.topic);
-  progress(fmt::format("relay: {} events, batches of {}", options.events, options.batch_size));
-  result.relay = MeasureRelay(options, dir, result.brokers, result.topic);
+  result.fsync_us.push_back(MeasureFsyncUs(dir));
+  progress(fmt::format("chapter algorithm ({} events, send + ack + mark each) and relay ({} "
+                       "events, batches of {}), interleaved",
+                       options.chapter_events, options.events, options.batch_size));
+  const RelayFigures relays = MeasureRelays(options, dir, result.brokers, result.topic);
+  result.chapter = relays.chapter;
+  result.relay = relays.relay;
   progress(fmt::format("raw produce: {} events", options.events));
   result.raw = MeasureRaw(options, result.brokers, result.topic);
   result.relay_over_chapter = Ratio(result.relay.events_per_s, result.chapter.events_per_s);
   result.relay_over_raw = Ratio(result.relay.events_per_s, result.raw.events_per_s);
 
+  result.fsync_us.push_back(MeasureFsyncUs(dir));
   result.write = MeasureWritePath(options, dir);
+  result.fsync_us.push_back(MeasureFsyncUs(dir));
   result.history = MeasureHistory(options, dir);
 
   progress(fmt::format("peak RSS: relay child draining {} events", options.rss_events));
   result.rss = MeasureRss(options, dir, result.brokers, result.topic);
+  result.fsync_us.push_back(MeasureFsyncUs(dir));
   return result;
 }
 

@@ -20,8 +20,10 @@
 // when it is killed.
 //
 // Times are std::chrono::steady_clock around the work only: creating and
-// destroying clients and populating backlogs are not measured. Figures are
-// informational; targets are compared, never enforced.
+// destroying clients and populating backlogs are not measured. Figures that
+// are compared run interleaved in slices (chapter with relay, business-only
+// with business+outbox), so a change in disk latency mid-run hits both sides.
+// Figures are informational; targets are compared, never enforced.
 //
 // Single-threaded: run one benchmark at a time in a process.
 #pragma once
@@ -81,7 +83,7 @@ struct BenchmarkOptions {
 
 struct ThroughputFigure {
   std::int64_t events = 0;   // records acknowledged (and, for relays, rows marked)
-  double seconds = 0;        // steady_clock, around the work only
+  double seconds = 0;        // steady_clock, around the work only (sum of slices)
   double events_per_s = 0;
 };
 
@@ -124,6 +126,10 @@ struct BenchmarkResult {
   bool embedded_broker = false;
   std::string topic;
   std::string work_dir;  // removed by the time RunBenchmark returns
+  // Median fdatasync of a 4 KiB overwrite in work_dir, µs, probed before the
+  // relays, before and after the write path, and at the end: the fsync-bound
+  // figures (chapter, write path) move with it.
+  std::vector<double> fsync_us;
 
   ThroughputFigure chapter;
   ThroughputFigure relay;
