@@ -26,9 +26,14 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
   struct Options {
     bool json = false;
     int timeout_ms = 10000;
+    std::vector<std::string> histories;
   };
   auto o = std::make_shared<Options>();
   sub->add_flag("--json", o->json, "Print one JSON object");
+  sub->add_option("--history", o->histories,
+                  "History files written with --history by writers and relays (repeatable); adds "
+                  "attempts, acknowledged, recovered and unexpected")
+      ->check(CLI::ExistingFile);
   sub->add_option("--timeout-ms", o->timeout_ms, "Bound on reading the topic, ms")
       ->check(PositiveInteger())
       ->capture_default_str();
@@ -36,7 +41,13 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                     auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
                     const auto records = lab::ReadTopic(
                         {global.RequireBrokers(), global.topic, global.ParsedProperties(), o->timeout_ms});
-                    const lab::CheckResult r = lab::CheckRun(*store, records);
+                    std::vector<lab::HistoryOp> ops;
+                    std::int64_t malformed = 0;
+                    if (!o->histories.empty()) ops = lab::ReadHistories(o->histories, &malformed);
+                    lab::CheckResult r =
+                        lab::CheckRun(*store, records, o->histories.empty() ? nullptr : &ops);
+                    r.history.malformed_lines = malformed;
+                    const lab::HistoryVerdict& h = r.history;
                     if (o->json) {
                       nlohmann::ordered_json out;
                       out["valid"] = r.valid();
@@ -52,10 +63,25 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                       out["lost_after_mark"] = r.lost_after_mark;
                       out["stuck"] = r.stuck;
                       out["order_violations"] = r.order_violations;
+                      if (h.present) {
+                        out["history"] = {{"attempts", h.attempts},
+                                          {"acknowledged", h.acknowledged},
+                                          {"failed", h.failed},
+                                          {"indeterminate", h.indeterminate},
+                                          {"ok", h.ok},
+                                          {"recovered", h.recovered},
+                                          {"unexpected", h.unexpected},
+                                          {"malformed_lines", h.malformed_lines}};
+                      }
                       fmt::print("{}\n", out.dump());
                     } else {
                       fmt::print("[check] business={} outbox={} kafka-records={}\n", r.business_rows,
                                  r.outbox_rows, r.kafka_records);
+                      if (h.present)
+                        fmt::print("[check] history: attempts={} acknowledged={} failed={} "
+                                   "indeterminate={} ok={} recovered={} unexpected={}\n",
+                                   h.attempts, h.acknowledged, h.failed, h.indeterminate, h.ok,
+                                   h.recovered, h.unexpected.size());
                       fmt::print("[check] ok={} lost={} duplicated={} phantom={} atomicity={} "
                                  "lost-after-mark={} stuck={} order-violations={}\n",
                                  r.ok, r.lost.size(), r.duplicated.size(), r.phantom.size(),

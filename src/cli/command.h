@@ -5,11 +5,13 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/exit_code.h"
+#include "lab/history.h"
 #include "outbox/error.h"
 #include "outbox/kafka/handles.h"
 #include "outbox/store.h"
@@ -23,12 +25,15 @@ struct GlobalOptions {
   std::vector<std::string> properties;  // -X name=value, as given
   std::string synchronous = "full";
   int busy_timeout_ms = 5000;
+  std::string history;  // JSON-lines history file to append to; empty: none
 
   StoreOptions MakeStoreOptions() const;
   // Parsed -X properties. Throws ConfigError.
   std::vector<kafka::Property> ParsedProperties() const;
   // Throws ConfigError when no broker is configured.
   const std::string& RequireBrokers() const;
+  // The --history file opened for appending, or null. Throws ConfigError.
+  std::unique_ptr<lab::History> OpenHistory() const;
 };
 
 // A subcommand: its CLI11 app and the function main() calls when it was chosen.

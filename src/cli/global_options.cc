@@ -21,6 +21,10 @@ void AddGlobalOptions(CLI::App& app, GlobalOptions& global) {
                  "any setting; below full, power loss can undo it")
       ->check(CLI::IsMember({"off", "normal", "full", "extra"}))
       ->capture_default_str();
+  app.add_option("--history", global.history,
+                 "Append a JSON-lines history of business transactions, sends and marks here "
+                 "(for `check --history`)")
+      ->envname("OUTBOX_HISTORY");
   app.add_option("--busy-timeout-ms", global.busy_timeout_ms,
                  "How long to wait for another writer's lock, ms")
       ->check(CLI::NonNegativeNumber)
@@ -50,6 +54,11 @@ std::vector<kafka::Property> GlobalOptions::ParsedProperties() const {
   std::vector<kafka::Property> parsed;
   for (const std::string& text : properties) parsed.push_back(kafka::ParseProperty(text));
   return parsed;
+}
+
+std::unique_ptr<lab::History> GlobalOptions::OpenHistory() const {
+  if (history.empty()) return nullptr;
+  return std::make_unique<lab::History>(history);
 }
 
 const std::string& GlobalOptions::RequireBrokers() const {

@@ -4,6 +4,7 @@
 #include "cli/publishing.h"
 #include "lab/hold.h"
 #include "lab/loans.h"
+#include "lab/recording_publisher.h"
 
 namespace outbox::cli {
 
@@ -25,8 +26,12 @@ Command AddNaiveSendFirstHoldCommand(CLI::App& app, const GlobalOptions& global)
             loan.book_id = "B-401";
             const OutboxEvent event = lab::LoanCreatedEvent(loan, 3001);  // evt-4001
             auto publisher = MakePublisher(global, *options);
+            const auto history = global.OpenHistory();
+            lab::RecordingPublisher recording(*publisher, history.get());
+            lab::Note(history.get(), "invoke", "txn", event.event_id);  // stays open: killed before the write
             OutboundMessage message{0, event.event_id, event.payload, event.event_id, event.event_type};
-            const DeliveryResult result = publisher->Publish({message}).front();
+            const DeliveryResult result = recording.Publish({message}).front();
+            if (!result.ok) lab::Note(history.get(), "fail", "txn", event.event_id, result.error);
             if (!result.ok)
               throw CommandError(ExitCode::kDeliveryFailed,
                                  fmt::format("naive-send-first-hold: send of {} failed: {}",

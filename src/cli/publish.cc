@@ -3,6 +3,7 @@
 #include "cli/command.h"
 #include "cli/publishing.h"
 #include "lab/loans.h"
+#include "lab/recording_publisher.h"
 #include "outbox/chapter_relay.h"
 
 namespace outbox::cli {
@@ -17,10 +18,13 @@ Command AddPublishCommand(CLI::App& app, const GlobalOptions& global) {
   return {sub, [&global, options]() -> ExitCode {
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
             auto publisher = MakePublisher(global, *options);
+            const auto history = global.OpenHistory();
+            lab::RecordingPublisher recording(*publisher, history.get());
             std::int64_t marked_so_far = 0;
             const auto report = RunChapterRelay(
-                *store, *publisher, {options->count, /*mark=*/true},
+                *store, recording, {options->count, /*mark=*/true},
                 [&](const ChapterRelayStep& step) {
+                  if (step.marked) lab::Note(history.get(), "ok", "mark", step.row.event.event_id);
                   if (step.delivery.ok)
                     fmt::print("[publish] outboxId={} key={} offset={} marked={}\n", step.row.id,
                                step.row.event.event_id, step.delivery.offset,

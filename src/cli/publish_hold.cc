@@ -4,6 +4,7 @@
 #include "cli/publishing.h"
 #include "lab/hold.h"
 #include "lab/loans.h"
+#include "lab/recording_publisher.h"
 #include "outbox/chapter_relay.h"
 
 namespace outbox::cli {
@@ -18,8 +19,10 @@ Command AddPublishHoldCommand(CLI::App& app, const GlobalOptions& global) {
   return {sub, [&global, options]() -> ExitCode {
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
             auto publisher = MakePublisher(global, *options);
+            const auto history = global.OpenHistory();
+            lab::RecordingPublisher recording(*publisher, history.get());
             const auto report = RunChapterRelay(
-                *store, *publisher, {options->count, /*mark=*/false},
+                *store, recording, {options->count, /*mark=*/false},
                 [&](const ChapterRelayStep& step) {
                   if (step.delivery.ok)
                     fmt::print("[send] outboxId={} key={} partition={} offset={}\n", step.row.id,

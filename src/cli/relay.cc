@@ -8,6 +8,7 @@
 
 #include "cli/command.h"
 #include "cli/duration.h"
+#include "lab/recording_publisher.h"
 #include "outbox/change_watcher.h"
 #include "outbox/error.h"
 #include "outbox/kafka/kafka_publisher.h"
@@ -128,7 +129,9 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             publisher_options.delivery_timeout_ms = static_cast<int>(send_timeout_ms);
             publisher_options.properties = global.ParsedProperties();
             kafka::KafkaPublisher publisher(publisher_options);
-            Relay relay(store, publisher, relay_options);
+            const auto history = global.OpenHistory();
+            lab::RecordingPublisher recording(publisher, history.get());
+            Relay relay(store, recording, relay_options);
             ChangeWatcher watcher(global.db, stop.get());
 
             LoopOptions loop_options;

@@ -17,12 +17,13 @@ Command AddWriteHoldCommand(CLI::App& app, const GlobalOptions& global) {
       ->check(PositiveInteger());
   return {sub, [&global, count]() -> ExitCode {
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+            const auto history = global.OpenHistory();
             auto& connection = store->connection();
             // Numbering continues after the rows a previous run left.
             const std::int64_t start = store->Count().total;
             for (std::int64_t k = 1; k <= *count; ++k) {
               const std::int64_t i = start + k;
-              const lab::WrittenLoan w = lab::WriteLoanWithEvent(*store, i);
+              const lab::WrittenLoan w = lab::WriteLoanWithEvent(*store, i, history.get());
               fmt::print("[write] txn i={} loan={} event={} committed business={} outbox={}\n", i,
                          w.loan.loan_id, w.event.event_id, lab::CountLoans(connection),
                          store->Count().total);

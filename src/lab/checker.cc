@@ -15,9 +15,44 @@ struct OutboxEntry {
   bool published = false;
 };
 
+template <typename OutboxMap, typename SeenMap>
+void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, const SeenMap& seen,
+                  const std::vector<std::string>& first_seen, CheckResult& result) {
+  HistoryVerdict& h = result.history;
+  h.present = true;
+  std::map<std::string, std::string> txn_outcome;  // event id -> "ok" | "fail" | "info"
+  for (const HistoryOp& op : ops) {
+    if (op.f != "txn") continue;
+    if (op.type == "invoke") txn_outcome.emplace(op.value, "info");
+    else if (op.type == "ok" || op.type == "fail") txn_outcome[op.value] = op.type;
+  }
+  h.attempts = static_cast<std::int64_t>(txn_outcome.size());
+  std::set<std::string> lost(result.lost.begin(), result.lost.end());
+  std::set<std::string> phantom(result.phantom.begin(), result.phantom.end());
+  for (const auto& [event_id, outcome] : txn_outcome) {
+    const bool in_kafka = seen.count(event_id) > 0;
+    if (outcome == "ok") {
+      ++h.acknowledged;
+      if (in_kafka) ++h.ok;
+      else if (lost.insert(event_id).second) result.lost.push_back(event_id);
+      if (!outbox.count(event_id))
+        result.atomicity.push_back(fmt::format("acknowledged event {} has no outbox row", event_id));
+    } else if (outcome == "fail") {
+      ++h.failed;
+      if (in_kafka && phantom.insert(event_id).second) result.phantom.push_back(event_id);
+    } else {
+      ++h.indeterminate;
+      if (in_kafka) ++h.recovered;
+    }
+  }
+  for (const std::string& id : first_seen)
+    if (!txn_outcome.count(id)) h.unexpected.push_back(id);
+}
+
 }  // namespace
 
-CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records) {
+CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
+                     const std::vector<HistoryOp>* history) {
   CheckResult result;
   auto& db = store.connection();
   std::unordered_map<std::string, OutboxEntry> outbox;
@@ -78,6 +113,7 @@ CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records) {
     result.lost.push_back(event_id);
     if (entry.published) result.lost_after_mark.push_back(event_id);
   }
+  if (history) JudgeHistory(*history, outbox, seen, first_seen, result);
   return result;
 }
 

@@ -9,31 +9,50 @@
 #include <utility>
 #include <vector>
 
+#include "lab/history.h"
 #include "lab/topic_reader.h"
 #include "outbox/store.h"
 
 namespace outbox::lab {
 
+// What the histories say, Jepsen total-queue style. Present only with --history.
+struct HistoryVerdict {
+  bool present = false;
+  std::int64_t attempts = 0;       // business transactions invoked
+  std::int64_t acknowledged = 0;   // ... that returned ok to the writer
+  std::int64_t failed = 0;         // ... that definitely failed
+  std::int64_t indeterminate = 0;  // ... left open by a crash ("info")
+  std::int64_t ok = 0;             // acknowledged and in Kafka
+  std::int64_t recovered = 0;      // indeterminate, yet in Kafka: committed before the crash
+  std::vector<std::string> unexpected;  // in Kafka, never attempted by any writer
+  std::int64_t malformed_lines = 0;
+};
+
 struct CheckResult {
+  HistoryVerdict history;
   std::int64_t business_rows = 0;
   std::int64_t outbox_rows = 0;      // committed events: what the relay owes Kafka
   std::int64_t kafka_records = 0;
   std::int64_t ok = 0;               // outbox events present in Kafka
-  std::vector<std::string> lost;     // in the outbox, never in Kafka
+  // In the outbox (or acknowledged to a writer, with history), never in Kafka.
+  std::vector<std::string> lost;
   std::vector<std::pair<std::string, std::int64_t>> duplicated;  // id, times seen (> 1)
-  std::vector<std::string> phantom;  // in Kafka, but no committed outbox row has it
+  // In Kafka, but no committed outbox row has it (or its transaction definitely failed).
+  std::vector<std::string> phantom;
   std::vector<std::string> atomicity;  // "loan L-1 has no outbox row" / "event e has no loan"
   std::vector<std::string> lost_after_mark;  // marked published, yet not in Kafka
   std::vector<std::string> stuck;    // still unpublished (or parked) when checked
   std::vector<std::string> order_violations;  // per aggregate, first sightings out of id order
   bool valid() const {
     return lost.empty() && phantom.empty() && atomicity.empty() && lost_after_mark.empty() &&
-           stuck.empty();
+           stuck.empty() && history.unexpected.empty();
   }
 };
 
 // Reads the lab's tables and compares them with records (every record of the
-// topic). Throws DbError.
-CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records);
+// topic) and, when history is not null, with what the writers were told.
+// Throws DbError.
+CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
+                     const std::vector<HistoryOp>* history = nullptr);
 
 }  // namespace outbox::lab

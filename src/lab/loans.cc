@@ -65,14 +65,21 @@ OutboxEvent LoanCreatedEvent(const Loan& loan, std::int64_t index) {
   return OutboxEvent{event_id, loan.loan_id, "LoanCreated", payload.dump(), loan.created_at_ms};
 }
 
-WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index) {
+WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* history) {
   WrittenLoan written{ChapterLoan(index), {}};
   written.event = LoanCreatedEvent(written.loan, index);
-  sqlite::Transaction txn(store.connection());
-  InsertLoan(store.connection(), written.loan);
-  store.Enqueue(written.event);
-  HitFailpoint("write.before_commit");
-  txn.Commit();
+  Note(history, "invoke", "txn", written.event.event_id);
+  try {
+    sqlite::Transaction txn(store.connection());
+    InsertLoan(store.connection(), written.loan);
+    store.Enqueue(written.event);
+    HitFailpoint("write.before_commit");
+    txn.Commit();
+  } catch (const std::exception& e) {
+    Note(history, "fail", "txn", written.event.event_id, e.what());
+    throw;
+  }
+  Note(history, "ok", "txn", written.event.event_id);
   HitFailpoint("write.after_commit");
   return written;
 }

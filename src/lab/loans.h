@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "lab/history.h"
 #include "outbox/event.h"
 #include "outbox/store.h"
 
@@ -44,7 +45,8 @@ struct WrittenLoan {
 // LoanCreated event in one BEGIN IMMEDIATE transaction, with failpoints
 // write.before_commit and write.after_commit. Throws DbError (nothing of the
 // loan is committed then) or FailpointError.
-WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index);
+// history (may be null) gets an invoke before BEGIN and ok/fail after.
+WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* history = nullptr);
 
 // Inserts loan. Call inside a sqlite::Transaction. Throws DbError
 // (SQLITE_CONSTRAINT_PRIMARYKEY when loan_id exists).
