@@ -26,7 +26,7 @@ LAB_BIN=${OUTBOX_LAB_BIN:-$REPO_DIR/build/outbox-lab}
 # The binary reads these from the environment (failpoints too); a scenario passes what it needs,
 # so a caller's shell (say OUTBOX_DB left over from run.sh use) cannot leak into a run.
 EXTERNAL_BROKERS=${KAFKA_BOOTSTRAP_SERVERS:-}
-unset KAFKA_BOOTSTRAP_SERVERS OUTBOX_DB OUTBOX_TOPIC OUTBOX_BROKER_CONTROL OUTBOX_FAILPOINTS
+unset KAFKA_BOOTSTRAP_SERVERS OUTBOX_DB OUTBOX_TOPIC OUTBOX_BROKER_CONTROL OUTBOX_FAILPOINTS OUTBOX_HISTORY
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/outbox-lab-$SCENARIO.XXXXXX") || {
   echo "FAIL $SCENARIO: mktemp -d failed"

@@ -16,6 +16,8 @@
 . "$(dirname "$0")/lib.sh"
 
 start_broker
+# Every lab process appends its operations here, for the checker at the end.
+export OUTBOX_HISTORY=$TMP/history.jsonl
 
 step "reset"
 run reset
@@ -120,5 +122,12 @@ expect_line '^\[verify\] business_loan=5 outbox=5 published=5 unpublished=0$' "$
 if [ "$single_partition" -eq 1 ]; then
   expect_line '^duplicated ids +evt-1001 x2, evt-1002 x2, evt-1003 x2$' "$OUT"
 fi
+
+step "the checker: the writers' history against the database and the topic"
+run check --history "$OUTBOX_HISTORY"
+expect_rc 0 "check (valid)"
+expect_line '^\[check\] history: attempts=5 acknowledged=5 failed=0 indeterminate=0 ok=5 recovered=0 unexpected=0$' "$OUT"
+expect_line '^\[check\] ok=5 lost=0 duplicated=3 phantom=0 atomicity=0 lost-after-mark=0 stuck=0 order-violations=0$' "$OUT"
+expect_line '^\[check\] valid$' "$OUT"
 
 finish
