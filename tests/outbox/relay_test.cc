@@ -1,0 +1,630 @@
+// The production relay against a fake publisher and a clock the test moves:
+// one Publish call and one settle per batch, backoff, parking, per-aggregate
+// blocking, the keyset cursor, and RunRelayLoop with a fake IdleWaiter.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "outbox/error.h"
+#include "outbox/failpoint.h"
+#include "outbox/relay.h"
+#include "outbox/sqlite/connection.h"
+#include "outbox/store.h"
+#include "relay_test_support.h"
+#include "test_support.h"
+
+namespace {
+
+using outbox::BatchReport;
+using outbox::ConfigError;
+using outbox::FailureMode;
+using outbox::KeyChoice;
+using outbox::LoopMode;
+using outbox::LoopOptions;
+using outbox::OpenMode;
+using outbox::Relay;
+using outbox::RelayOptions;
+using outbox::Store;
+using outbox::StoreOptions;
+using outbox::testing::CaptureThrow;
+using outbox::testing::EnqueueAll;
+using outbox::testing::EnqueueRange;
+using outbox::testing::EventOn;
+using outbox::testing::FastStoreOptions;
+using outbox::testing::FailpointReset;
+using outbox::testing::FakeClock;
+using outbox::testing::FakePublisher;
+using outbox::testing::FakeWaiter;
+using outbox::testing::IdsOf;
+using outbox::testing::IntColumn;
+using outbox::testing::IsPublished;
+using outbox::testing::kNowMs;
+using outbox::testing::MakeEvent;
+using outbox::testing::RowFailingPublisher;
+using outbox::testing::TempDir;
+using outbox::testing::TextColumn;
+using Ids = std::vector<std::int64_t>;
+
+// A fresh store in dir and relay options on a fake clock.
+class RelayFixture {
+ public:
+  RelayFixture() : store(dir.File("lab.db"), FastStoreOptions(), OpenMode::kCreate) {
+    store.ResetSchema();
+    options.owner = "relay-test";
+    options.clock = clock.clock();
+    options.settle.backoff_base_ms = 100;
+    options.settle.backoff_max_ms = 10000;
+  }
+
+  Ids PublishedIds() {
+    auto select = store.connection().Prepare("SELECT id FROM outbox WHERE published <> 0 ORDER BY id");
+    Ids ids;
+    while (select.Step()) ids.push_back(select.ColumnInt64(0));
+    return ids;
+  }
+
+  TempDir dir;
+  Store store;
+  FakeClock clock;
+  RelayOptions options;
+};
+
+}  // namespace
+
+TEST_CASE("RunBatch publishes a claimed batch in one Publish call and marks every acked row in "
+          "one settle",
+          "[relay]") {
+  RelayFixture f;
+  EnqueueRange(f.store, 1, 3);
+  f.options.batch_size = 10;
+  FakePublisher publisher;
+  Relay relay(f.store, publisher, f.options);
+
+  const BatchReport report = relay.RunBatch();
+
+  CHECK(report.token >= 1);
+  CHECK(report.claimed == 3);
+  CHECK(report.acked == 3);
+  CHECK(report.failed == 0);
+  CHECK(report.settle.marked == 3);
+  CHECK(report.settle.retried == 0);
+  CHECK(report.settle.fenced == 0);
+  REQUIRE(publisher.calls.size() == 1);
+  REQUIRE(IdsOf(publisher.calls[0]) == Ids{1, 2, 3});
+  for (int i = 1; i <= 3; ++i) {
+    INFO("row " << i);
+    const auto& message = publisher.calls[0][static_cast<std::size_t>(i) - 1];
+    const auto event = MakeEvent(i);
+    CHECK(message.key == event.event_id);  // the chapter's key by default
+    CHECK(message.event_id == event.event_id);
+    CHECK(message.event_type == event.event_type);
+    CHECK(message.payload == event.payload);
+    CHECK(IsPublished(f.store, i));
+    CHECK(IntColumn(f.store, "published_at", i) == kNowMs);
+    CHECK_FALSE(IntColumn(f.store, "claim_token", i).has_value());
+  }
+
+  const BatchReport idle = relay.RunBatch();
+  CHECK(idle.claimed == 0);
+  CHECK(publisher.calls.size() == 1);
+  CHECK_FALSE(relay.HasClaimable());
+}
+
+TEST_CASE("RunBatch marks the other rows when one delivery fails and puts the failing row into "
+          "backoff",
+          "[relay]") {
+  RelayFixture f;
+  EnqueueRange(f.store, 1, 3);
+  RowFailingPublisher publisher;
+  publisher.failing = {2};
+  Relay relay(f.store, publisher, f.options);
+
+  const BatchReport report = relay.RunBatch();
+
+  CHECK(report.claimed == 3);
+  CHECK(report.acked == 2);
+  CHECK(report.failed == 1);
+  CHECK(report.settle.marked == 2);
+  CHECK(report.settle.retried == 1);
+  CHECK(report.settle.parked == 0);
+  CHECK(publisher.calls.size() == 1);
+  CHECK(f.PublishedIds() == Ids{1, 3});
+  CHECK(IntColumn(f.store, "attempts", 2) == 1);
+  CHECK(TextColumn(f.store, "last_error", 2) == std::string("fake: poison row"));
+  CHECK(IntColumn(f.store, "next_attempt_at", 2) == kNowMs + 100);
+  CHECK_FALSE(IntColumn(f.store, "parked_at", 2).has_value());
+  CHECK(f.store.Status(kNowMs).in_backoff == 1);
+}
+
+TEST_CASE("RunBatch puts the whole batch into backoff and marks nothing when every delivery fails",
+          "[relay]") {
+  RelayFixture f;
+  EnqueueRange(f.store, 1, 4);
+  FakePublisher publisher({false});
+  Relay relay(f.store, publisher, f.options);
+
+  const BatchReport report = relay.RunBatch();
+
+  CHECK(report.claimed == 4);
+  CHECK(report.acked == 0);
+  CHECK(report.failed == 4);
+  CHECK(report.settle.marked == 0);
+  CHECK(report.settle.retried == 4);
+  CHECK(f.PublishedIds().empty());
+  CHECK(f.store.Status(kNowMs).in_backoff == 4);
+  CHECK(TextColumn(f.store, "last_error", 4) == std::string("fake: scripted delivery failure"));
+}
+
+TEST_CASE("With key aggregate-id the record key is the aggregate id", "[relay]") {
+  RelayFixture f;
+  EnqueueAll(f.store, {EventOn(1, "L-1"), EventOn(2, "L-2"), EventOn(3, "L-1")});
+  f.options.key = outbox::ParseKeyChoice("aggregate-id");
+  FakePublisher publisher;
+  Relay relay(f.store, publisher, f.options);
+
+  REQUIRE(relay.RunBatch().acked == 3);
+
+  CHECK(publisher.SentKeys() == std::vector<std::string>{"L-1", "L-2", "L-1"});
+  // The event id still travels in its own field (header event_id).
+  REQUIRE(publisher.calls.size() == 1);
+  CHECK(publisher.calls[0][2].event_id == "evt-3");
+}
+
+TEST_CASE("The keyset cursor claims batches of 2, 2 and 1 over five rows, then starts a new pass "
+          "from id 0",
+          "[relay]") {
+  RelayFixture f;
+  EnqueueRange(f.store, 1, 5);
+  f.options.batch_size = 2;
+  FakePublisher publisher({false});  // the first batch fails and goes into backoff
+  Relay relay(f.store, publisher, f.options);
+
+  CHECK(relay.RunBatch().claimed == 2);
+  CHECK(relay.RunBatch().claimed == 2);
+  CHECK(relay.RunBatch().claimed == 1);
+  CHECK(relay.RunBatch().claimed == 0);  // rows 1 and 2 are in backoff
+  f.clock.now_ms += 100;
+  const BatchReport retry = relay.RunBatch();  // nothing past id 5: a new pass
+  CHECK(retry.claimed == 2);
+  CHECK(retry.settle.marked == 2);
+
+  REQUIRE(publisher.calls.size() == 4);
+  CHECK(IdsOf(publisher.calls[0]) == Ids{1, 2});
+  CHECK(IdsOf(publisher.calls[1]) == Ids{3, 4});
+  CHECK(IdsOf(publisher.calls[2]) == Ids{5});
+  CHECK(IdsOf(publisher.calls[3]) == Ids{1, 2});
+  CHECK(f.PublishedIds() == Ids{1, 2, 3, 4, 5});
+}
+
+TEST_CASE("The keyset cursor moves on past the last claimed row rather than restarting at id 0",
+          "[relay]") {
+  RelayFixture f;
+  EnqueueRange(f.store, 1, 3);
+  f.options.batch_size = 2;
+  FakePublisher publisher({false});
+  Relay relay(f.store, publisher, f.options);
+  REQUIRE(relay.RunBatch().claimed == 2);  // rows 1, 2 fail: backoff until +100
+
+  f.clock.now_ms += 100;  // rows 1 and 2 are due again, but row 3 lies past the cursor
+  const BatchReport next = relay.RunBatch();
+
+  CHECK(next.claimed == 1);
+  REQUIRE(publisher.calls.size() == 2);
+  CHECK(IdsOf(publisher.calls[1]) == Ids{3});
+  CHECK(relay.RunBatch().claimed == 2);  // then the new pass
+  CHECK(IdsOf(publisher.calls.back()) == Ids{1, 2});
+}
+
+TEST_CASE("A row in backoff is picked up once its backoff expires, and not a millisecond before",
+          "[relay]") {
+  RelayFixture f;
+  EnqueueRange(f.store, 1, 1);
+  FakePublisher publisher({false, false, true});
+  Relay relay(f.store, publisher, f.options);
+
+  REQUIRE(relay.RunBatch().settle.retried == 1);  // attempt 1: backoff 100 ms
+  f.clock.now_ms += 99;
+  CHECK_FALSE(relay.HasClaimable());
+  CHECK(relay.RunBatch().claimed == 0);
+  f.clock.now_ms += 1;
+  CHECK(relay.HasClaimable());
+  REQUIRE(relay.RunBatch().settle.retried == 1);  // attempt 2: backoff 200 ms
+  CHECK(IntColumn(f.store, "next_attempt_at", 1) == f.clock.now_ms + 200);
+  f.clock.now_ms += 199;
+  CHECK(relay.RunBatch().claimed == 0);
+  f.clock.now_ms += 1;
+  const BatchReport third = relay.RunBatch();
+  CHECK(third.settle.marked == 1);
+  CHECK(publisher.calls.size() == 3);
+  CHECK(IntColumn(f.store, "published_at", 1) == f.clock.now_ms);
+  CHECK(IntColumn(f.store, "attempts", 1) == 2);
+}
+
+TEST_CASE("A poison row is parked after max_attempts while rows of other aggregates keep flowing",
+          "[relay]") {
+  RelayFixture f;
+  f.options.settle.max_attempts = 3;
+  EnqueueAll(f.store, {EventOn(1, "poison"), EventOn(2, "A"), EventOn(3, "B")});
+  RowFailingPublisher publisher;
+  publisher.failing = {1};
+  Relay relay(f.store, publisher, f.options);
+  // Runs batches until nothing is claimable (bounded).
+  const auto drain = [&] {
+    for (int i = 0; i < 10 && relay.RunBatch().claimed > 0; ++i) {
+    }
+  };
+
+  drain();
+  CHECK(publisher.TimesSent(1) == 1);
+  CHECK(f.PublishedIds() == Ids{2, 3});
+
+  // Each round: another aggregate writes a row, the backoff runs out, the relay drains.
+  std::int64_t parked_after_round = 0;
+  for (int round = 1; round <= 4; ++round) {
+    INFO("round " << round);
+    const std::int64_t id = EnqueueAll(f.store, {EventOn(100 + round, "other")}).front();
+    f.clock.now_ms += f.options.settle.backoff_max_ms;
+    drain();
+    CHECK(IsPublished(f.store, id));
+    CHECK(publisher.TimesSent(1) == std::min(1 + round, 3));
+    if (parked_after_round == 0 && IntColumn(f.store, "parked_at", 1).has_value())
+      parked_after_round = round;
+  }
+
+  CHECK(parked_after_round == 2);  // attempts 2 and 3 came in rounds 1 and 2
+  CHECK(IntColumn(f.store, "attempts", 1) == 3);
+  CHECK_FALSE(IsPublished(f.store, 1));
+  const auto status = f.store.Status(f.clock.now_ms);
+  CHECK(status.parked == 1);
+  CHECK(status.unpublished == 0);
+  CHECK(f.store.PendingCount() == 0);
+}
+
+TEST_CASE("With block-key a later row of a parked aggregate waits until the parked row is "
+          "unparked and published; with skip it is sent",
+          "[relay]") {
+  RelayFixture f;
+  f.options.settle.max_attempts = 1;
+  EnqueueAll(f.store, {EventOn(1, "X"), EventOn(2, "Y")});
+  RowFailingPublisher publisher;
+  publisher.failing = {1};
+
+  SECTION("block-key") {
+    f.options.on_failure = outbox::ParseFailureMode("block-key");
+    Relay relay(f.store, publisher, f.options);
+    REQUIRE(relay.RunBatch().settle.parked == 1);
+    EnqueueAll(f.store, {EventOn(3, "X"), EventOn(4, "Z")});  // row 3 follows the parked row 1
+
+    const BatchReport blocked = relay.RunBatch();
+    CHECK(blocked.claimed == 1);  // row 4 only
+    CHECK(publisher.TimesSent(3) == 0);
+    f.clock.now_ms += 86400000;
+    CHECK(relay.RunBatch().claimed == 0);
+    CHECK_FALSE(relay.HasClaimable());
+    CHECK(publisher.TimesSent(3) == 0);
+
+    publisher.failing.clear();
+    REQUIRE(f.store.Unpark(1));
+    const BatchReport released = relay.RunBatch();
+    CHECK(released.settle.marked == 2);
+    REQUIRE_FALSE(publisher.calls.empty());
+    CHECK(IdsOf(publisher.calls.back()) == Ids{1, 3});  // in id order: 1 before 3
+    CHECK(f.PublishedIds() == Ids{1, 2, 3, 4});
+  }
+  SECTION("skip") {
+    f.options.on_failure = outbox::ParseFailureMode("skip");
+    Relay relay(f.store, publisher, f.options);
+    REQUIRE(relay.RunBatch().settle.parked == 1);
+    EnqueueAll(f.store, {EventOn(3, "X")});
+
+    const BatchReport next = relay.RunBatch();
+    CHECK(next.claimed == 1);
+    CHECK(next.settle.marked == 1);
+    CHECK(publisher.TimesSent(3) == 1);
+    CHECK(f.PublishedIds() == Ids{2, 3});
+    CHECK_FALSE(IsPublished(f.store, 1));
+  }
+}
+
+// Known bug (see the report in the commit message): the claim blocks a later
+// row only while the earlier row is parked, in backoff or claimed. Once the
+// earlier row's backoff has expired it is claimable again, but it lies behind
+// the relay's keyset cursor, so the claim from the cursor takes the later row
+// alone and sends it first. Remove [!shouldfail] when fixed.
+TEST_CASE("With block-key a later row of an aggregate is not sent before an earlier row whose "
+          "backoff expired behind the cursor",
+          "[relay][!shouldfail]") {
+  RelayFixture f;
+  f.options.batch_size = 2;
+  EnqueueAll(f.store,
+             {EventOn(1, "X"), EventOn(2, "Y"), EventOn(3, "X"), EventOn(4, "Z")});
+  FakePublisher publisher({false});  // batch {1, 2} fails once
+  Relay relay(f.store, publisher, f.options);
+  REQUIRE(relay.RunBatch().settle.retried == 2);
+
+  f.clock.now_ms += 100;  // rows 1 and 2 due again; the cursor is at 2
+  while (relay.RunBatch().claimed > 0) {
+  }
+
+  // Per-aggregate order: row 1 (X) must reach the publisher before row 3 (X).
+  std::vector<std::int64_t> order;
+  for (const auto& call : publisher.calls)
+    for (const auto& m : call)
+      if (m.outbox_id == 1 || m.outbox_id == 3) order.push_back(m.outbox_id);
+  CHECK(order == Ids{1, 1, 3});
+}
+
+// Known bug (see the report): under block-key the claim takes an earlier and
+// a later row of one aggregate into the same batch. When the earlier row's
+// delivery fails and the later one's succeeds, the later row is marked
+// published while the earlier one waits in backoff: it did not wait.
+// Remove [!shouldfail] when fixed.
+TEST_CASE("With block-key a later row of an aggregate is not published while an earlier row of "
+          "the same batch waits in backoff",
+          "[relay][!shouldfail]") {
+  RelayFixture f;
+  EnqueueAll(f.store, {EventOn(1, "X"), EventOn(2, "X")});
+  RowFailingPublisher publisher;
+  publisher.failing = {1};
+  Relay relay(f.store, publisher, f.options);
+
+  relay.RunBatch();
+
+  CHECK_FALSE(IsPublished(f.store, 1));
+  CHECK_FALSE(IsPublished(f.store, 2));
+}
+
+// Known bug (see the report): the relay starts a new pass from id 0 only when
+// nothing lies past its cursor. While every batch finds a newly written row,
+// a row whose backoff has run out is never retried.
+// Remove [!shouldfail] when fixed.
+TEST_CASE("A row whose backoff expired is retried within a bounded number of batches while "
+          "writers keep adding rows",
+          "[relay][!shouldfail]") {
+  RelayFixture f;
+  f.options.batch_size = 1;
+  EnqueueRange(f.store, 1, 1);
+  FakePublisher publisher({false});  // row 1 fails once, then the broker is fine
+  Relay relay(f.store, publisher, f.options);
+  REQUIRE(relay.RunBatch().settle.retried == 1);
+
+  for (int i = 2; i <= 11; ++i) {
+    f.clock.now_ms += 1000;  // far past the 100 ms backoff
+    EnqueueRange(f.store, i, i);
+    relay.RunBatch();
+  }
+
+  CHECK(IsPublished(f.store, 1));
+}
+
+TEST_CASE("Relay rejects batch size 0, lease 0 and max attempts 0 with ConfigError", "[relay]") {
+  RelayFixture f;
+  FakePublisher publisher;
+  std::string expected;
+  SECTION("batch size") {
+    f.options.batch_size = 0;
+    expected = "batch size 0";
+  }
+  SECTION("negative batch size") {
+    f.options.batch_size = -1;
+    expected = "batch size -1";
+  }
+  SECTION("lease") {
+    f.options.lease_ms = 0;
+    expected = "lease 0 ms";
+  }
+  SECTION("max attempts") {
+    f.options.settle.max_attempts = 0;
+    expected = "max attempts 0";
+  }
+  const auto error = CaptureThrow<ConfigError>([&] { Relay relay(f.store, publisher, f.options); });
+  REQUIRE(error.has_value());
+  CHECK_THAT(error->what(), Catch::Contains(expected));
+}
+
+TEST_CASE("ParseKeyChoice and ParseFailureMode accept their two words and reject anything else",
+          "[relay]") {
+  CHECK(outbox::ParseKeyChoice("event-id") == KeyChoice::kEventId);
+  CHECK(outbox::ParseKeyChoice("aggregate-id") == KeyChoice::kAggregateId);
+  CHECK(outbox::ParseFailureMode("block-key") == FailureMode::kBlockKey);
+  CHECK(outbox::ParseFailureMode("skip") == FailureMode::kSkip);
+
+  const std::string bad = GENERATE(as<std::string>{}, "", "event_id", "Event-Id", "aggregate",
+                                   "block_key", "SKIP", " skip", "skip ");
+  INFO("text: '" << bad << "'");
+  const auto key_error = CaptureThrow<ConfigError>([&] { outbox::ParseKeyChoice(bad); });
+  REQUIRE(key_error.has_value());
+  CHECK_THAT(key_error->what(), Catch::Contains("'" + bad + "'"));
+  const auto mode_error = CaptureThrow<ConfigError>([&] { outbox::ParseFailureMode(bad); });
+  REQUIRE(mode_error.has_value());
+  CHECK_THAT(mode_error->what(), Catch::Contains("'" + bad + "'"));
+}
+
+TEST_CASE("An error between the ack and the mark leaves the batch claimed; after the lease it is "
+          "sent again and marked",
+          "[relay][failpoint]") {
+  FailpointReset reset;
+  RelayFixture f;
+  EnqueueRange(f.store, 1, 2);
+  f.options.lease_ms = 5000;
+  FakePublisher publisher;
+  Relay relay(f.store, publisher, f.options);
+  outbox::ConfigureFailpoints("relay.after_ack_before_mark=1*error->off");
+
+  REQUIRE(CaptureThrow<outbox::FailpointError>([&] { relay.RunBatch(); }).has_value());
+  CHECK(publisher.calls.size() == 1);
+  CHECK(f.PublishedIds().empty());
+  CHECK(f.store.Status(f.clock.now_ms).claimed == 2);
+  CHECK(relay.RunBatch().claimed == 0);  // the lease holds
+
+  f.clock.now_ms += 5000;
+  const BatchReport again = relay.RunBatch();
+  CHECK(again.settle.marked == 2);
+  CHECK(publisher.calls.size() == 2);  // at-least-once: both rows sent twice
+  CHECK(f.PublishedIds() == Ids{1, 2});
+}
+
+TEST_CASE("RunRelayLoop in once mode runs exactly one batch", "[relay]") {
+  RelayFixture f;
+  f.options.batch_size = 2;
+  FakePublisher publisher;
+  Relay relay(f.store, publisher, f.options);
+  FakeWaiter waiter;
+  LoopOptions loop;
+  loop.mode = LoopMode::kOnce;
+  int callbacks = 0;
+
+  SECTION("with rows") {
+    EnqueueRange(f.store, 1, 5);
+    const auto report = outbox::RunRelayLoop(relay, f.store, waiter, loop,
+                                             [&](const BatchReport&) { ++callbacks; });
+    CHECK(report.batches == 1);
+    CHECK(report.acked == 2);
+    CHECK(report.marked == 2);
+    CHECK_FALSE(report.stopped);
+    CHECK(callbacks == 1);
+    CHECK(f.PublishedIds() == Ids{1, 2});
+  }
+  SECTION("with nothing to do") {
+    const auto report = outbox::RunRelayLoop(relay, f.store, waiter, loop,
+                                             [&](const BatchReport&) { ++callbacks; });
+    CHECK(report.batches == 0);
+    CHECK(callbacks == 0);
+    CHECK(publisher.calls.empty());
+  }
+  CHECK(waiter.waits == 0);
+}
+
+TEST_CASE("RunRelayLoop until empty ends once nothing is pending", "[relay]") {
+  RelayFixture f;
+  f.options.batch_size = 2;
+  EnqueueRange(f.store, 1, 5);
+  FakePublisher publisher;
+  Relay relay(f.store, publisher, f.options);
+  FakeWaiter waiter;
+  LoopOptions loop;
+  loop.mode = LoopMode::kUntilEmpty;
+  std::vector<std::int64_t> claimed;
+
+  const auto report = outbox::RunRelayLoop(relay, f.store, waiter, loop,
+                                           [&](const BatchReport& b) { claimed.push_back(b.claimed); });
+
+  CHECK(report.batches == 3);
+  CHECK(report.marked == 5);
+  CHECK(report.failed == 0);
+  CHECK_FALSE(report.stopped);
+  CHECK(claimed == Ids{2, 2, 1});
+  CHECK(waiter.waits == 0);
+  CHECK(f.store.PendingCount() == 0);
+}
+
+TEST_CASE("RunRelayLoop until empty waits out a backoff instead of ending early", "[relay]") {
+  RelayFixture f;
+  f.options.settle.backoff_base_ms = 300;
+  EnqueueRange(f.store, 1, 2);
+  FakePublisher publisher({false});
+  Relay relay(f.store, publisher, f.options);
+  FakeWaiter waiter;
+  std::int64_t waited_ms = 0;
+  waiter.on_wait = [&](int timeout_ms) {
+    f.clock.now_ms += timeout_ms;  // the wait times out: time passes
+    waited_ms += timeout_ms;
+  };
+  LoopOptions loop;
+  loop.mode = LoopMode::kUntilEmpty;
+  loop.idle_min_ms = 5;
+  loop.idle_max_ms = 80;
+
+  const auto report = outbox::RunRelayLoop(relay, f.store, waiter, loop, nullptr);
+
+  CHECK_FALSE(report.stopped);
+  CHECK(report.batches == 2);
+  CHECK(report.failed == 2);
+  CHECK(report.marked == 2);
+  CHECK(publisher.calls.size() == 2);
+  CHECK(f.PublishedIds() == Ids{1, 2});
+  CHECK(waited_ms >= 300);
+  CHECK(waiter.drains >= waiter.waits);
+  // Idle waits double from idle_min_ms up to idle_max_ms.
+  REQUIRE(waiter.timeouts_ms.size() >= 6);
+  CHECK(std::vector<int>(waiter.timeouts_ms.begin(), waiter.timeouts_ms.begin() + 6) ==
+        std::vector<int>{5, 10, 20, 40, 80, 80});
+}
+
+// Known bug (see the report): a row blocked behind a parked row of its
+// aggregate counts as pending but can never be claimed, so until-empty waits
+// forever instead of ending. The FakeWaiter requests a stop after 50 waits.
+// Remove [!shouldfail] when fixed.
+TEST_CASE("RunRelayLoop until empty ends when the only pending row is blocked behind a parked row",
+          "[relay][!shouldfail]") {
+  RelayFixture f;
+  f.options.batch_size = 1;
+  f.options.settle.max_attempts = 1;
+  EnqueueAll(f.store, {EventOn(1, "X"), EventOn(2, "X")});
+  RowFailingPublisher publisher;
+  publisher.failing = {1};
+  Relay relay(f.store, publisher, f.options);
+  FakeWaiter waiter;
+  waiter.max_waits = 50;
+  waiter.on_wait = [&](int timeout_ms) { f.clock.now_ms += timeout_ms; };
+  LoopOptions loop;
+  loop.mode = LoopMode::kUntilEmpty;
+
+  const auto report = outbox::RunRelayLoop(relay, f.store, waiter, loop, nullptr);
+
+  CHECK(report.parked == 1);
+  CHECK_FALSE(report.stopped);
+  CHECK(waiter.waits < 50);
+}
+
+TEST_CASE("A stop request ends the loop after the current batch, with every acked row of that "
+          "batch marked",
+          "[relay]") {
+  RelayFixture f;
+  f.options.batch_size = 3;
+  EnqueueRange(f.store, 1, 7);
+  FakeWaiter waiter;
+  FakePublisher publisher;
+  // SIGTERM arrives while the first batch is in flight.
+  publisher.on_publish = [&](const std::vector<outbox::OutboundMessage>&) { waiter.stop = true; };
+  Relay relay(f.store, publisher, f.options);
+  LoopOptions loop;
+  loop.mode = GENERATE(LoopMode::kForever, LoopMode::kUntilEmpty);
+
+  const auto report = outbox::RunRelayLoop(relay, f.store, waiter, loop, nullptr);
+
+  CHECK(report.stopped);
+  CHECK(report.batches == 1);
+  CHECK(report.acked == 3);
+  CHECK(report.marked == 3);
+  CHECK(publisher.calls.size() == 1);
+  CHECK(f.PublishedIds() == Ids{1, 2, 3});
+  CHECK(f.store.Status(f.clock.now_ms).claimed == 0);
+  CHECK(waiter.waits == 0);
+}
+
+TEST_CASE("RunRelayLoop forever sleeps while idle and picks up a row written during a wait",
+          "[relay]") {
+  RelayFixture f;
+  FakePublisher publisher;
+  Relay relay(f.store, publisher, f.options);
+  FakeWaiter waiter;
+  waiter.on_wait = [&](int) {
+    if (waiter.waits == 3) EnqueueRange(f.store, 1, 1);
+    if (waiter.waits == 6) waiter.stop = true;
+  };
+  LoopOptions loop;
+  loop.mode = LoopMode::kForever;
+
+  const auto report = outbox::RunRelayLoop(relay, f.store, waiter, loop, nullptr);
+
+  CHECK(report.stopped);
+  CHECK(report.batches == 1);
+  CHECK(report.marked == 1);
+  CHECK(waiter.waits == 6);
+  // After the batch the idle wait starts over at idle_min_ms.
+  CHECK(waiter.timeouts_ms == std::vector<int>{5, 10, 20, 5, 10, 20});
+}
