@@ -29,7 +29,8 @@ enum class KeyChoice {
 
 // What a failed row means for later rows of the same aggregate.
 enum class FailureMode {
-  kBlockKey,  // they wait until it is published (or unparked and published): order kept
+  kBlockKey,  // only an aggregate's oldest unpublished row is sent: order kept, at most
+              // one row per aggregate per batch; a parked row stalls its aggregate
   kSkip,      // they flow on: throughput kept, order across the failure lost
 };
 
@@ -63,8 +64,13 @@ class Relay {
   // True when a row could be claimed now (read-only: no write while idle).
   bool HasClaimable();
 
-  // Runs one batch from the keyset cursor; when nothing lies past the cursor,
-  // starts a new pass from id 0 (rows whose backoff expired). claimed == 0
+  // True when nothing is claimable and no row waits on a backoff or a lease:
+  // waiting longer cannot help (until-empty ends here). Throws DbError.
+  bool CanOnlyWaitForever();
+
+  // Runs one batch from the keyset cursor. Starts a new pass from id 0 when
+  // nothing lies past the cursor or when a row behind it became claimable
+  // (its backoff ran out), so retries are never starved by new rows. claimed == 0
   // means nothing was claimable. Throws DbError; delivery failures are
   // recorded, not thrown.
   BatchReport RunBatch();
@@ -95,7 +101,8 @@ class IdleWaiter {
 
 enum class LoopMode {
   kOnce,        // one batch
-  kUntilEmpty,  // until no row waits (published or parked); waits out backoff
+  kUntilEmpty,  // until nothing is claimable and nothing waits on a backoff or lease;
+                // rows blocked behind a parked row of their aggregate stay pending
   kForever,     // until a stop request
 };
 
@@ -119,7 +126,7 @@ struct LoopReport {
 // the batch in flight finishes (its deliveries are bounded by the delivery
 // timeout) and is settled first, so every acked row is marked.
 // on_batch is called after each non-empty batch. Throws what RunBatch throws.
-LoopReport RunRelayLoop(Relay& relay, Store& store, IdleWaiter& waiter,
+LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter,
                         const LoopOptions& options,
                         const std::function<void(const BatchReport&)>& on_batch);
 

@@ -57,11 +57,12 @@ struct Claim {
 struct ClaimRequest {
   std::string owner;            // shown in status, e.g. "relay-4242@host"
   std::int64_t after_id = 0;    // keyset cursor: claim rows with id > after_id
+  std::int64_t up_to_id = 0;    // and id <= up_to_id, unless 0
   std::int64_t limit = 1000;    // rows, > 0
   std::int64_t lease_ms = 30000;  // the claim expires this long after now_ms
   std::int64_t now_ms = 0;      // epoch ms
-  // Per-aggregate order: skip rows whose aggregate has an earlier unpublished
-  // row that is parked, in backoff, or claimed by someone else.
+  // Per-aggregate order: only the oldest unpublished row of each aggregate is
+  // claimable, so a later event never overtakes an earlier one.
   bool block_key = true;
 };
 
@@ -104,6 +105,7 @@ struct PurgeReport {
 class Store {
  public:
   // Opens the database at path in WAL mode with options applied.
+  // An existing outbox of an older schema version is migrated (kSchemaVersion).
   // kExisting: throws SchemaMissingError when the file does not exist or has
   //   no outbox table (and then has created and changed nothing).
   // kCreate: creates missing parent directories; throws DbError with
@@ -147,9 +149,13 @@ class Store {
   // An empty Claim means nothing is claimable. Throws DbError.
   Claim ClaimBatch(const ClaimRequest& request);
 
-  // True when ClaimBatch(request) with after_id 0 would claim a row. Read
-  // only, so an idle relay writes nothing. Throws DbError.
+  // True when ClaimBatch(request) would claim a row. Read only, so an idle
+  // relay writes nothing. Throws DbError.
   bool HasClaimable(const ClaimRequest& request);
+
+  // Unpublished, unparked rows that time alone will make claimable: in
+  // backoff or under an unexpired claim at now_ms. Throws DbError.
+  std::int64_t WaitingCount(std::int64_t now_ms);
 
   // Rows not yet published and not parked (claimable, claimed or in backoff).
   std::int64_t PendingCount();
@@ -177,6 +183,7 @@ class Store {
   // Unparks every parked row; returns how many. Throws DbError.
   std::int64_t UnparkAll();
 
+  // Throws ConfigError for batch_size <= 0.
   // Deletes published rows with published_at (created_at for rows published
   // before schema 2) older than cutoff_ms, batch_size rows per transaction so
   // writers are never blocked for long; with archive, copies them into

@@ -140,7 +140,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                                                  : LoopMode::kForever;
             loop_options.idle_max_ms = static_cast<int>(idle_max_ms);
             const LoopReport report = RunRelayLoop(
-                relay, store, watcher, loop_options, [&](const BatchReport& batch) {
+                relay, watcher, loop_options, [&](const BatchReport& batch) {
                   if (o->quiet) return;
                   fmt::print("[relay] batch token={} claimed={} acked={} failed={} marked={} "
                              "retried={} parked={} fenced={}\n",

@@ -72,6 +72,7 @@ Term ParseTerm(const std::string& entry, std::string text) {
     text = text.substr(star + 1);
   }
   std::string arg;
+  const bool has_parens = text.find('(') != std::string::npos;
   if (const auto open = text.find('('); open != std::string::npos) {
     if (text.back() != ')') Malformed(entry, "missing ')'");
     arg = text.substr(open + 1, text.size() - open - 2);
@@ -84,7 +85,7 @@ Term ParseTerm(const std::string& entry, std::string text) {
   else if (text == "sleep") term.action = Action::kSleep;
   else Malformed(entry, fmt::format("unknown action '{}'; use off, kill, hold, sleep(ms), error", text));
   if (term.action == Action::kSleep) term.arg = ParseNumber(entry, arg);
-  else if (!arg.empty()) Malformed(entry, fmt::format("action '{}' takes no argument", text));
+  else if (has_parens) Malformed(entry, fmt::format("action '{}' takes no argument", text));
   return term;
 }
 

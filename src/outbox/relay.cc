@@ -52,9 +52,16 @@ ClaimRequest Relay::MakeClaimRequest(std::int64_t after_id) const {
 
 bool Relay::HasClaimable() { return store_.HasClaimable(MakeClaimRequest(0)); }
 
+bool Relay::CanOnlyWaitForever() { return !HasClaimable() && store_.WaitingCount(Now()) == 0; }
+
 BatchReport Relay::RunBatch() {
   BatchReport report;
   if (!store_.HasClaimable(MakeClaimRequest(0))) return report;  // idle: read only
+  if (cursor_ > 0) {
+    ClaimRequest behind = MakeClaimRequest(0);
+    behind.up_to_id = cursor_;
+    if (store_.HasClaimable(behind)) cursor_ = 0;  // a retry is due: serve it before new rows
+  }
   Claim claim = store_.ClaimBatch(MakeClaimRequest(cursor_));
   if (claim.rows.empty() && cursor_ > 0) {
     cursor_ = 0;  // a new pass picks up rows whose backoff ran out
@@ -91,7 +98,7 @@ BatchReport Relay::RunBatch() {
   return report;
 }
 
-LoopReport RunRelayLoop(Relay& relay, Store& store, IdleWaiter& waiter, const LoopOptions& options,
+LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& options,
                         const std::function<void(const BatchReport&)>& on_batch) {
   LoopReport loop;
   int idle_ms = options.idle_min_ms;
@@ -110,7 +117,9 @@ LoopReport RunRelayLoop(Relay& relay, Store& store, IdleWaiter& waiter, const Lo
       continue;
     }
     if (options.mode == LoopMode::kOnce) break;
-    if (options.mode == LoopMode::kUntilEmpty && store.PendingCount() == 0) break;
+    // Nothing to do and nothing that time alone would change: rows still pending
+    // are blocked behind a parked row and need `unpark`.
+    if (options.mode == LoopMode::kUntilEmpty && relay.CanOnlyWaitForever()) break;
     // Drain, then look once more: a commit before the drain is seen by the
     // look, one after it wakes the wait.
     waiter.Drain();

@@ -113,7 +113,7 @@ Store::Store(const std::string& path, const StoreOptions& options, OpenMode mode
         "open database '{}': no outbox table; run `outbox-lab reset` first", path));
   connection_.Exec("PRAGMA journal_mode=WAL");
   connection_.Exec(SynchronousPragma(options.synchronous));
-  if (mode == OpenMode::kExisting) Migrate();
+  if (HasSchema()) Migrate();
 }
 
 void Store::Migrate() {
@@ -192,23 +192,34 @@ OutboxCounts Store::Count() {
   return counts;
 }
 
-// Claimable rows o: ?3 = now, ?5 = cursor, ?6 = block_key. Under block_key a
-// row waits while an earlier unpublished row of its aggregate is parked, in
-// backoff, or claimed.
+// Claimable rows o: ?3 = now, ?5 = cursor (id > ?5), ?8 = upper bound (id <= ?8
+// unless 0), ?6 = block_key. Under block_key only the oldest unpublished row of
+// an aggregate is claimable, whatever the state of that row (due, in backoff,
+// parked, claimed, or merely behind the cursor): so a batch holds at most one
+// row per aggregate and a later row is never sent before an earlier one.
 constexpr const char* kClaimableWhere =
-    "o.published = 0 AND o.id > ?5 AND o.parked_at IS NULL AND o.next_attempt_at <= ?3 "
-    "AND (o.claim_until IS NULL OR o.claim_until <= ?3) "
+    "o.published = 0 AND o.id > ?5 AND (?8 = 0 OR o.id <= ?8) AND o.parked_at IS NULL "
+    "AND o.next_attempt_at <= ?3 AND (o.claim_until IS NULL OR o.claim_until <= ?3) "
     "AND (?6 = 0 OR NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = o.aggregate_id "
-    "AND e.id < o.id AND e.published = 0 "
-    "AND (e.parked_at IS NOT NULL OR e.next_attempt_at > ?3 OR e.claim_until > ?3)))";
+    "AND e.id < o.id AND e.published = 0))";
 
 bool Store::HasClaimable(const ClaimRequest& request) {
   auto select = connection_.Prepare(
       fmt::format("SELECT 1 FROM outbox o WHERE {} LIMIT 1", kClaimableWhere));
   select.Bind(3, request.now_ms)
-      .Bind(5, std::int64_t{0})
-      .Bind(6, static_cast<std::int64_t>(request.block_key ? 1 : 0));
+      .Bind(5, request.after_id)
+      .Bind(6, static_cast<std::int64_t>(request.block_key ? 1 : 0))
+      .Bind(8, request.up_to_id);
   return select.Step();
+}
+
+std::int64_t Store::WaitingCount(std::int64_t now_ms) {
+  auto select = connection_.Prepare(
+      "SELECT COUNT(*) FROM outbox WHERE published = 0 AND parked_at IS NULL "
+      "AND (next_attempt_at > ?1 OR claim_until > ?1)");
+  select.Bind(1, now_ms);
+  select.Step();
+  return select.ColumnInt64(0);
 }
 
 std::int64_t Store::PendingCount() {
@@ -232,7 +243,8 @@ Claim Store::ClaimBatch(const ClaimRequest& request) {
       .Bind(4, request.lease_ms)
       .Bind(5, request.after_id)
       .Bind(6, static_cast<std::int64_t>(request.block_key ? 1 : 0))
-      .Bind(7, request.limit);
+      .Bind(7, request.limit)
+      .Bind(8, request.up_to_id);
   std::vector<std::pair<OutboxRow, std::int64_t>> claimed;
   while (update.Step()) {
     OutboxRow row;
@@ -358,6 +370,8 @@ std::int64_t Store::UnparkAll() {
 }
 
 PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_size, bool archive) {
+  if (batch_size <= 0)
+    throw ConfigError(fmt::format("purge batch size {}: must be at least 1", batch_size));
   PurgeReport report;
   const std::int64_t now_ms = SystemNowMs();
   auto pick = connection_.Prepare(

@@ -162,6 +162,8 @@ TEST_CASE("With key aggregate-id the record key is the aggregate id", "[relay]")
   RelayFixture f;
   EnqueueAll(f.store, {EventOn(1, "L-1"), EventOn(2, "L-2"), EventOn(3, "L-1")});
   f.options.key = outbox::ParseKeyChoice("aggregate-id");
+  // skip: all three rows in one batch (block-key would hold evt-3 until evt-1 is published).
+  f.options.on_failure = outbox::FailureMode::kSkip;
   FakePublisher publisher;
   Relay relay(f.store, publisher, f.options);
 
@@ -199,8 +201,7 @@ TEST_CASE("The keyset cursor claims batches of 2, 2 and 1 over five rows, then s
   CHECK(f.PublishedIds() == Ids{1, 2, 3, 4, 5});
 }
 
-TEST_CASE("The keyset cursor moves on past the last claimed row rather than restarting at id 0",
-          "[relay]") {
+TEST_CASE("A due retry behind the keyset cursor is served before the rows past it", "[relay]") {
   RelayFixture f;
   EnqueueRange(f.store, 1, 3);
   f.options.batch_size = 2;
@@ -208,14 +209,15 @@ TEST_CASE("The keyset cursor moves on past the last claimed row rather than rest
   Relay relay(f.store, publisher, f.options);
   REQUIRE(relay.RunBatch().claimed == 2);  // rows 1, 2 fail: backoff until +100
 
-  f.clock.now_ms += 100;  // rows 1 and 2 are due again, but row 3 lies past the cursor
+  f.clock.now_ms += 100;  // rows 1 and 2 are due again; row 3 lies past the cursor
   const BatchReport next = relay.RunBatch();
 
-  CHECK(next.claimed == 1);
+  // A new pass starts at once, so a stream of new rows cannot starve retries.
+  CHECK(next.claimed == 2);
   REQUIRE(publisher.calls.size() == 2);
-  CHECK(IdsOf(publisher.calls[1]) == Ids{3});
-  CHECK(relay.RunBatch().claimed == 2);  // then the new pass
-  CHECK(IdsOf(publisher.calls.back()) == Ids{1, 2});
+  CHECK(IdsOf(publisher.calls[1]) == Ids{1, 2});
+  CHECK(relay.RunBatch().claimed == 1);
+  CHECK(IdsOf(publisher.calls.back()) == Ids{3});
 }
 
 TEST_CASE("A row in backoff is picked up once its backoff expires, and not a millisecond before",
@@ -329,14 +331,12 @@ TEST_CASE("With block-key a later row of a parked aggregate waits until the park
   }
 }
 
-// Known bug (see the report in the commit message): the claim blocks a later
-// row only while the earlier row is parked, in backoff or claimed. Once the
-// earlier row's backoff has expired it is claimable again, but it lies behind
-// the relay's keyset cursor, so the claim from the cursor takes the later row
-// alone and sends it first. Remove [!shouldfail] when fixed.
+// Regression: an earlier row whose backoff expired lies behind the keyset
+// cursor; a claim from the cursor must not take the later row of its aggregate
+// alone and send it first.
 TEST_CASE("With block-key a later row of an aggregate is not sent before an earlier row whose "
           "backoff expired behind the cursor",
-          "[relay][!shouldfail]") {
+          "[relay]") {
   RelayFixture f;
   f.options.batch_size = 2;
   EnqueueAll(f.store,
@@ -357,14 +357,11 @@ TEST_CASE("With block-key a later row of an aggregate is not sent before an earl
   CHECK(order == Ids{1, 1, 3});
 }
 
-// Known bug (see the report): under block-key the claim takes an earlier and
-// a later row of one aggregate into the same batch. When the earlier row's
-// delivery fails and the later one's succeeds, the later row is marked
-// published while the earlier one waits in backoff: it did not wait.
-// Remove [!shouldfail] when fixed.
+// Regression: under block-key a batch holds at most one row per aggregate, so
+// a failing earlier row cannot be overtaken by a later row of the same batch.
 TEST_CASE("With block-key a later row of an aggregate is not published while an earlier row of "
           "the same batch waits in backoff",
-          "[relay][!shouldfail]") {
+          "[relay]") {
   RelayFixture f;
   EnqueueAll(f.store, {EventOn(1, "X"), EventOn(2, "X")});
   RowFailingPublisher publisher;
@@ -377,13 +374,11 @@ TEST_CASE("With block-key a later row of an aggregate is not published while an 
   CHECK_FALSE(IsPublished(f.store, 2));
 }
 
-// Known bug (see the report): the relay starts a new pass from id 0 only when
-// nothing lies past its cursor. While every batch finds a newly written row,
-// a row whose backoff has run out is never retried.
-// Remove [!shouldfail] when fixed.
+// Regression: a due retry behind the cursor must be served even while every
+// batch also finds a newly written row past the cursor.
 TEST_CASE("A row whose backoff expired is retried within a bounded number of batches while "
           "writers keep adding rows",
-          "[relay][!shouldfail]") {
+          "[relay]") {
   RelayFixture f;
   f.options.batch_size = 1;
   EnqueueRange(f.store, 1, 1);
@@ -479,7 +474,7 @@ TEST_CASE("RunRelayLoop in once mode runs exactly one batch", "[relay]") {
 
   SECTION("with rows") {
     EnqueueRange(f.store, 1, 5);
-    const auto report = outbox::RunRelayLoop(relay, f.store, waiter, loop,
+    const auto report = outbox::RunRelayLoop(relay, waiter, loop,
                                              [&](const BatchReport&) { ++callbacks; });
     CHECK(report.batches == 1);
     CHECK(report.acked == 2);
@@ -489,7 +484,7 @@ TEST_CASE("RunRelayLoop in once mode runs exactly one batch", "[relay]") {
     CHECK(f.PublishedIds() == Ids{1, 2});
   }
   SECTION("with nothing to do") {
-    const auto report = outbox::RunRelayLoop(relay, f.store, waiter, loop,
+    const auto report = outbox::RunRelayLoop(relay, waiter, loop,
                                              [&](const BatchReport&) { ++callbacks; });
     CHECK(report.batches == 0);
     CHECK(callbacks == 0);
@@ -509,7 +504,7 @@ TEST_CASE("RunRelayLoop until empty ends once nothing is pending", "[relay]") {
   loop.mode = LoopMode::kUntilEmpty;
   std::vector<std::int64_t> claimed;
 
-  const auto report = outbox::RunRelayLoop(relay, f.store, waiter, loop,
+  const auto report = outbox::RunRelayLoop(relay, waiter, loop,
                                            [&](const BatchReport& b) { claimed.push_back(b.claimed); });
 
   CHECK(report.batches == 3);
@@ -538,7 +533,7 @@ TEST_CASE("RunRelayLoop until empty waits out a backoff instead of ending early"
   loop.idle_min_ms = 5;
   loop.idle_max_ms = 80;
 
-  const auto report = outbox::RunRelayLoop(relay, f.store, waiter, loop, nullptr);
+  const auto report = outbox::RunRelayLoop(relay, waiter, loop, nullptr);
 
   CHECK_FALSE(report.stopped);
   CHECK(report.batches == 2);
@@ -554,12 +549,11 @@ TEST_CASE("RunRelayLoop until empty waits out a backoff instead of ending early"
         std::vector<int>{5, 10, 20, 40, 80, 80});
 }
 
-// Known bug (see the report): a row blocked behind a parked row of its
-// aggregate counts as pending but can never be claimed, so until-empty waits
-// forever instead of ending. The FakeWaiter requests a stop after 50 waits.
-// Remove [!shouldfail] when fixed.
+// Regression: a row blocked behind a parked row of its aggregate can never be
+// claimed; until-empty must end rather than wait forever. The FakeWaiter would
+// request a stop after 50 waits.
 TEST_CASE("RunRelayLoop until empty ends when the only pending row is blocked behind a parked row",
-          "[relay][!shouldfail]") {
+          "[relay]") {
   RelayFixture f;
   f.options.batch_size = 1;
   f.options.settle.max_attempts = 1;
@@ -573,7 +567,7 @@ TEST_CASE("RunRelayLoop until empty ends when the only pending row is blocked be
   LoopOptions loop;
   loop.mode = LoopMode::kUntilEmpty;
 
-  const auto report = outbox::RunRelayLoop(relay, f.store, waiter, loop, nullptr);
+  const auto report = outbox::RunRelayLoop(relay, waiter, loop, nullptr);
 
   CHECK(report.parked == 1);
   CHECK_FALSE(report.stopped);
@@ -594,7 +588,7 @@ TEST_CASE("A stop request ends the loop after the current batch, with every acke
   LoopOptions loop;
   loop.mode = GENERATE(LoopMode::kForever, LoopMode::kUntilEmpty);
 
-  const auto report = outbox::RunRelayLoop(relay, f.store, waiter, loop, nullptr);
+  const auto report = outbox::RunRelayLoop(relay, waiter, loop, nullptr);
 
   CHECK(report.stopped);
   CHECK(report.batches == 1);
@@ -619,7 +613,7 @@ TEST_CASE("RunRelayLoop forever sleeps while idle and picks up a row written dur
   LoopOptions loop;
   loop.mode = LoopMode::kForever;
 
-  const auto report = outbox::RunRelayLoop(relay, f.store, waiter, loop, nullptr);
+  const auto report = outbox::RunRelayLoop(relay, waiter, loop, nullptr);
 
   CHECK(report.stopped);
   CHECK(report.batches == 1);
