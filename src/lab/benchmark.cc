@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,6 +36,7 @@ constexpr int kPollWarmupRepetitions = 10;
 // Interleaved slices per compared pair of figures (see MeasureRelays).
 constexpr int kSlices = 10;
 constexpr int kFsyncProbes = 50;
+constexpr int kRssSampleIntervalMs = 10;
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -90,9 +90,19 @@ class TempDir {
 };
 
 struct ChildExit {
-  int status = 0;            // as from waitpid
-  long max_rss_kib = 0;      // rusage.ru_maxrss
+  int status = 0;         // as from waitpid
+  long peak_rss_kib = 0;  // VmHWM of the child's own image, KiB
 };
+
+// VmHWM (peak resident set of the current image) from /proc/PID/status, KiB;
+// 0 when the process is gone.
+long ReadPeakRssKib(pid_t pid) {
+  std::ifstream status(fmt::format("/proc/{}/status", pid));
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  return 0;
+}
 
 // Owns one file descriptor.
 class UniqueFd {
@@ -177,12 +187,25 @@ class ChildProcess {
   ChildExit Wait() {
     ChildExit exit;
     if (pid_ <= 0) return exit;
-    rusage usage{};
-    while (wait4(pid_, &exit.status, 0, &usage) < 0 && errno == EINTR) {
+    while (waitpid(pid_, &exit.status, 0) < 0 && errno == EINTR) {
     }
-    exit.max_rss_kib = usage.ru_maxrss;
     last_status_ = exit.status;
     pid_ = -1;
+    return exit;
+  }
+
+  // Waits for the child, reading its VmHWM every interval_ms; the last read
+  // before exit is its peak (VmHWM never falls). Not wait4's ru_maxrss: Linux
+  // folds the forked copy of our own image into it at exec, so it reports
+  // at least our RSS at fork time.
+  ChildExit WaitTrackingPeakRss(int interval_ms) {
+    ChildExit exit;
+    while (pid_ > 0) {
+      exit.peak_rss_kib = std::max(exit.peak_rss_kib, ReadPeakRssKib(pid_));
+      if (TryWait()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
+    }
+    exit.status = last_status_;
     return exit;
   }
 
@@ -599,7 +622,7 @@ RssFigure MeasureRss(const BenchmarkOptions& options, const TempDir& dir,
   }
   const auto start = Clock::now();
   ChildProcess child(args, dir.File("relay-rss.out"));
-  const ChildExit exit = child.Wait();
+  const ChildExit exit = child.WaitTrackingPeakRss(kRssSampleIntervalMs);
   RssFigure figure;
   figure.seconds = SecondsSince(start);
   if (!WIFEXITED(exit.status) || WEXITSTATUS(exit.status) != 0)
@@ -611,7 +634,7 @@ RssFigure MeasureRss(const BenchmarkOptions& options, const TempDir& dir,
     throw Error(fmt::format("relay child on '{}': {} of {} rows published", path,
                             counts.published, options.rss_events));
   figure.events = counts.published;
-  figure.peak_rss_mib = static_cast<double>(exit.max_rss_kib) / 1024.0;
+  figure.peak_rss_mib = static_cast<double>(exit.peak_rss_kib) / 1024.0;
   figure.events_per_s = Rate(figure.events, figure.seconds);
   return figure;
 }

@@ -10,7 +10,8 @@
 //   write path        business-only transactions vs business + outbox;
 //   history           the relay's poll with 0 vs many published rows retained;
 //   peak RSS          of an `outbox-lab relay --until-empty` child process
-//                     draining a large backlog (getrusage via wait4).
+//                     draining a large backlog (its VmHWM, read from /proc
+//                     until it exits).
 //
 // Every figure runs on a fresh SQLite file under a temporary directory that
 // is removed at the end. The embedded broker and the RSS relay run as child
@@ -116,7 +117,7 @@ struct HistoryFigure {
 
 struct RssFigure {
   std::int64_t events = 0;
-  double peak_rss_mib = 0;  // ru_maxrss of the relay child, MiB
+  double peak_rss_mib = 0;  // VmHWM of the relay child, MiB
   double seconds = 0;       // from spawn to exit, steady_clock
   double events_per_s = 0;
 };
