@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Chapter 7.1, "发送超时 / Kafka 不可用" — the broker goes down under a running relay, then comes back.
+# Injects: `broker-ctl down` on the embedded broker before the relay starts, with 2,000
+#          unpublished events; the relay (`--until-empty --send-timeout 1s --lease 5s
+#          --backoff-base 100ms --backoff-max 1s --max-attempts 1000`) runs against the dead
+#          broker; after its first failed batch, `broker-ctl up`.
+# Expects: while down, every delivery times out and nothing is marked: the relay prints a batch
+#          with failed>0 and marked=0, status shows published=0 and the failed rows in backoff
+#          (not parked). After up, the same relay, without a restart, retries and exits 0 with
+#          every row marked; check is valid: 0 lost, 0 phantom, 0 lost-after-mark, all 2,000
+#          events in Kafka, and exactly 2,000 records: nothing was written to the topic while the
+#          broker was down, so nothing acked-but-unmarked existed to be re-sent.
+# Always uses its own embedded broker, even with KAFKA_BOOTSTRAP_SERVERS set: the fault goes
+# through the embedded broker's control socket (lib.sh's start_broker has no --control).
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+
+EVENTS=2000
+CONTROL=$TMP/broker.sock
+
+# start_broker_with_control: lib.sh's start_broker plus --control (an embedded broker only).
+start_broker_with_control() {
+  local addr_file=$TMP/broker.addr log=$TMP/broker.log
+  [ -z "$EXTERNAL_BROKERS" ] || echo "note: ignoring KAFKA_BOOTSTRAP_SERVERS: this scenario needs the embedded broker's control socket"
+  "$LAB_BIN" --topic "$TOPIC" broker --addr-file "$addr_file" --control "$CONTROL" </dev/null >"$log" 2>&1 &
+  BROKER_PID=$!
+  PIDS+=("$BROKER_PID")
+  if ! wait_for 15 "$BROKER_PID" "embedded broker ready" _nonempty "$addr_file" ||
+     ! wait_for 5 "$BROKER_PID" "embedded broker ready line" _has_line '^\[broker\] ready ' "$log" ||
+     ! wait_for 5 "$BROKER_PID" "embedded broker control socket" test -S "$CONTROL"; then
+    sed 's/^/  (broker) /' "$log"
+    die "embedded broker did not start (log above)"
+  fi
+  BROKER=$(head -n 1 "$addr_file")
+  [ -n "$BROKER" ] || die "embedded broker wrote an empty address file"
+  echo "broker: embedded $BROKER (pid $BROKER_PID), topic $TOPIC, control $CONTROL"
+}
+
+# broker_ctl REQUEST...: `outbox-lab broker-ctl` on this scenario's broker; must say ok.
+broker_ctl() {
+  run broker-ctl --control "$CONTROL" "$@"
+  expect_rc 0 "broker-ctl $*"
+  expect_line "^\[broker-ctl\] $1: ok\$" "$OUT"
+}
+
+# start_bg NAME ARGS...: the lab in the background (no HOLD line to wait for), output in
+# $TMP/NAME.log; sets BG_PID (the lab's own PID) and BG_LOG.
+start_bg() {
+  local name=$1
+  shift
+  lab_args
+  BG_LOG=$TMP/$name.log
+  echo "\$ outbox-lab $* &"
+  "$LAB_BIN" "${LAB_ARGS[@]}" "$@" </dev/null >"$BG_LOG" 2>&1 &
+  BG_PID=$!
+  PIDS+=("$BG_PID")
+}
+
+# wait_exit PID TIMEOUT_S WHAT: wait until PID has exited; its exit status in BG_RC (124 when it
+# was still running after TIMEOUT_S; the EXIT trap stops it then).
+wait_exit() {
+  local pid=$1 timeout_s=$2 what=$3
+  local deadline=$(($(_now_us) + timeout_s * 1000000))
+  while kill -0 "$pid" 2>/dev/null && [ "$(_now_us)" -le "$deadline" ]; do sleep 0.05; done
+  if kill -0 "$pid" 2>/dev/null; then
+    fail "$what: still running after ${timeout_s}s"
+    BG_RC=124
+    return 1
+  fi
+  wait "$pid"
+  BG_RC=$?
+  _forget_pid "$pid"
+}
+
+start_broker_with_control
+
+step "reset, then write $EVENTS loans with their outbox events"
+run reset
+expect_rc 0 "reset"
+run --synchronous normal write "$EVENTS" --quiet
+expect_rc 0 "write $EVENTS"
+
+step "the broker goes down"
+broker_ctl down
+
+step "a relay against the dead broker: deliveries time out, rows back off"
+start_bg relay relay --until-empty --send-timeout 1s --lease 5s --backoff-base 100ms \
+  --backoff-max 1s --max-attempts 1000
+relay_pid=$BG_PID relay_log=$BG_LOG
+wait_for 30 "$relay_pid" "a failed batch in the relay's output" \
+  _has_line '^\[relay\] batch .* failed=[1-9][0-9]* ' "$relay_log"
+sed 's/^/  | /' "$relay_log"
+expect_no_line '^\[relay\] batch .* acked=[1-9]' "$relay_log"
+expect_no_line '^\[relay\] batch .* marked=[1-9]' "$relay_log"
+expect_line '^\[relay\] batch token=[0-9]+ claimed=([0-9]+) acked=0 failed=[1-9][0-9]* marked=0 retried=[1-9][0-9]* parked=0 fenced=0$' "$relay_log"
+
+step "status while down: nothing marked without an ack, failed rows in backoff, none parked"
+run status --json
+expect_rc 0 "status --json"
+python3 - "$OUT" "$EVENTS" <<'PY' || fail "status while the broker is down: a row was marked or parked"
+import json, sys
+s = json.load(open(sys.argv[1]))
+events = int(sys.argv[2])
+# in_backoff can be 0 at the instant its backoff (100 ms) ran out and the row was claimed again.
+ok = (s["published"] == 0 and s["parked"] == 0 and s["unpublished"] == events
+      and s["in_backoff"] + s["claimed"] > 0)
+print("status:", "ok" if ok else "WRONG", s)
+sys.exit(0 if ok else 1)
+PY
+kill -0 "$relay_pid" 2>/dev/null || fail "the relay exited while the broker was down"
+
+step "the broker comes back; the same relay finishes the job"
+broker_ctl up
+wait_exit "$relay_pid" 40 "relay after broker-ctl up"
+sed 's/^/  | /' "$relay_log"
+expect_eq 0 "$BG_RC" "exit code of the relay"
+expect_line "^\[relay\] done: batches=[0-9]+ acked=$EVENTS marked=$EVENTS failed=[1-9][0-9]* parked=0 fenced=0 pending=0\$" "$relay_log"
+expect_no_line '^outbox-lab: error:' "$relay_log"
+
+step "check: every event published and in Kafka, once"
+run check --json
+expect_rc 0 "check --json"
+python3 - "$OUT" "$EVENTS" <<'PY' || fail "check --json after the outage: not every event exactly once"
+import json, sys
+r = json.load(open(sys.argv[1]))
+n = int(sys.argv[2])
+problems = []
+if not r["valid"]: problems.append("not valid")
+for key, want in (("outbox_rows", n), ("ok", n), ("kafka_records", n)):
+    if r[key] != want: problems.append(f"{key}={r[key]} (expected {want})")
+for key in ("lost", "phantom", "atomicity", "lost_after_mark", "stuck"):
+    if r[key]: problems.append(f"{key}: {len(r[key])} e.g. {r[key][:3]}")
+if r["duplicated"]:
+    problems.append(f"duplicated: {len(r['duplicated'])} e.g. {list(r['duplicated'].items())[:3]}")
+print("check:", "; ".join(problems) if problems else f"valid, all {n} published, {n} records, 0 duplicated")
+sys.exit(1 if problems else 0)
+PY
+run status --json
+expect_rc 0 "status --json"
+expect_line "\"unpublished\":0,.*\"parked\":0,\"claimed\":0,\"published\":$EVENTS," "$OUT"
+
+finish
