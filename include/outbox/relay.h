@@ -68,7 +68,8 @@ class Relay {
   // waiting longer cannot help (until-empty ends here). Throws DbError.
   bool CanOnlyWaitForever();
 
-  // Runs one batch from the keyset cursor. Starts a new pass from id 0 when
+  // Runs one batch from the keyset cursor. The settle is retried on
+  // SQLITE_BUSY until the lease runs out, so acked rows get marked. Starts a new pass from id 0 when
   // nothing lies past the cursor or when a row behind it became claimable
   // (its backoff ran out), so retries are never starved by new rows. claimed == 0
   // means nothing was claimable. Throws DbError; delivery failures are
@@ -125,7 +126,9 @@ struct LoopReport {
 // Runs relay.RunBatch() per mode. A stop request is honoured between batches:
 // the batch in flight finishes (its deliveries are bounded by the delivery
 // timeout) and is settled first, so every acked row is marked.
-// on_batch is called after each non-empty batch. Throws what RunBatch throws.
+// on_batch is called after each non-empty batch. SQLITE_BUSY (another writer
+// held the lock past the busy timeout) counts as an empty poll, except in
+// kOnce mode. Throws what RunBatch throws otherwise.
 LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter,
                         const LoopOptions& options,
                         const std::function<void(const BatchReport&)>& on_batch);

@@ -93,7 +93,18 @@ BatchReport Relay::RunBatch() {
   }
   report.acked = static_cast<std::int64_t>(acked.size());
   report.failed = static_cast<std::int64_t>(failed.size());
-  report.settle = store_.SettleBatch(claim.token, acked, failed, options_.settle, Now());
+  // Acked rows must be marked: while another writer holds the lock past the
+  // busy timeout, keep trying until the lease runs out (then the batch is
+  // re-sent by whoever claims it: duplicates, never losses).
+  const std::int64_t lease_end = Now() + options_.lease_ms;
+  for (;;) {
+    try {
+      report.settle = store_.SettleBatch(claim.token, acked, failed, options_.settle, Now());
+      break;
+    } catch (const DbError& e) {
+      if (e.primary_code() != SQLITE_BUSY || Now() >= lease_end) throw;
+    }
+  }
   HitFailpoint("relay.after_mark");
   return report;
 }
@@ -103,7 +114,17 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
   LoopReport loop;
   int idle_ms = options.idle_min_ms;
   while (!waiter.StopRequested()) {
-    const BatchReport batch = relay.RunBatch();
+    BatchReport batch;
+    try {
+      batch = relay.RunBatch();
+    } catch (const DbError& e) {
+      // Another writer held the lock past the busy timeout: a busy poll is an
+      // empty poll; try again after an idle wait.
+      if (e.primary_code() != SQLITE_BUSY || options.mode == LoopMode::kOnce) throw;
+      waiter.Wait(idle_ms);
+      idle_ms = std::min(idle_ms * 2, options.idle_max_ms);
+      continue;
+    }
     if (batch.claimed > 0) {
       ++loop.batches;
       loop.acked += batch.acked;
