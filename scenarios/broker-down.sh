@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Broker down while relaying (chapter 7.1, 发送超时: "超时留给下轮"; the relay must not mark what
+# Kafka never acknowledged).
+# Injects: `broker-ctl down` on the embedded broker (librdkafka's mock: rd_kafka_mock_broker_set_down)
+#          (1) before a relay starts: relay --once against a dead broker; (2) while a relay runs,
+#          after its first batch was acknowledged, with 10 more loans written meanwhile.
+# Expects: (1) the batch fails (failed=5 marked=0), nothing is marked: published=0, unpublished=5.
+#          (2) every batch while down reports acked=0 marked=0, published stays at 5 with 10
+#          unpublished, nothing is parked; after `broker-ctl up` the same relay process drains
+#          everything by itself, and marked equals acked over its whole life. check: valid,
+#          15 rows, 0 lost, 0 lost-after-mark, 0 stuck.
+# Always uses the embedded broker, even with KAFKA_BOOTSTRAP_SERVERS: faults need its control socket.
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+
+# start_control_broker: lib's start_broker plus a --control socket for broker-ctl.
+start_control_broker() {
+  CONTROL=$TMP/broker.ctl
+  local addr_file=$TMP/broker.addr log=$TMP/broker.log
+  "$LAB_BIN" --topic "$TOPIC" broker --addr-file "$addr_file" --control "$CONTROL" </dev/null >"$log" 2>&1 &
+  BROKER_PID=$!
+  PIDS+=("$BROKER_PID")
+  # The ready line comes before the control socket exists: wait for both.
+  if ! wait_for 15 "$BROKER_PID" "embedded broker ready line" _has_line '^\[broker\] ready ' "$log" ||
+     ! wait_for 5 "$BROKER_PID" "broker control socket" test -S "$CONTROL"; then
+    sed 's/^/  (broker) /' "$log"
+    die "embedded broker did not start (log above)"
+  fi
+  BROKER=$(head -n 1 "$addr_file")
+  [ -n "$BROKER" ] || die "embedded broker wrote an empty address file"
+  echo "broker: embedded $BROKER (pid $BROKER_PID), control $CONTROL, topic $TOPIC"
+}
+
+broker_ctl() {
+  run broker-ctl --control "$CONTROL" "$@"
+  expect_rc 0 "broker-ctl $*"
+}
+
+# The relay's retry settings: quick backoff, and never parked while the broker is away. librdkafka
+# waits up to reconnect.backoff.max.ms (10 s by default) before it tries a lost broker again; 500 ms
+# keeps the run short without changing what is tested.
+RETRY_ARGS=(--batch-size 5 --lease 4s --send-timeout 1s --backoff-base 100ms --backoff-max 500ms
+  --max-attempts 1000 --idle-max 200ms -X reconnect.backoff.max.ms=500)
+
+# shellcheck disable=SC2317  # called through wait_for
+_lines_at_least() { [ "$(grep -E -c -- "$2" "$3")" -ge "$1" ]; }
+# shellcheck disable=SC2317  # called through wait_for
+_drained() {
+  "$LAB_BIN" "${LAB_ARGS[@]}" status --json 2>/dev/null | grep -q '"unpublished":0,'
+}
+
+start_control_broker
+
+step "reset, write 5 loans, take the broker down"
+run reset
+expect_rc 0 "reset"
+run write 5 --quiet
+expect_rc 0 "write 5"
+broker_ctl down
+
+step "(1) a relay started while the broker is down: one batch, nothing acknowledged"
+run relay --once "${RETRY_ARGS[@]}"
+expect_rc 0 "relay --once"
+expect_line '^\[relay\] batch token=[0-9]+ claimed=5 acked=0 failed=5 marked=0 retried=5 parked=0 ' "$OUT"
+run verify --no-kafka --expect business=5,outbox=5,published=0,unpublished=5
+expect_rc 0 "nothing marked while the broker is down"
+
+step "broker up; a long-running relay publishes the 5 (after their backoff)"
+broker_ctl up
+lab_args
+RELAY_LOG=$TMP/relay.log
+echo "\$ outbox-lab relay ${RETRY_ARGS[*]} &"
+"$LAB_BIN" "${LAB_ARGS[@]}" relay "${RETRY_ARGS[@]}" </dev/null >"$RELAY_LOG" 2>&1 &
+RELAY_PID=$!
+PIDS+=("$RELAY_PID")
+wait_for 20 "$RELAY_PID" "relay publishes the first 5" _has_line ' acked=5 failed=0 marked=5 ' "$RELAY_LOG" ||
+  die "the relay did not publish the first 5 loans"
+cat "$RELAY_LOG"
+run verify --no-kafka --expect published=5,unpublished=0
+expect_rc 0 "the first 5 published"
+
+step "(2) broker down under the running relay; 10 more loans arrive"
+broker_ctl down
+LINES_BEFORE=$(grep -c '^\[relay\] batch ' "$RELAY_LOG")
+run write 10 --quiet
+expect_rc 0 "write 10"
+# Two failed rounds for the new rows: each batch of 5 has failed at least once, one of them twice.
+wait_for 30 "$RELAY_PID" "three failed batches while down" \
+  _lines_at_least $((LINES_BEFORE + 3)) '^\[relay\] batch .* acked=0 failed=[1-9]' "$RELAY_LOG" || true
+tail -n +$((LINES_BEFORE + 1)) "$RELAY_LOG" >"$TMP/while-down.log"
+cat "$TMP/while-down.log"
+expect_no_line 'acked=[1-9]' "$TMP/while-down.log"
+expect_no_line 'marked=[1-9]' "$TMP/while-down.log"
+expect_no_line 'parked=[1-9]' "$TMP/while-down.log"
+run verify --no-kafka --expect business=15,outbox=15,published=5,unpublished=10
+expect_rc 0 "published unchanged while the broker is down"
+run status
+expect_line '^\[status\] unpublished=10 .* parked=0 ' "$OUT"
+
+step "broker up: the same relay drains by itself"
+broker_ctl up
+wait_for 30 "$RELAY_PID" "relay drains after broker-ctl up" _drained || true
+run verify --no-kafka --expect business=15,outbox=15,published=15,unpublished=0
+expect_rc 0 "all published after the broker came back"
+echo "\$ kill -TERM $RELAY_PID"
+kill -TERM "$RELAY_PID"
+wait "$RELAY_PID"
+expect_eq 0 "$?" "relay exit status on SIGTERM"
+tail -n +$((LINES_BEFORE + 1 + $(grep -c . "$TMP/while-down.log"))) "$RELAY_LOG"
+expect_line '^\[relay\] stopped on signal: ' "$RELAY_LOG"
+# Over the relay's whole life: every marked row was acknowledged first.
+sum_field() { grep '^\[relay\] batch ' "$RELAY_LOG" | grep -o " $1=[0-9]*" | awk -F= '{ s += $2 } END { print s + 0 }'; }
+acked=$(sum_field acked)
+marked=$(sum_field marked)
+expect_eq "$acked" "$marked" "rows marked vs rows acknowledged by the long-running relay"
+expect_eq 15 "$marked" "rows the long-running relay marked"
+
+step "check"
+run check
+expect_rc 0 "check (valid)"
+expect_line '^\[check\] business=15 outbox=15 ' "$OUT"
+expect_line '^\[check\] ok=15 lost=0 duplicated=[0-9]+ phantom=0 atomicity=0 lost-after-mark=0 stuck=0 ' "$OUT"
+
+finish

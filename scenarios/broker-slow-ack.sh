@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Broker acks slower than message.timeout.ms (chapter 7.1, the dual-write table's third row:
+# "发送超时但实际已到达 → 补发一次，下游收到重复 → 靠事件 ID 去重").
+# Injects: `broker-ctl rtt 3000` (every broker response 3 s late) against the chapter's relay with
+#          --delivery-timeout-ms 1500 (message.timeout.ms), twice:
+#          (1) on a fresh producer: `publish 1`, started with the RTT already in place;
+#          (2) on a producer whose connection is up: `publish 2` marks row 1 and then, held for
+#              2.5 s by failpoint relay.after_mark=1*sleep(2500), gets the RTT before it sends row 2.
+# Expects: (1) exit 9, row 1 unpublished, and NO record in Kafka: with librdkafka 2.0.2 and the
+#          mock broker, a new connection's ApiVersion and Metadata replies are 3 s late too, so the
+#          message times out in the client's queue before any ProduceRequest leaves (measured:
+#          kafka_records=0; the send after `rtt 0` lands at offset 0 of its partition).
+#          (2) row 1 published; row 2's send fails with _MSG_TIMED_OUT (exit 9) and stays
+#          unpublished, yet the broker stored it: Kafka holds evt-1002 while the outbox does not
+#          mark it (check: stuck=[evt-1002], nothing lost). After `rtt 0`, `publish 10` re-sends it:
+#          check valid, duplicated = {evt-1002: 2}, 0 lost, 0 phantom.
+# Always uses the embedded broker, even with KAFKA_BOOTSTRAP_SERVERS: faults need its control socket.
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+
+# start_control_broker: lib's start_broker plus a --control socket for broker-ctl.
+start_control_broker() {
+  CONTROL=$TMP/broker.ctl
+  local addr_file=$TMP/broker.addr log=$TMP/broker.log
+  "$LAB_BIN" --topic "$TOPIC" broker --addr-file "$addr_file" --control "$CONTROL" </dev/null >"$log" 2>&1 &
+  BROKER_PID=$!
+  PIDS+=("$BROKER_PID")
+  # The ready line comes before the control socket exists: wait for both.
+  if ! wait_for 15 "$BROKER_PID" "embedded broker ready line" _has_line '^\[broker\] ready ' "$log" ||
+     ! wait_for 5 "$BROKER_PID" "broker control socket" test -S "$CONTROL"; then
+    sed 's/^/  (broker) /' "$log"
+    die "embedded broker did not start (log above)"
+  fi
+  BROKER=$(head -n 1 "$addr_file")
+  [ -n "$BROKER" ] || die "embedded broker wrote an empty address file"
+  echo "broker: embedded $BROKER (pid $BROKER_PID), control $CONTROL, topic $TOPIC"
+}
+
+broker_ctl() {
+  run broker-ctl --control "$CONTROL" "$@"
+  expect_rc 0 "broker-ctl $*"
+}
+
+# JSON fields without another dependency: sqlite3's json1.
+json_get() { sqlite3 :memory: "SELECT json_extract(readfile('$1'), '$2')"; }
+
+# shellcheck disable=SC2317  # called through wait_for
+_published_at_least() {
+  "$LAB_BIN" "${LAB_ARGS[@]}" verify --no-kafka --json 2>/dev/null | grep -q "\"published\":$1,"
+}
+
+command -v sqlite3 >/dev/null 2>&1 || die "sqlite3 is needed to read check --json"
+start_control_broker
+
+step "reset, write 2 loans"
+run reset
+expect_rc 0 "reset"
+run write 2
+expect_rc 0 "write 2"
+
+step "(1) RTT 3000 ms, then the chapter's relay on a fresh producer with a 1500 ms delivery timeout"
+broker_ctl rtt 3000
+run publish 1 --delivery-timeout-ms 1500
+expect_rc 9 "publish 1 under a 3 s RTT"
+expect_line '^\[publish\] outboxId=1 key=evt-1001 delivery FAILED: .*_MSG_TIMED_OUT.*; left unpublished$' "$OUT"
+expect_line '^\[publish\] sent=0 marked=0 failed=1 unpublished-left=2$' "$OUT"
+expect_error_line "publish 1 under a 3 s RTT"
+broker_ctl rtt 0
+expect_verify business=2,outbox=2,published=0,unpublished=2,kafka_records=0
+echo "(the record never left the client: a new connection's first replies were 3 s late too)"
+
+step "(2) the same RTT, applied while publish 2 holds after marking row 1 (connection up)"
+lab_args
+PUBLISH_LOG=$TMP/publish-2.log
+echo "\$ OUTBOX_FAILPOINTS='relay.after_mark=1*sleep(2500)' outbox-lab publish 2 --delivery-timeout-ms 1500 &"
+# stdbuf: its lines reach the log as printed, so the log shows where the process was at the RTT.
+OUTBOX_FAILPOINTS='relay.after_mark=1*sleep(2500)' stdbuf -oL \
+  "$LAB_BIN" "${LAB_ARGS[@]}" publish 2 --delivery-timeout-ms 1500 </dev/null >"$PUBLISH_LOG" 2>&1 &
+PUBLISH_PID=$!
+PIDS+=("$PUBLISH_PID")
+wait_for 20 "$PUBLISH_PID" "row 1 marked published" _published_at_least 1 ||
+  die "publish 2 did not mark row 1"
+broker_ctl rtt 3000
+# Row 1's line is printed after the failpoint's sleep: if it is there, the RTT came too late.
+if grep -q '^\[publish\] outboxId=1 ' "$PUBLISH_LOG"; then
+  die "the RTT was applied after publish 2 left its 2.5 s hold: rerun on a less loaded machine"
+fi
+wait "$PUBLISH_PID"
+PUBLISH_RC=$?
+cat "$PUBLISH_LOG"
+expect_eq 9 "$PUBLISH_RC" "publish 2 exit status (row 2's ack came after message.timeout.ms)"
+expect_line '^\[publish\] outboxId=1 key=evt-1001 offset=0 marked=1$' "$PUBLISH_LOG"  # (1) stored nothing
+expect_line '^\[publish\] outboxId=2 key=evt-1002 delivery FAILED: .*_MSG_TIMED_OUT.*; left unpublished$' "$PUBLISH_LOG"
+broker_ctl rtt 0
+
+step "the broker stored evt-1002, the outbox does not have it marked"
+expect_verify business=2,outbox=2,published=1,unpublished=1,kafka_records=2,kafka_distinct=2
+run check --json
+expect_rc 1 "check while evt-1002 is unmarked (stuck makes it invalid)"
+expect_eq '["evt-1002"]' "$(json_get "$OUT" '$.stuck')" "stuck: unmarked rows"
+expect_eq 2 "$(json_get "$OUT" '$.ok')" "outbox events present in Kafka"
+expect_eq '[]' "$(json_get "$OUT" '$.lost')" "lost"
+
+step "publish 10 re-sends evt-1002: a duplicate, nothing lost"
+run publish 10
+expect_rc 0 "publish 10"
+expect_line '^\[publish\] outboxId=2 key=evt-1002 offset=[0-9]+ marked=1$' "$OUT"
+expect_line '^\[publish\] sent=1 marked=1 unpublished-left=0$' "$OUT"
+run check --json
+expect_rc 0 "check (valid)"
+expect_eq 1 "$(json_get "$OUT" '$.valid')" "valid"
+expect_eq '{"evt-1002":2}' "$(json_get "$OUT" '$.duplicated')" "duplicated"
+expect_eq '[]' "$(json_get "$OUT" '$.lost')" "lost"
+expect_eq '[]' "$(json_get "$OUT" '$.phantom')" "phantom"
+expect_verify business=2,outbox=2,published=2,unpublished=0,kafka_records=3,kafka_distinct=2,kafka_duplicates=1
+
+finish

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Crash sweep: every failpoint x every hit count, instead of a sample (like ninja's
+# BuildLogTest.Truncate, which tries every truncation length).
+# Injects: for each failpoint listed by `failpoints --json` (a new point is swept without editing
+#          this file) and each hit count N — 1 and 3; with --long (or OUTBOX_SWEEP_LONG=1) also 2,
+#          5 and 10 — a SIGKILL of the lab process itself on the Nth time it reaches that point
+#          (OUTBOX_FAILPOINTS='NAME=<N-1>*off->kill'). The workload, all of it under that failpoint
+#          and stopped at the first step killed: write 40 loans; relay --until-empty in batches of
+#          7 (lease 2s, so a restart can take over a dead relay's claim); the idempotent consumer
+#          (consume --dedupe); then, after recovery and the check, purge --older-than 0s in
+#          batches of 7. Recovery runs with no failpoint: write the loans still missing (the
+#          writer numbers after MAX(outbox.id), and a loan killed before its commit left
+#          nothing), relay --until-empty, consume again.
+# Expects: per run, `check --json` valid with 0 lost and 0 phantom (duplicates allowed:
+#          at-least-once); the consumer applied exactly 40 effects, one per event id; a purge
+#          killed in its Nth batch kept its first N-1 batches and rolled the Nth back (40-7(N-1)
+#          rows left, none unpublished), and a second purge removes the rest. Every failpoint
+#          must fire (exit 137) in at least one of its runs, else the sweep's workload no longer
+#          reaches it and the sweep fails. Prints `failpoint x hit -> verdict lost duplicated
+#          phantom` and `N passed, N failed`.
+# OUTBOX_SWEEP_ONLY=ERE sweeps only the failpoints whose names match (for debugging one point).
+# The check runs before the purge: `check` judges Kafka against the outbox table only, so a purged
+# (or archived) row's record would count as a phantom and its loan as an atomicity violation.
+# Purge never touches Kafka, so the check before it is the run's judgement of the Kafka side.
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+
+HITS=(1 3)
+usage="usage: crash-sweep.sh [--long]   (--long: hit counts 1 2 3 5 10; env OUTBOX_SWEEP_LONG=1)"
+[ "${OUTBOX_SWEEP_LONG:-0}" = 1 ] && HITS=(1 2 3 5 10)
+while [ $# -gt 0 ]; do
+  case $1 in
+    --long) HITS=(1 2 3 5 10) ;;
+    -h | --help) echo "$usage"; FINISHED=1; exit 0 ;;
+    *) die "unknown argument '$1'; $usage" ;;
+  esac
+  shift
+done
+
+LOANS=40
+BATCH=7
+RELAY_ARGS=(--until-empty --batch-size "$BATCH" --lease 2s --send-timeout 1s --quiet)
+command -v sqlite3 >/dev/null 2>&1 || die "sqlite3 is needed (JSON and the consumer's effects)"
+
+start_broker
+TOPIC_BASE=$TOPIC
+
+step "the failpoints to sweep, from the binary itself"
+run failpoints --json
+expect_rc 0 "failpoints --json"
+mapfile -t POINTS < <(sqlite3 :memory: "SELECT json_extract(value, '\$.name') FROM json_each(readfile('$OUT'))")
+[ "${#POINTS[@]}" -gt 0 ] || die "failpoints --json listed no failpoint"
+if [ -n "${OUTBOX_SWEEP_ONLY:-}" ]; then
+  mapfile -t POINTS < <(printf '%s\n' "${POINTS[@]}" | grep -E -- "$OUTBOX_SWEEP_ONLY")
+  echo "OUTBOX_SWEEP_ONLY=$OUTBOX_SWEEP_ONLY: only ${POINTS[*]:-none}"
+fi
+echo "sweeping ${#POINTS[@]} failpoints x hits ${HITS[*]}"
+
+# JSON without another dependency: sqlite3's json1 functions. json_get FILE PATH prints the value
+# at PATH (e.g. '$.valid', true as 1); json_count FILE PATH the length of the array or object there.
+json_get() { sqlite3 :memory: "SELECT json_extract(readfile('$1'), '$2')"; }
+json_count() { sqlite3 :memory: "SELECT count(*) FROM json_each(readfile('$1'), '$2')"; }
+
+CASE_FAILURES=()
+# case_fail REASON: a broken expectation of the current run.
+case_fail() { CASE_FAILURES+=("$1"); }
+
+# under_failpoint STEP ARGS...: run a workload step with the failpoint armed. Sets FIRED to STEP
+# when the failpoint killed it (137); any other non-zero exit is a failure of the run.
+under_failpoint() {
+  local what=$1
+  shift
+  OUTBOX_FAILPOINTS=$SPEC run "$@"
+  if [ "$RC" -eq 137 ]; then
+    FIRED=$what
+  elif [ "$RC" -ne 0 ]; then
+    case_fail "$what under $SPEC: exit $RC"
+  fi
+}
+
+# sweep_case FAILPOINT N: one run; appends a row to the matrix.
+sweep_case() {
+  local point=$1 n=$2
+  DB=$TMP/$point-$n.db
+  TOPIC=$TOPIC_BASE.$point.$n
+  SPEC="$point=$((n - 1))*off->kill"
+  FIRED=
+  CASE_FAILURES=()
+  local effects=$TMP/$point-$n.effects.db
+  local consume_args=(consume --dedupe --group sweep --effects-db "$effects")
+  local start
+  start=$(_now_us)
+
+  run reset
+  [ "$RC" -eq 0 ] || case_fail "reset: exit $RC"
+
+  echo "-- crash phase: OUTBOX_FAILPOINTS='$SPEC'"
+  under_failpoint write write "$LOANS" --quiet
+  [ -z "$FIRED" ] && under_failpoint relay relay "${RELAY_ARGS[@]}"
+  [ -z "$FIRED" ] && under_failpoint consume "${consume_args[@]}"
+
+  echo "-- recovery, no failpoint"
+  local missing=$LOANS
+  run verify --no-kafka --json
+  [ "$RC" -eq 0 ] && missing=$((LOANS - $(json_get "$OUT" '$.business_loan')))
+  if [ "$missing" -gt 0 ]; then
+    run write "$missing" --quiet
+    [ "$RC" -eq 0 ] || case_fail "recovery write $missing: exit $RC"
+  fi
+  run relay "${RELAY_ARGS[@]}"
+  [ "$RC" -eq 0 ] || case_fail "recovery relay: exit $RC"
+  run "${consume_args[@]}"
+  [ "$RC" -eq 0 ] || case_fail "recovery consume: exit $RC"
+
+  run check --json
+  local check_out=$OUT lost='?' dup='?' phantom='?' valid='?'
+  if [ "$RC" -eq 0 ] || [ "$RC" -eq 1 ]; then
+    valid=$(json_get "$check_out" '$.valid')
+    lost=$(json_count "$check_out" '$.lost')
+    dup=$(json_count "$check_out" '$.duplicated')
+    phantom=$(json_count "$check_out" '$.phantom')
+    [ "$valid" = 1 ] || case_fail "check: INVALID: $(cat "$check_out")"
+    [ "$lost" = 0 ] || case_fail "check: $lost lost"
+    [ "$phantom" = 0 ] || case_fail "check: $phantom phantom"
+    [ "$(json_get "$check_out" '$.business_rows')" = "$LOANS" ] ||
+      case_fail "check: business rows $(json_get "$check_out" '$.business_rows'), expected $LOANS"
+  else
+    case_fail "check: exit $RC (could not check)"
+  fi
+  local effects_seen
+  effects_seen=$(sqlite3 "$effects" 'SELECT COUNT(*) || "/" || COUNT(DISTINCT event_id) FROM loan_effect' 2>&1)
+  [ "$effects_seen" = "$LOANS/$LOANS" ] ||
+    case_fail "consumer effects (rows/distinct) $effects_seen, expected $LOANS/$LOANS"
+
+  echo "-- purge: OUTBOX_FAILPOINTS='$SPEC'"
+  local fired_before=$FIRED
+  under_failpoint purge purge --older-than 0s --batch-size "$BATCH"
+  if [ -z "$fired_before" ] && [ "$FIRED" = purge ]; then
+    local kept want=$((LOANS - BATCH * (n - 1)))
+    run verify --no-kafka --json
+    kept="$(json_get "$OUT" '$.outbox') $(json_get "$OUT" '$.unpublished')"
+    [ "$kept" = "$want 0" ] ||
+      case_fail "purge killed in batch $n: outbox, unpublished = $kept, expected $want 0"
+  fi
+  run purge --older-than 0s --batch-size "$BATCH"
+  [ "$RC" -eq 0 ] || case_fail "purge after the kill: exit $RC"
+  run verify --no-kafka --json
+  [ "$(json_get "$OUT" '$.business_loan') $(json_get "$OUT" '$.outbox') $(json_get "$OUT" '$.unpublished')" = "$LOANS 0 0" ] ||
+    case_fail "after purge: $(cat "$OUT"), expected business_loan=$LOANS outbox=0 unpublished=0"
+
+  local verdict=PASS
+  [ "${#CASE_FAILURES[@]}" -eq 0 ] || verdict=FAIL
+  CASE_MS=$((($(_now_us) - start) / 1000))
+  CASE_ROW=$(printf '%-28s %4s  %-4s %-14s %4s %10s %7s %6s' "$point" "$n" "$verdict" \
+    "${FIRED:-not-hit}" "$lost" "$dup" "$phantom" "$((CASE_MS / 1000)).$((CASE_MS % 1000 / 100))s")
+}
+
+step "sweep: ${#POINTS[@]} failpoints x ${#HITS[@]} hit counts"
+HEADER=$(printf '%-28s %4s  %-4s %-14s %4s %10s %7s %6s' failpoint hit verdict killed-in lost duplicated phantom time)
+echo "$HEADER"
+ROWS=()
+PASSED=0
+FAILED=0
+declare -A FIRED_SOMEWHERE=()
+SWEEP_START=$(_now_us)
+for point in "${POINTS[@]}"; do
+  for n in "${HITS[@]}"; do
+    log=$TMP/$point-$n.log
+    sweep_case "$point" "$n" >"$log" 2>&1
+    ROWS+=("$CASE_ROW")
+    echo "$CASE_ROW"
+    [ -n "$FIRED" ] && FIRED_SOMEWHERE[$point]=1
+    if [ "${#CASE_FAILURES[@]}" -eq 0 ]; then
+      PASSED=$((PASSED + 1))
+    else
+      FAILED=$((FAILED + 1))
+      for reason in "${CASE_FAILURES[@]}"; do fail "$point x $n: $reason"; done
+      sed 's/^/    | /' "$log"
+    fi
+  done
+done
+SWEEP_S=$((($(_now_us) - SWEEP_START) / 1000000))
+
+for point in "${POINTS[@]}"; do
+  if [ -z "${FIRED_SOMEWHERE[$point]:-}" ]; then
+    fail "$point never fired (no exit 137 at hits ${HITS[*]}): the sweep's workload does not reach it"
+    FAILED=$((FAILED + 1))
+  fi
+done
+
+step "matrix (${SWEEP_S}s)"
+echo "$HEADER"
+printf '%s\n' "${ROWS[@]}"
+echo "$PASSED passed, $FAILED failed"
+finish
