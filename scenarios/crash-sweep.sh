@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
 # Crash sweep: every failpoint x every hit count, instead of a sample (like ninja's
 # BuildLogTest.Truncate, which tries every truncation length).
-# Injects: for each failpoint listed by `failpoints --json` (a new point is swept without editing
-#          this file) and each hit count N — 1 and 3; with --long (or OUTBOX_SWEEP_LONG=1) also 2,
-#          5 and 10 — a SIGKILL of the lab process itself on the Nth time it reaches that point
-#          (OUTBOX_FAILPOINTS='NAME=<N-1>*off->kill'). The workload, all of it under that failpoint
-#          and stopped at the first step killed: write 40 loans; relay --until-empty in batches of
-#          7 (lease 2s, so a restart can take over a dead relay's claim); the idempotent consumer
-#          (consume --dedupe); then, after recovery and the check, purge --older-than 0s in
-#          batches of 7. Recovery runs with no failpoint: write the loans still missing (the
-#          writer numbers after MAX(outbox.id), and a loan killed before its commit left
-#          nothing), relay --until-empty, consume again.
+# Injects: for each failpoint listed by `failpoints --json` and each hit count N (1 and 3; with
+#          --long or OUTBOX_SWEEP_LONG=1 also 2, 5 and 10), a SIGKILL of the lab process itself the
+#          Nth time it reaches that point (OUTBOX_FAILPOINTS='NAME=<N-1>*off->kill'). A new point
+#          on the write, relay, consume or purge path is swept without editing this file; one
+#          elsewhere never fires, and the sweep fails until a workload step reaches it. The
+#          workload, all of it under that failpoint and stopped at the first step killed: write 40
+#          loans; relay --until-empty in batches of 7 (lease 2s, so a restart can take over a dead
+#          relay's claim); the idempotent consumer (consume --dedupe); then, after recovery and
+#          the check, purge --older-than 0s in batches of 7. Recovery runs with no failpoint:
+#          write the loans still missing (the writer numbers after MAX(outbox.id), and a loan
+#          killed before its commit left nothing), relay --until-empty, consume again.
 # Expects: per run, `check --json` valid with 0 lost and 0 phantom (duplicates allowed:
 #          at-least-once); the consumer applied exactly 40 effects, one per event id; a purge
 #          killed in its Nth batch kept its first N-1 batches and rolled the Nth back (40-7(N-1)
 #          rows left, none unpublished), and a second purge removes the rest. Every failpoint
 #          must fire (exit 137) in at least one of its runs, else the sweep's workload no longer
-#          reaches it and the sweep fails. Prints `failpoint x hit -> verdict lost duplicated
-#          phantom` and `N passed, N failed`.
+#          reaches it and the sweep fails. Prints the matrix `failpoint x hit -> verdict, step
+#          killed, lost, duplicated (ids), phantom` and `N passed, N failed` (runs; a failpoint
+#          that never fired counts as one more failure).
 # OUTBOX_SWEEP_ONLY=ERE sweeps only the failpoints whose names match (for debugging one point).
 # The check runs before the purge: `check` judges Kafka against the outbox table only, so a purged
 # (or archived) row's record would count as a phantom and its loan as an atomicity violation.
@@ -128,7 +130,7 @@ sweep_case() {
     case_fail "check: exit $RC (could not check)"
   fi
   local effects_seen
-  effects_seen=$(sqlite3 "$effects" 'SELECT COUNT(*) || "/" || COUNT(DISTINCT event_id) FROM loan_effect' 2>&1)
+  effects_seen=$(sqlite3 "$effects" "SELECT COUNT(*) || '/' || COUNT(DISTINCT event_id) FROM loan_effect" 2>&1)
   [ "$effects_seen" = "$LOANS/$LOANS" ] ||
     case_fail "consumer effects (rows/distinct) $effects_seen, expected $LOANS/$LOANS"
 
