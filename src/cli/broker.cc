@@ -70,15 +70,16 @@ Command AddBrokerCommand(CLI::App& app, const GlobalOptions& global) {
             if (stop_fd < 0) throw ConfigError("signalfd for SIGTERM/SIGINT failed");
             lab::EmbeddedBroker broker(options->broker_count);
             broker.CreateTopic(global.topic, options->partitions);
+            // The control socket exists before anyone learns the broker is ready.
+            std::unique_ptr<lab::ControlSocket> control;
+            if (!options->control.empty())
+              control = std::make_unique<lab::ControlSocket>(options->control);
             const std::string bootstrap = broker.BootstrapServers();
             if (!options->addr_file.empty()) WriteAddrFile(options->addr_file, bootstrap);
             fmt::print("[broker] ready bootstrap={} topic={} partitions={} pid={}\n", bootstrap,
                        global.topic, options->partitions, getpid());
             std::fflush(stdout);
 
-            std::unique_ptr<lab::ControlSocket> control;
-            if (!options->control.empty())
-              control = std::make_unique<lab::ControlSocket>(options->control);
             int signal_number = 0;
             for (;;) {
               pollfd fds[2] = {{stop_fd, POLLIN, 0}, {control ? control->fd() : -1, POLLIN, 0}};

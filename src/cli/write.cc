@@ -17,14 +17,14 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
   return {sub, [&global, count, quiet]() -> ExitCode {
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
             const auto history = global.OpenHistory();
-            // AUTOINCREMENT ids never repeat, so numbering after the highest id stays unique
-            // even when an earlier run was killed between its transactions.
-            const std::int64_t start =
-                store->connection().QueryInt64("SELECT COALESCE(MAX(id), 0) FROM outbox");
+            const std::int64_t start = lab::NextLoanIndex(*store) - 1;
             for (std::int64_t k = 1; k <= *count; ++k) {
               const lab::WrittenLoan w = lab::WriteLoanWithEvent(*store, start + k, history.get());
-              if (!*quiet) fmt::print("[write] txn i={} loan={} event={} committed\n", start + k,
-                                      w.loan.loan_id, w.event.event_id);
+              if (!*quiet) {
+                fmt::print("[write] txn i={} loan={} event={} committed\n", start + k,
+                           w.loan.loan_id, w.event.event_id);
+                std::fflush(stdout);  // scripts act on each line as it comes
+              }
             }
             fmt::print("[write] committed={}\n", *count);
             return ExitCode::kOk;

@@ -58,7 +58,10 @@ CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
   std::unordered_map<std::string, OutboxEntry> outbox;
   std::vector<std::string> outbox_order;
   {
-    auto select = db.Prepare("SELECT id, event_id, aggregate_id, published FROM outbox ORDER BY id");
+    // Archived rows (purge --archive) were published: they still count.
+    auto select = db.Prepare(
+        "SELECT id, event_id, aggregate_id, published FROM outbox UNION ALL "
+        "SELECT id, event_id, aggregate_id, 1 FROM outbox_archive ORDER BY 1");
     while (select.Step()) {
       const std::string event_id = select.ColumnText(1);
       outbox[event_id] = {select.ColumnInt64(0), select.ColumnText(2), select.ColumnInt64(3) != 0};

@@ -96,6 +96,11 @@ void InsertLoan(sqlite::Connection& connection, const Loan& loan) {
       .Run();
 }
 
+std::int64_t NextLoanIndex(Store& store) {
+  return 1 + store.connection().QueryInt64(
+                 "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)");
+}
+
 bool LoanExists(sqlite::Connection& connection, const std::string& loan_id) {
   auto select = connection.Prepare("SELECT COUNT(*) FROM business_loan WHERE loan_id = ?1");
   select.Bind(1, loan_id);

@@ -52,6 +52,11 @@ WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* histor
 // (SQLITE_CONSTRAINT_PRIMARYKEY when loan_id exists).
 void InsertLoan(sqlite::Connection& connection, const Loan& loan);
 
+// The next chapter index for write/write-hold: one past the highest outbox id
+// ever assigned (sqlite_sequence), so numbering continues after earlier runs,
+// killed ones and purges alike. Throws DbError.
+std::int64_t NextLoanIndex(Store& store);
+
 bool LoanExists(sqlite::Connection& connection, const std::string& loan_id);
 std::int64_t CountLoans(sqlite::Connection& connection);
 

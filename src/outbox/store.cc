@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <system_error>
 
 #include "outbox/error.h"
@@ -192,16 +193,20 @@ OutboxCounts Store::Count() {
   return counts;
 }
 
-// Claimable rows o: ?3 = now, ?5 = cursor (id > ?5), ?8 = upper bound (id <= ?8
-// unless 0), ?6 = block_key. Under block_key only the oldest unpublished row of
+// Claimable rows o: ?3 = now, ?5 = cursor (id > ?5), ?8 = upper bound (id <= ?8;
+// a plain range, so SQLite bounds the index scan by it), ?6 = block_key. Under block_key only the oldest unpublished row of
 // an aggregate is claimable, whatever the state of that row (due, in backoff,
 // parked, claimed, or merely behind the cursor): so a batch holds at most one
 // row per aggregate and a later row is never sent before an earlier one.
 constexpr const char* kClaimableWhere =
-    "o.published = 0 AND o.id > ?5 AND (?8 = 0 OR o.id <= ?8) AND o.parked_at IS NULL "
+    "o.published = 0 AND o.id > ?5 AND o.id <= ?8 AND o.parked_at IS NULL "
     "AND o.next_attempt_at <= ?3 AND (o.claim_until IS NULL OR o.claim_until <= ?3) "
     "AND (?6 = 0 OR NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = o.aggregate_id "
     "AND e.id < o.id AND e.published = 0))";
+
+static std::int64_t UpperBound(const ClaimRequest& request) {
+  return request.up_to_id > 0 ? request.up_to_id : std::numeric_limits<std::int64_t>::max();
+}
 
 bool Store::HasClaimable(const ClaimRequest& request) {
   auto select = connection_.Prepare(
@@ -209,7 +214,7 @@ bool Store::HasClaimable(const ClaimRequest& request) {
   select.Bind(3, request.now_ms)
       .Bind(5, request.after_id)
       .Bind(6, static_cast<std::int64_t>(request.block_key ? 1 : 0))
-      .Bind(8, request.up_to_id);
+      .Bind(8, UpperBound(request));
   return select.Step();
 }
 
@@ -244,7 +249,7 @@ Claim Store::ClaimBatch(const ClaimRequest& request) {
       .Bind(5, request.after_id)
       .Bind(6, static_cast<std::int64_t>(request.block_key ? 1 : 0))
       .Bind(7, request.limit)
-      .Bind(8, request.up_to_id);
+      .Bind(8, UpperBound(request));
   std::vector<std::pair<OutboxRow, std::int64_t>> claimed;
   while (update.Step()) {
     OutboxRow row;
@@ -310,7 +315,7 @@ void Store::ReleaseClaim(std::int64_t token) {
   sqlite::Transaction txn(connection_);
   auto release = connection_.Prepare(
       "UPDATE outbox SET claim_token = NULL, claim_owner = NULL, claim_until = NULL "
-      "WHERE claim_token = ?1");
+      "WHERE claim_token = ?1 AND published = 0");  // published = 0: the partial index
   release.Bind(1, token).Run();
   txn.Commit();
 }
