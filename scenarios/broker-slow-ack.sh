@@ -18,29 +18,6 @@
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
-# start_control_broker: lib's start_broker plus a --control socket for broker-ctl.
-start_control_broker() {
-  CONTROL=$TMP/broker.ctl
-  local addr_file=$TMP/broker.addr log=$TMP/broker.log
-  "$LAB_BIN" --topic "$TOPIC" broker --addr-file "$addr_file" --control "$CONTROL" </dev/null >"$log" 2>&1 &
-  BROKER_PID=$!
-  PIDS+=("$BROKER_PID")
-  # The ready line comes before the control socket exists: wait for both.
-  if ! wait_for 15 "$BROKER_PID" "embedded broker ready line" _has_line '^\[broker\] ready ' "$log" ||
-     ! wait_for 5 "$BROKER_PID" "broker control socket" test -S "$CONTROL"; then
-    sed 's/^/  (broker) /' "$log"
-    die "embedded broker did not start (log above)"
-  fi
-  BROKER=$(head -n 1 "$addr_file")
-  [ -n "$BROKER" ] || die "embedded broker wrote an empty address file"
-  echo "broker: embedded $BROKER (pid $BROKER_PID), control $CONTROL, topic $TOPIC"
-}
-
-broker_ctl() {
-  run broker-ctl --control "$CONTROL" "$@"
-  expect_rc 0 "broker-ctl $*"
-}
-
 # JSON fields without another dependency: sqlite3's json1.
 json_get() { sqlite3 :memory: "SELECT json_extract(readfile('$1'), '$2')"; }
 

@@ -241,6 +241,59 @@ kill9() {
   return 0
 }
 
+# start_bg NAME ARGS...: the lab in the background (no HOLD line to wait for), output in
+# $TMP/NAME.log; sets BG_PID (the lab's own PID) and BG_LOG.
+start_bg() {
+  local name=$1
+  shift
+  lab_args
+  BG_LOG=$TMP/$name.log
+  echo "\$ outbox-lab $* &"
+  "$LAB_BIN" "${LAB_ARGS[@]}" "$@" </dev/null >"$BG_LOG" 2>&1 &
+  BG_PID=$!
+  PIDS+=("$BG_PID")
+}
+
+# wait_exit PID TIMEOUT_S WHAT: wait until PID has exited; its exit status in BG_RC (124 when it
+# was still running after TIMEOUT_S; the EXIT trap stops it then).
+wait_exit() {
+  local pid=$1 timeout_s=$2 what=$3
+  local deadline=$(($(_now_us) + timeout_s * 1000000))
+  while kill -0 "$pid" 2>/dev/null && [ "$(_now_us)" -le "$deadline" ]; do sleep 0.05; done
+  if kill -0 "$pid" 2>/dev/null; then
+    fail "$what: still running after ${timeout_s}s"
+    BG_RC=124
+    return 1
+  fi
+  wait "$pid"
+  BG_RC=$?
+  _forget_pid "$pid"
+}
+
+# start_control_broker: an embedded broker with a --control socket for broker-ctl (always
+# embedded: a real Kafka cannot take faults from broker-ctl).
+start_control_broker() {
+  CONTROL=$TMP/broker.ctl
+  local addr_file=$TMP/broker.addr log=$TMP/broker.log
+  "$LAB_BIN" --topic "$TOPIC" broker --addr-file "$addr_file" --control "$CONTROL" </dev/null >"$log" 2>&1 &
+  BROKER_PID=$!
+  PIDS+=("$BROKER_PID")
+  if ! wait_for 15 "$BROKER_PID" "embedded broker ready line" _has_line '^\[broker\] ready ' "$log" ||
+     ! wait_for 5 "$BROKER_PID" "broker control socket" test -S "$CONTROL"; then
+    sed 's/^/  (broker) /' "$log"
+    die "embedded broker did not start (log above)"
+  fi
+  BROKER=$(head -n 1 "$addr_file")
+  [ -n "$BROKER" ] || die "embedded broker wrote an empty address file"
+  echo "broker: embedded $BROKER (pid $BROKER_PID), control $CONTROL, topic $TOPIC"
+}
+
+# broker_ctl REQUEST...: one fault request to the broker of start_control_broker.
+broker_ctl() {
+  run broker-ctl --control "$CONTROL" "$@"
+  expect_rc 0 "broker-ctl $*"
+}
+
 # --- assertions ----------------------------------------------------------------------------------
 
 # expect_verify K=V,...: `verify --expect` against this scenario's DB (and broker, if any).

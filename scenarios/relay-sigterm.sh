@@ -18,35 +18,6 @@
 EVENTS=20000
 BATCH=1000
 
-# start_bg NAME ARGS...: the lab in the background (no HOLD line to wait for), output in
-# $TMP/NAME.log; sets BG_PID (the lab's own PID) and BG_LOG.
-start_bg() {
-  local name=$1
-  shift
-  lab_args
-  BG_LOG=$TMP/$name.log
-  echo "\$ outbox-lab $* &"
-  "$LAB_BIN" "${LAB_ARGS[@]}" "$@" </dev/null >"$BG_LOG" 2>&1 &
-  BG_PID=$!
-  PIDS+=("$BG_PID")
-}
-
-# wait_exit PID TIMEOUT_S WHAT: wait until PID has exited; its exit status in BG_RC (124 when it
-# was still running after TIMEOUT_S; the EXIT trap stops it then).
-wait_exit() {
-  local pid=$1 timeout_s=$2 what=$3
-  local deadline=$(($(_now_us) + timeout_s * 1000000))
-  while kill -0 "$pid" 2>/dev/null && [ "$(_now_us)" -le "$deadline" ]; do sleep 0.05; done
-  if kill -0 "$pid" 2>/dev/null; then
-    fail "$what: still running after ${timeout_s}s"
-    BG_RC=124
-    return 1
-  fi
-  wait "$pid"
-  BG_RC=$?
-  _forget_pid "$pid"
-}
-
 start_broker
 
 step "reset, then write $EVENTS loans with their outbox events"
