@@ -175,19 +175,24 @@ _now_us() { echo "${EPOCHREALTIME//[!0-9]/}"; }
 _nonempty() { [ -s "$1" ]; }
 _has_line() { grep -q -- "$1" "$2" 2>/dev/null; }
 
-# start_broker: an embedded broker in its own process (it must survive our kill -9 of the lab),
+# start_broker [--control]: an embedded broker in its own process (it must survive our kill -9 of the lab),
 # or, with KAFKA_BOOTSTRAP_SERVERS set, that Kafka and a topic no other run uses.
 start_broker() {
-  if [ -n "$EXTERNAL_BROKERS" ]; then
+  local control=""
+  [ "${1:-}" = "--control" ] && control=$TMP/broker.ctl
+  if [ -n "$EXTERNAL_BROKERS" ] && [ -z "$control" ]; then
     BROKER=$EXTERNAL_BROKERS
     TOPIC=outbox-lab-$SCENARIO-$$-$RANDOM
     echo "broker: external $BROKER, topic $TOPIC"
     return 0
   fi
   local addr_file=$TMP/broker.addr log=$TMP/broker.log
-  "$LAB_BIN" --topic "$TOPIC" broker --addr-file "$addr_file" </dev/null >"$log" 2>&1 &
+  local extra=()
+  [ -n "$control" ] && extra=(--control "$control")
+  "$LAB_BIN" --topic "$TOPIC" broker --addr-file "$addr_file" "${extra[@]}" </dev/null >"$log" 2>&1 &
   BROKER_PID=$!
   PIDS+=("$BROKER_PID")
+  # The broker creates its control socket before it writes the address file.
   if ! wait_for 15 "$BROKER_PID" "embedded broker ready" _nonempty "$addr_file" ||
      ! wait_for 5 "$BROKER_PID" "embedded broker ready line" _has_line '^\[broker\] ready ' "$log"; then
     sed 's/^/  (broker) /' "$log"
@@ -195,7 +200,8 @@ start_broker() {
   fi
   BROKER=$(head -n 1 "$addr_file")
   [ -n "$BROKER" ] || die "embedded broker wrote an empty address file"
-  echo "broker: embedded $BROKER (pid $BROKER_PID), topic $TOPIC"
+  CONTROL=$control
+  echo "broker: embedded $BROKER (pid $BROKER_PID), topic $TOPIC${control:+, control $control}"
 }
 
 # start_hold NAME ARGS...: start a hold command in the background, output to $TMP/NAME.log; wait
@@ -272,26 +278,13 @@ wait_exit() {
 
 # start_control_broker: an embedded broker with a --control socket for broker-ctl (always
 # embedded: a real Kafka cannot take faults from broker-ctl).
-start_control_broker() {
-  CONTROL=$TMP/broker.ctl
-  local addr_file=$TMP/broker.addr log=$TMP/broker.log
-  "$LAB_BIN" --topic "$TOPIC" broker --addr-file "$addr_file" --control "$CONTROL" </dev/null >"$log" 2>&1 &
-  BROKER_PID=$!
-  PIDS+=("$BROKER_PID")
-  if ! wait_for 15 "$BROKER_PID" "embedded broker ready line" _has_line '^\[broker\] ready ' "$log" ||
-     ! wait_for 5 "$BROKER_PID" "broker control socket" test -S "$CONTROL"; then
-    sed 's/^/  (broker) /' "$log"
-    die "embedded broker did not start (log above)"
-  fi
-  BROKER=$(head -n 1 "$addr_file")
-  [ -n "$BROKER" ] || die "embedded broker wrote an empty address file"
-  echo "broker: embedded $BROKER (pid $BROKER_PID), control $CONTROL, topic $TOPIC"
-}
+start_control_broker() { start_broker --control; }
 
 # broker_ctl REQUEST...: one fault request to the broker of start_control_broker.
 broker_ctl() {
   run broker-ctl --control "$CONTROL" "$@"
   expect_rc 0 "broker-ctl $*"
+  expect_line "^\[broker-ctl\] $*: ok\$" "$OUT"
 }
 
 # --- assertions ----------------------------------------------------------------------------------

@@ -16,34 +16,9 @@
 . "$(dirname "$0")/lib.sh"
 
 EVENTS=2000
-CONTROL=$TMP/broker.sock
 
-# start_broker_with_control: lib.sh's start_broker plus --control (an embedded broker only).
-start_broker_with_control() {
-  local addr_file=$TMP/broker.addr log=$TMP/broker.log
-  [ -z "$EXTERNAL_BROKERS" ] || echo "note: ignoring KAFKA_BOOTSTRAP_SERVERS: this scenario needs the embedded broker's control socket"
-  "$LAB_BIN" --topic "$TOPIC" broker --addr-file "$addr_file" --control "$CONTROL" </dev/null >"$log" 2>&1 &
-  BROKER_PID=$!
-  PIDS+=("$BROKER_PID")
-  if ! wait_for 15 "$BROKER_PID" "embedded broker ready" _nonempty "$addr_file" ||
-     ! wait_for 5 "$BROKER_PID" "embedded broker ready line" _has_line '^\[broker\] ready ' "$log" ||
-     ! wait_for 5 "$BROKER_PID" "embedded broker control socket" test -S "$CONTROL"; then
-    sed 's/^/  (broker) /' "$log"
-    die "embedded broker did not start (log above)"
-  fi
-  BROKER=$(head -n 1 "$addr_file")
-  [ -n "$BROKER" ] || die "embedded broker wrote an empty address file"
-  echo "broker: embedded $BROKER (pid $BROKER_PID), topic $TOPIC, control $CONTROL"
-}
 
-# broker_ctl REQUEST...: `outbox-lab broker-ctl` on this scenario's broker; must say ok.
-broker_ctl() {
-  run broker-ctl --control "$CONTROL" "$@"
-  expect_rc 0 "broker-ctl $*"
-  expect_line "^\[broker-ctl\] $1: ok\$" "$OUT"
-}
-
-start_broker_with_control
+start_control_broker
 
 step "reset, then write $EVENTS loans with their outbox events"
 run reset
