@@ -633,15 +633,20 @@ void RenderDetailedTimeline(Out out, const ReportModel& model, const EventIndex&
     const std::int64_t t0 = points.front().first;
     fmt::format_to(out, "<text class=\"axis\" x=\"{}\" y=\"14\">t0 = {}</text>\n", kLabelWidth + 4,
                    UtcTime(t0));
+    double last_label_x = -1000;
+    int label_y = 30;
     for (std::size_t i = 1; i < points.size(); ++i) {
       const std::int64_t gap = points[i].first - points[i - 1].first;
       if (gap < 100) continue;
       const double x = kLabelWidth + 24 + step * (i - 0.5);
+      // Two gaps a slot or two apart: the second label goes one row up.
+      label_y = x - last_label_x < 70 && label_y == 30 ? 20 : 30;
+      last_label_x = x;
       fmt::format_to(out,
                      "<g class=\"gap-mark\" data-gap-ms=\"{0}\"><line class=\"gap\" x1=\"{1:.1f}\" "
-                     "y1=\"20\" x2=\"{1:.1f}\" y2=\"{2}\"/><text class=\"axis\" x=\"{1:.1f}\" "
-                     "y=\"30\" text-anchor=\"middle\">+{3}</text></g>\n",
-                     gap, x, height, Duration(gap));
+                     "y1=\"{4}\" x2=\"{1:.1f}\" y2=\"{2}\"/><text class=\"axis\" x=\"{1:.1f}\" "
+                     "y=\"{5}\" text-anchor=\"middle\">+{3}</text></g>\n",
+                     gap, x, height, Duration(gap), label_y + 3, label_y);
     }
   }
   for (std::size_t i = 0; i < model.lanes.size(); ++i) {
@@ -679,7 +684,7 @@ void RenderBinnedTimeline(Out out, const ReportModel& model, const RenderOptions
   const double bin_ms = std::max<double>(static_cast<double>(t1 - t0 + 1) / bins, 1.0);
   const double bin_px = 6;
   const auto x_of = [&](std::int64_t ms) { return kLabelWidth + 10 + (ms - t0) / bin_ms * bin_px; };
-  const int width = static_cast<int>(kLabelWidth + 10 + bins * bin_px + 70);
+  const int width = static_cast<int>(kLabelWidth + 10 + bins * bin_px + 130);
   int height = 0;
   const auto geometry = LayOutLanes(model.lanes, &height);
 
@@ -687,18 +692,22 @@ void RenderBinnedTimeline(Out out, const ReportModel& model, const RenderOptions
   struct Counts {
     std::int64_t ok = 0, fail = 0, other = 0;
   };
-  std::int64_t max_count = 1;
+  // Each track has its own scale (its busiest bin is full height): a writer's steady trickle
+  // stays visible beside a relay's burst. The scale is printed beside the track.
+  std::vector<std::vector<std::int64_t>> max_count(model.lanes.size());
   std::vector<std::vector<std::map<int, Counts>>> counts(model.lanes.size());
   for (std::size_t i = 0; i < model.lanes.size(); ++i) {
     counts[i].resize(geometry[i].tracks.size());
+    max_count[i].assign(geometry[i].tracks.size(), 1);
     for (const ReportOp& op : model.lanes[i].ops) {
       if (op.f == "hold") continue;
       const int bin = std::min(bins - 1, static_cast<int>((op.end_ms - t0) / bin_ms));
-      Counts& c = counts[i][TrackIndex(geometry[i].tracks, op.f)][bin];
+      const int track = TrackIndex(geometry[i].tracks, op.f);
+      Counts& c = counts[i][track][bin];
       if (op.outcome == "ok") ++c.ok;
       else if (op.outcome == "fail") ++c.fail;
       else ++c.other;
-      max_count = std::max(max_count, c.ok + c.fail + c.other);
+      max_count[i][track] = std::max(max_count[i][track], c.ok + c.fail + c.other);
     }
   }
 
@@ -722,9 +731,12 @@ void RenderBinnedTimeline(Out out, const ReportModel& model, const RenderOptions
     RenderLaneOpen(out, lane, g, i, width);
     for (std::size_t t = 0; t < g.tracks.size(); ++t) {
       const int base = g.TrackY(static_cast<int>(t)) + kTrackHeight / 2 - 1;
+      const double scale = (kTrackHeight - 3) / static_cast<double>(max_count[i][t]);
+      fmt::format_to(out, "<text class=\"axis\" x=\"{:.1f}\" y=\"{}\">max {}/bin</text>\n",
+                     kLabelWidth + 14 + bins * bin_px, g.TrackY(static_cast<int>(t)) + 3,
+                     max_count[i][t]);
       for (const auto& [bin, c] : counts[i][t]) {
         const double x = kLabelWidth + 10 + bin * bin_px;
-        const double scale = (kTrackHeight - 3) / static_cast<double>(max_count);
         double y = base;
         fmt::format_to(out,
                        "<g class=\"bin\" data-tip=\"\" data-process=\"{}\" data-f=\"{}\" "
