@@ -338,7 +338,8 @@ expect_eq() {
 # Any scenario leaves the HTML report of its run when given `--report DIR` (or
 # OUTBOX_LAB_REPORT_DIR=DIR): `finish` writes DIR/<scenario>.html with `outbox-lab report`, while
 # the scenario's broker still runs, from its database, its topic and its history ($OUTBOX_HISTORY,
-# when it keeps one). The option is taken out of the scenario's own arguments here.
+# or the one this file starts for the report). The option is taken out of the scenario's own
+# arguments here.
 REPORT_DIR=${OUTBOX_LAB_REPORT_DIR:-}
 _scenario_args=()
 while [ $# -gt 0 ]; do
@@ -353,6 +354,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 set -- "${_scenario_args[@]}"
+# With a report asked for, every lab process records a history for its timeline (a scenario that
+# keeps its own, like outbox-crash.sh, sets OUTBOX_HISTORY after this and wins).
+if [ -n "$REPORT_DIR" ]; then export OUTBOX_HISTORY=$TMP/report-history.jsonl; fi
 
 # leave_report: write the report if one was asked for; a report that cannot be written fails the
 # scenario (it was asked for). Called by finish.

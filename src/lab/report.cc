@@ -421,7 +421,7 @@ void RenderVerdict(Out out, const ReportModel& model, const RenderOptions& optio
   fmt::format_to(out,
                  "<tr data-key=\"duplicated\" data-count=\"{0}\"><td>duplicated (allowed: "
                  "at-least-once)</td><td class=\"n\">{0}</td><td class=\"ids\">{1}</td></tr>\n",
-                 size(r.duplicated), IdList(duplicated, max));
+                 size(r.duplicated), IdList(duplicated, options.max_listed_duplicates));
   row("phantom", "phantom", size(r.phantom), kBad, IdList(r.phantom, max));
   row("atomicity", "atomicity", size(r.atomicity), kBad, IdList(r.atomicity, max));
   row("lost-after-mark", "lost after mark", size(r.lost_after_mark), kBad,
@@ -463,7 +463,7 @@ void RenderReconciliation(Out out, const ReportModel& model, const RenderOptions
   std::vector<std::string> duplicates;
   for (const auto& [id, n] : model.kafka.duplicates) duplicates.push_back(fmt::format("{} x{}", id, n));
   row("duplicated-ids", "duplicated ids", static_cast<std::int64_t>(duplicates.size()),
-      duplicates.empty() ? std::string("none") : IdList(duplicates, options.max_listed_ids));
+      duplicates.empty() ? std::string("none") : IdList(duplicates, options.max_listed_duplicates));
   fmt::format_to(out, "</table></section>\n");
 }
 
@@ -909,29 +909,52 @@ void RenderBinnedKafka(Out out, const ReportModel& model, const RenderOptions& o
   fmt::format_to(out, "</svg></div>\n");
 }
 
-void RenderDuplicateCauses(Out out, const ReportModel& model, const RenderOptions& options) {
-  std::vector<const ReportCell*> dups;
-  std::int64_t total = 0;
-  for (const ReportCell& cell : model.cells)
-    if (cell.copy > 1 && total++ < options.max_listed_ids) dups.push_back(&cell);
-  if (dups.empty()) return;
-  fmt::format_to(out, "<h2>Duplicates and their cause</h2><table id=\"duplicates\"><tr><th>record</th>"
-                      "<th>event id</th><th>copy</th><th>cause</th></tr>\n");
-  for (const ReportCell* c : dups) {
-    const std::string cause = EscapeHtml(CauseText(c->cause, model));
-    fmt::format_to(out,
-                   "<tr class=\"duplicate\" data-event=\"{0}\" data-cause=\"{1}\"><td><a "
-                   "href=\"#rec-{2}-{3}\">p{2}:{3}</a></td><td>{0}</td><td class=\"n\">{4} of "
-                   "{5}</td><td>{6}</td></tr>\n",
-                   EscapeHtml(c->record.event_id), CauseId(c->cause), c->record.partition,
-                   c->record.offset, c->copy, c->copies,
-                   c->cause.kind == DuplicateCause::Kind::kKill
-                       ? fmt::format("<a href=\"#kill-{}\">{}</a>", c->cause.process, cause)
-                       : cause);
+// One row per cause: how many copies it explains, and the first few of them. Each copy is
+// linked to its cell when the strip has one cell per record.
+void RenderDuplicateCauses(Out out, const ReportModel& model, const RenderOptions& options,
+                           bool cells_have_ids) {
+  struct Group {
+    const DuplicateCause* cause = nullptr;
+    std::int64_t copies = 0;
+    std::vector<const ReportCell*> examples;
+  };
+  std::vector<Group> groups;
+  std::map<std::string, std::size_t> group_of;  // CauseId -> index, in order of first copy
+  for (const ReportCell& cell : model.cells) {
+    if (cell.copy < 2) continue;
+    const auto [it, inserted] = group_of.emplace(CauseId(cell.cause), groups.size());
+    if (inserted) groups.push_back({&cell.cause, 0, {}});
+    Group& g = groups[it->second];
+    ++g.copies;
+    if (static_cast<std::int64_t>(g.examples.size()) < options.max_listed_duplicates)
+      g.examples.push_back(&cell);
+  }
+  if (groups.empty()) return;
+  fmt::format_to(out, "<h2>Duplicates and their cause</h2><table id=\"duplicates\"><tr><th>cause</th>"
+                      "<th>copies</th><th>records (copy k of n)</th></tr>\n");
+  for (const Group& g : groups) {
+    const std::string cause = EscapeHtml(CauseText(*g.cause, model));
+    fmt::format_to(out, "<tr class=\"duplicate-cause\" data-cause=\"{}\" data-copies=\"{}\"><td>{}</td>"
+                        "<td class=\"n\">{}</td><td class=\"ids\">",
+                   CauseId(*g.cause), g.copies,
+                   g.cause->kind == DuplicateCause::Kind::kKill
+                       ? fmt::format("<a href=\"#kill-{}\">{}</a>", g.cause->process, cause)
+                       : cause,
+                   g.copies);
+    for (std::size_t i = 0; i < g.examples.size(); ++i) {
+      const ReportCell& c = *g.examples[i];
+      const std::string where = fmt::format("p{}:{}", c.record.partition, c.record.offset);
+      fmt::format_to(out, "{}{} {} ({} of {})", i ? ", " : "",
+                     cells_have_ids ? fmt::format("<a href=\"#rec-{}-{}\">{}</a>", c.record.partition,
+                                                  c.record.offset, where)
+                                    : where,
+                     EscapeHtml(c.record.event_id), c.copy, c.copies);
+    }
+    if (g.copies > static_cast<std::int64_t>(g.examples.size()))
+      fmt::format_to(out, " and {} more", g.copies - static_cast<std::int64_t>(g.examples.size()));
+    fmt::format_to(out, "</td></tr>\n");
   }
   fmt::format_to(out, "</table>\n");
-  if (total > options.max_listed_ids)
-    fmt::format_to(out, "<p class=\"legend\">and {} more copies</p>\n", total - options.max_listed_ids);
 }
 
 void RenderKafka(Out out, const ReportModel& model, const RenderOptions& options) {
@@ -948,7 +971,7 @@ void RenderKafka(Out out, const ReportModel& model, const RenderOptions& options
   if (model.cells.empty()) fmt::format_to(out, "<p id=\"kafka-empty\">The topic is empty.</p>\n");
   else if (detailed) RenderDetailedKafka(out, model);
   else RenderBinnedKafka(out, model, options);
-  RenderDuplicateCauses(out, model, options);
+  RenderDuplicateCauses(out, model, options, detailed && !model.cells.empty());
   fmt::format_to(out, "</section>\n");
 }
 

@@ -129,6 +129,7 @@ struct RenderOptions {
   int time_bins = 160;                       // bins across the timeline
   int offset_ranges = 160;                   // ranges per partition
   std::int64_t max_listed_ids = 50;          // ids listed per count; "and N more" after
+  std::int64_t max_listed_duplicates = 10;   // duplicated ids listed (allowed, so kept short)
 };
 
 // The page, as UTF-8 text. Pure: reads only model and options.

@@ -238,7 +238,8 @@ TEST_CASE("The chapter's page shows eight cells with three outlined and two kill
   const std::string html = RenderReportHtml(ChapterModel());
   CHECK(Count(html, "<g class=\"cell") == 8);
   CHECK(Count(html, "<g class=\"cell dup\"") == 3);
-  CHECK(Count(html, "data-cause=\"kill-202\"") >= 3);
+  CHECK(Count(html, "data-cause=\"kill-202\"") == 4);  // three cells and their cause's row
+  CHECK(Count(html, "<tr class=\"duplicate-cause\" data-cause=\"kill-202\" data-copies=\"3\">") == 1);
   CHECK(Count(html, "<g class=\"kill\"") == 2);
   CHECK(Count(html, "id=\"kill-101\"") == 1);
   CHECK(Count(html, "id=\"kill-202\"") == 1);
