@@ -1,36 +1,10 @@
 #include <fmt/format.h>
-#include <stdio.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
 
 #include "cli/command.h"
 #include "lab/loans.h"
 #include "lab/report.h"
-#include "outbox/error.h"
 
 namespace outbox::cli {
-namespace {
-
-// Writes to path.tmp and renames it over path, so a reader never sees half a page.
-void WriteFileAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.close();
-    if (!out) throw ConfigError(fmt::format("write report '{}': {}", tmp, std::strerror(errno)));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    std::remove(tmp.c_str());
-    throw ConfigError(fmt::format("write report '{}': {}", path, std::strerror(error)));
-  }
-}
-
-}  // namespace
 
 Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
   CLI::App* sub = app.add_subcommand(
@@ -68,7 +42,7 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
             model.db_path = global.db;
             model.topic = global.topic;
             const std::string html = lab::RenderReportHtml(model);
-            WriteFileAtomically(o->html, html);
+            lab::WriteFileAtomically(o->html, html);
             fmt::print("[report] wrote {} ({} bytes): {} lanes, {} records, verdict {}\n", o->html,
                        html.size(), model.lanes.size(), model.cells.size(),
                        model.check.valid() ? "valid" : "INVALID");

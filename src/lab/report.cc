@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <chrono>
 #include <ctime>
 #include <deque>
@@ -13,7 +17,24 @@
 #include <unordered_set>
 #include <utility>
 
+#include "outbox/error.h"
+
 namespace outbox::lab {
+
+void WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.close();
+    if (!out) throw ConfigError(fmt::format("write '{}': {}", tmp, std::strerror(errno)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    std::remove(tmp.c_str());
+    throw ConfigError(fmt::format("write '{}': {}", path, std::strerror(error)));
+  }
+}
 
 // --- untrusted bytes -----------------------------------------------------------------------------
 

@@ -135,6 +135,10 @@ struct RenderOptions {
 // The page, as UTF-8 text. Pure: reads only model and options.
 std::string RenderReportHtml(const ReportModel& model, const RenderOptions& options = {});
 
+// Writes text to path.tmp and renames it over path, so that a reader never
+// sees half a page. Throws ConfigError naming the file and strerror.
+void WriteFileAtomically(const std::string& path, const std::string& text);
+
 // bytes with every invalid UTF-8 sequence (overlong, surrogate, truncated,
 // above U+10FFFF) replaced by U+FFFD and every C0 control but tab and newline
 // replaced by U+FFFD. Source: the Unicode Standard, ch. 3, table 3-7
