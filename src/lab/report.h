@@ -124,8 +124,8 @@ ReportModel BuildReportModel(Store& store, const std::vector<TopicRecord>& recor
 struct RenderOptions {
   // Above these, the page aggregates: time bins instead of one glyph per
   // operation, offset ranges instead of one cell per record.
-  std::int64_t max_detailed_ops = 2000;     // operations over all lanes
-  std::int64_t max_detailed_records = 2000;  // records over all partitions
+  std::int64_t max_detailed_ops = 800;      // operations over all lanes
+  std::int64_t max_detailed_records = 1000;  // records over all partitions
   int time_bins = 160;                       // bins across the timeline
   int offset_ranges = 160;                   // ranges per partition
   std::int64_t max_listed_ids = 50;          // ids listed per count; "and N more" after

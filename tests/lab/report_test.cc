@@ -353,3 +353,20 @@ TEST_CASE("ReadHistories keeps records it does not know and skips lines that are
   CHECK(ops[1].time_ms == 0);
   CHECK(malformed == 3);
 }
+
+TEST_CASE("The page switches to bins one record or operation past its detail limits", "[report]") {
+  const ReportModel model = ChapterModel();  // 8 records, 20 operations (holds included)
+  outbox::lab::RenderOptions options;
+  options.max_detailed_records = 8;
+  options.max_detailed_ops = 20;
+  std::string html = RenderReportHtml(model, options);
+  CHECK(html.find("id=\"kafka\" data-mode=\"detailed\"") != std::string::npos);
+  CHECK(html.find("id=\"timeline\" data-mode=\"detailed\"") != std::string::npos);
+  options.max_detailed_records = 7;
+  options.max_detailed_ops = 19;
+  html = RenderReportHtml(model, options);
+  CHECK(html.find("id=\"kafka\" data-mode=\"binned\"") != std::string::npos);
+  CHECK(html.find("id=\"timeline\" data-mode=\"binned\"") != std::string::npos);
+  CHECK(Count(html, "<g class=\"kill\"") == 2);  // kills survive aggregation
+  CHECK(Count(html, "class=\"range dup\"") >= 1);
+}
