@@ -23,7 +23,13 @@ History::History(const std::string& path, std::string process_name)
 }
 
 History::~History() {
-  if (!process_name_.empty()) Record(std::uncaught_exceptions() > 0 ? "fail" : "ok", "process", process_name_);
+  // Best effort like every record, and a destructor must not throw: a history that cannot be
+  // written must not change how the run ends.
+  try {
+    if (!process_name_.empty())
+      Record(std::uncaught_exceptions() > 0 ? "fail" : "ok", "process", process_name_);
+  } catch (const std::exception&) {
+  }
   close(fd_);
 }
 

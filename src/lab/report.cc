@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <chrono>
 #include <ctime>
 #include <deque>
+#include <fstream>
 #include <iterator>
 #include <map>
 #include <set>
@@ -47,24 +47,35 @@ std::string SanitizeUtf8(std::string_view bytes) {
   while (i < bytes.size()) {
     const unsigned char b = byte(i);
     if (b < 0x80) {
-      if (b < 0x20 && b != '\t' && b != '\n') out += kReplacement;
-      else if (b == 0x7F) out += kReplacement;
-      else out += static_cast<char>(b);
+      if (b < 0x20 && b != '\t' && b != '\n')
+        out += kReplacement;
+      else if (b == 0x7F)
+        out += kReplacement;
+      else
+        out += static_cast<char>(b);
       ++i;
       continue;
     }
     // Table 3-7: the allowed range of the second byte depends on the first.
     std::size_t length = 0;
     unsigned char low = 0x80, high = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF) length = 2;
-    else if (b == 0xE0) length = 3, low = 0xA0;
-    else if (b >= 0xE1 && b <= 0xEC) length = 3;
-    else if (b == 0xED) length = 3, high = 0x9F;  // no surrogates
-    else if (b >= 0xEE && b <= 0xEF) length = 3;
-    else if (b == 0xF0) length = 4, low = 0x90;
-    else if (b >= 0xF1 && b <= 0xF3) length = 4;
-    else if (b == 0xF4) length = 4, high = 0x8F;  // nothing above U+10FFFF
-    std::size_t good = 0;  // bytes of a valid sequence
+    if (b >= 0xC2 && b <= 0xDF)
+      length = 2;
+    else if (b == 0xE0)
+      length = 3, low = 0xA0;
+    else if (b >= 0xE1 && b <= 0xEC)
+      length = 3;
+    else if (b == 0xED)
+      length = 3, high = 0x9F;  // no surrogates
+    else if (b >= 0xEE && b <= 0xEF)
+      length = 3;
+    else if (b == 0xF0)
+      length = 4, low = 0x90;
+    else if (b >= 0xF1 && b <= 0xF3)
+      length = 4;
+    else if (b == 0xF4)
+      length = 4, high = 0x8F;  // nothing above U+10FFFF
+    std::size_t good = 0;       // bytes of a valid sequence
     if (length > 0 && i + 1 < bytes.size() && byte(i + 1) >= low && byte(i + 1) <= high) {
       good = 2;
       while (good < length && i + good < bytes.size() && byte(i + good) >= 0x80 &&
@@ -89,12 +100,23 @@ std::string EscapeHtml(std::string_view bytes) {
   out.reserve(clean.size());
   for (const char c : clean) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -417,7 +439,8 @@ void RenderVerdict(Out out, const ReportModel& model, const RenderOptions& optio
   fmt::format_to(out,
                  "<section id=\"verdict\" data-valid=\"{}\"><h2>Checker verdict: <span "
                  "class=\"badge {}\" id=\"verdict-text\">{}</span></h2>\n",
-                 valid ? "true" : "false", valid ? "valid" : "invalid", valid ? "valid" : "INVALID");
+                 valid ? "true" : "false", valid ? "valid" : "invalid",
+                 valid ? "valid" : "INVALID");
   fmt::format_to(out, "<table id=\"counts\"><tr><th>count</th><th>value</th><th>ids</th></tr>\n");
   // kBad: invalidates the run (red when non-zero); kWarn: worth a look (orange); kPlain: a tally.
   enum Kind { kPlain, kWarn, kBad };
@@ -452,7 +475,8 @@ void RenderVerdict(Out out, const ReportModel& model, const RenderOptions& optio
       IdList(r.order_violations, max));
   const HistoryVerdict& h = r.history;
   if (h.present) {
-    fmt::format_to(out, "<tr><th colspan=\"3\">history ({} records)</th></tr>\n", model.history_records);
+    fmt::format_to(out, "<tr><th colspan=\"3\">history ({} records)</th></tr>\n",
+                   model.history_records);
     row("attempts", "attempts", h.attempts, kPlain, "");
     row("acknowledged", "acknowledged", h.acknowledged, kPlain, "");
     row("failed", "failed", h.failed, kPlain, "");
@@ -466,8 +490,9 @@ void RenderVerdict(Out out, const ReportModel& model, const RenderOptions& optio
 }
 
 void RenderReconciliation(Out out, const ReportModel& model, const RenderOptions& options) {
-  fmt::format_to(out, "<section id=\"reconciliation-section\"><h2>Reconciliation</h2>\n"
-                      "<table id=\"reconciliation\">\n");
+  fmt::format_to(out,
+                 "<section id=\"reconciliation-section\"><h2>Reconciliation</h2>\n"
+                 "<table id=\"reconciliation\">\n");
   const auto row = [&](const char* key, const char* label, std::int64_t value,
                        const std::string& extra = {}) {
     fmt::format_to(out,
@@ -482,13 +507,15 @@ void RenderReconciliation(Out out, const ReportModel& model, const RenderOptions
   row("kafka-records", "Kafka records", model.kafka.records);
   row("kafka-distinct", "Kafka distinct event ids", model.kafka.distinct_event_ids);
   std::vector<std::string> duplicates;
-  for (const auto& [id, n] : model.kafka.duplicates) duplicates.push_back(fmt::format("{} x{}", id, n));
+  for (const auto& [id, n] : model.kafka.duplicates)
+    duplicates.push_back(fmt::format("{} x{}", id, n));
   row("duplicated-ids", "duplicated ids", static_cast<std::int64_t>(duplicates.size()),
       duplicates.empty() ? std::string("none") : IdList(duplicates, options.max_listed_duplicates));
   fmt::format_to(out, "</table></section>\n");
 }
 
-// --- timeline --------------------------------------------------------------------------------------
+// --- timeline
+// --------------------------------------------------------------------------------------
 
 std::vector<std::string> TracksOf(const ReportLane& lane) {
   static const std::vector<std::string> kFixed = {"txn", "send", "mark"};
@@ -511,8 +538,8 @@ int TrackIndex(const std::vector<std::string>& tracks, const std::string& f) {
 std::string OpClass(const ReportOp& op) {
   const bool known = op.f == "txn" || op.f == "send" || op.f == "mark";
   const bool outcome_known = op.outcome == "ok" || op.outcome == "fail" || op.outcome == "open";
-  return fmt::format("op f-{} {}{}", known ? op.f : "other",
-                     outcome_known ? op.outcome : "other", known ? "" : " other");
+  return fmt::format("op f-{} {}{}", known ? op.f : "other", outcome_known ? op.outcome : "other",
+                     known ? "" : " other");
 }
 
 std::string OpTitle(const ReportOp& op, const ReportLane& lane, const EventIndex& index) {
@@ -536,7 +563,8 @@ std::string OpData(const ReportOp& op, const ReportLane& lane, const EventIndex&
       EscapeHtml(op.start_ms == op.end_ms ? UtcTime(op.start_ms)
                                           : UtcTime(op.start_ms) + " .. " + UtcTime(op.end_ms)));
   const auto outbox = index.outbox_id.find(op.value);
-  if (outbox != index.outbox_id.end()) data += fmt::format(" data-outbox-id=\"{}\"", outbox->second);
+  if (outbox != index.outbox_id.end())
+    data += fmt::format(" data-outbox-id=\"{}\"", outbox->second);
   const auto kafka = index.positions.find(op.value);
   if (kafka != index.positions.end()) data += fmt::format(" data-kafka=\"{}\"", kafka->second);
   if (op.attempt > 0) data += fmt::format(" data-attempt=\"{}\"", op.attempt);
@@ -549,7 +577,9 @@ struct LaneGeometry {
   int top = 0;
   int height = 0;
   std::vector<std::string> tracks;
-  int TrackY(int track) const { return top + kLanePadding / 2 + track * kTrackHeight + kTrackHeight / 2; }
+  int TrackY(int track) const {
+    return top + kLanePadding / 2 + track * kTrackHeight + kTrackHeight / 2;
+  }
 };
 
 std::vector<LaneGeometry> LayOutLanes(const std::vector<ReportLane>& lanes, int* total_height) {
@@ -567,7 +597,8 @@ std::vector<LaneGeometry> LayOutLanes(const std::vector<ReportLane>& lanes, int*
   return geometry;
 }
 
-void RenderLaneOpen(Out out, const ReportLane& lane, const LaneGeometry& g, std::size_t i, int width) {
+void RenderLaneOpen(Out out, const ReportLane& lane, const LaneGeometry& g, std::size_t i,
+                    int width) {
   fmt::format_to(out,
                  "<g class=\"lane{}\" id=\"lane-{}-{}\" data-process=\"{}\" data-name=\"{}\" "
                  "data-never-finished=\"{}\">\n",
@@ -580,21 +611,23 @@ void RenderLaneOpen(Out out, const ReportLane& lane, const LaneGeometry& g, std:
   fmt::format_to(out, "<text class=\"lane-sub\" x=\"8\" y=\"{}\">pid {} · {}</text>\n", g.top + 33,
                  lane.process, LaneEnd(lane));
   for (std::size_t t = 0; t < g.tracks.size(); ++t)
-    fmt::format_to(out, "<text class=\"track-name\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n",
-                   kLabelWidth - 6, g.TrackY(static_cast<int>(t)) + 3, EscapeShort(g.tracks[t], 10));
+    fmt::format_to(
+        out, "<text class=\"track-name\" x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n",
+        kLabelWidth - 6, g.TrackY(static_cast<int>(t)) + 3, EscapeShort(g.tracks[t], 10));
 }
 
 void RenderKill(Out out, const ReportLane& lane, const LaneGeometry& g, double x) {
   const int mid = g.top + g.height / 2;
-  fmt::format_to(out,
-                 "<g class=\"kill\" id=\"kill-{0}\" data-tip=\"\" data-process=\"{0}\" "
-                 "data-name=\"{1}\" data-time=\"{2}\" data-what=\"no record after this one: "
-                 "killed (kill -9) or still running\"><title>kill -9: {1} (pid {0}) never "
-                 "finished; last record at {2}</title>\n"
-                 "<line x1=\"{3:.1f}\" y1=\"{4}\" x2=\"{5:.1f}\" y2=\"{6}\"/><line x1=\"{3:.1f}\" "
-                 "y1=\"{6}\" x2=\"{5:.1f}\" y2=\"{4}\"/><text x=\"{7:.1f}\" y=\"{8}\">kill -9</text></g>\n",
-                 lane.process, EscapeHtml(LaneTitle(lane)), UtcTime(lane.last_ms), x - 7, mid - 7,
-                 x + 7, mid + 7, x + 10, mid + 4);
+  fmt::format_to(
+      out,
+      "<g class=\"kill\" id=\"kill-{0}\" data-tip=\"\" data-process=\"{0}\" "
+      "data-name=\"{1}\" data-time=\"{2}\" data-what=\"no record after this one: "
+      "killed (kill -9) or still running\"><title>kill -9: {1} (pid {0}) never "
+      "finished; last record at {2}</title>\n"
+      "<line x1=\"{3:.1f}\" y1=\"{4}\" x2=\"{5:.1f}\" y2=\"{6}\"/><line x1=\"{3:.1f}\" "
+      "y1=\"{6}\" x2=\"{5:.1f}\" y2=\"{4}\"/><text x=\"{7:.1f}\" y=\"{8}\">kill -9</text></g>\n",
+      lane.process, EscapeHtml(LaneTitle(lane)), UtcTime(lane.last_ms), x - 7, mid - 7, x + 7,
+      mid + 7, x + 10, mid + 4);
 }
 
 void RenderHold(Out out, const ReportOp& op, const ReportLane& lane, const LaneGeometry& g,
@@ -603,8 +636,9 @@ void RenderHold(Out out, const ReportOp& op, const ReportLane& lane, const LaneG
                  "<g class=\"hold\" data-tip=\"\" data-process=\"{0}\" data-value=\"{1}\" "
                  "data-time=\"{2}\"><title>HOLD {1} ({3})</title><line x1=\"{4:.1f}\" y1=\"{5}\" "
                  "x2=\"{4:.1f}\" y2=\"{6}\"/><text x=\"{7:.1f}\" y=\"{8}\">HOLD</text></g>\n",
-                 lane.process, EscapeHtml(op.value), UtcTime(op.start_ms), EscapeHtml(LaneTitle(lane)),
-                 x, g.top + 3, g.top + g.height - 3, x + 3, g.top + 11);
+                 lane.process, EscapeHtml(op.value), UtcTime(op.start_ms),
+                 EscapeHtml(LaneTitle(lane)), x, g.top + 3, g.top + g.height - 3, x + 3,
+                 g.top + 11);
 }
 
 // End glyph of an operation at (x, y).
@@ -619,8 +653,9 @@ void RenderGlyph(Out out, const ReportOp& op, double x, int y) {
   else
     fmt::format_to(out, "<path class=\"g\" d=\"M{:.1f} {}l6 6l-6 6l-6 -6z\"/>", x, y - 6);
   if (op.outcome == "open")
-    fmt::format_to(out, "<text x=\"{:.1f}\" y=\"{}\" font-size=\"9\" text-anchor=\"middle\" "
-                        "fill=\"#ef6c00\">?</text>",
+    fmt::format_to(out,
+                   "<text x=\"{:.1f}\" y=\"{}\" font-size=\"9\" text-anchor=\"middle\" "
+                   "fill=\"#ef6c00\">?</text>",
                    x, y + 3);
 }
 
@@ -647,7 +682,7 @@ void RenderDetailedTimeline(Out out, const ReportModel& model, const EventIndex&
 
   fmt::format_to(out,
                  "<div class=\"scroll\"><svg id=\"timeline\" data-mode=\"detailed\" "
- "width=\"{0}\" height=\"{1}\" "
+                 "width=\"{0}\" height=\"{1}\" "
                  "viewBox=\"0 0 {0} {1}\">\n",
                  width, height);
   if (!points.empty()) {
@@ -681,10 +716,11 @@ void RenderDetailedTimeline(Out out, const ReportModel& model, const EventIndex&
       }
       const int y = g.TrackY(TrackIndex(g.tracks, op.f));
       const double x1 = x_of(op.start_seq), x2 = x_of(op.end_seq);
-      fmt::format_to(out, "<g class=\"{}\" {}><title>{}</title>", OpClass(op), OpData(op, lane, index),
-                     EscapeHtml(OpTitle(op, lane, index)));
+      fmt::format_to(out, "<g class=\"{}\" {}><title>{}</title>", OpClass(op),
+                     OpData(op, lane, index), EscapeHtml(OpTitle(op, lane, index)));
       if (x2 > x1)
-        fmt::format_to(out, "<line class=\"span\" x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\"/>", x1,
+        fmt::format_to(out,
+                       "<line class=\"span\" x1=\"{:.1f}\" y1=\"{}\" x2=\"{:.1f}\" y2=\"{}\"/>", x1,
                        y, x2, y);
       RenderGlyph(out, op, x2, y);
       fmt::format_to(out, "</g>\n");
@@ -725,18 +761,22 @@ void RenderBinnedTimeline(Out out, const ReportModel& model, const RenderOptions
       const int bin = std::min(bins - 1, static_cast<int>((op.end_ms - t0) / bin_ms));
       const int track = TrackIndex(geometry[i].tracks, op.f);
       Counts& c = counts[i][track][bin];
-      if (op.outcome == "ok") ++c.ok;
-      else if (op.outcome == "fail") ++c.fail;
-      else ++c.other;
+      if (op.outcome == "ok")
+        ++c.ok;
+      else if (op.outcome == "fail")
+        ++c.fail;
+      else
+        ++c.other;
       max_count[i][track] = std::max(max_count[i][track], c.ok + c.fail + c.other);
     }
   }
 
-  fmt::format_to(out,
-                 "<div class=\"scroll\"><svg id=\"timeline\" data-mode=\"binned\" data-bin-ms=\"{2:.1f}\" "
- "width=\"{0}\" height=\"{1}\" "
-                 "viewBox=\"0 0 {0} {1}\">\n",
-                 width, height, bin_ms);
+  fmt::format_to(
+      out,
+      "<div class=\"scroll\"><svg id=\"timeline\" data-mode=\"binned\" data-bin-ms=\"{2:.1f}\" "
+      "width=\"{0}\" height=\"{1}\" "
+      "viewBox=\"0 0 {0} {1}\">\n",
+      width, height, bin_ms);
   fmt::format_to(out, "<text class=\"axis\" x=\"{}\" y=\"14\">t0 = {}, {} bins of {}</text>\n",
                  kLabelWidth + 4, UtcTime(t0), bins, Duration(static_cast<std::int64_t>(bin_ms)));
   for (int b = 0; b <= bins; b += 20) {
@@ -759,19 +799,22 @@ void RenderBinnedTimeline(Out out, const ReportModel& model, const RenderOptions
       for (const auto& [bin, c] : counts[i][t]) {
         const double x = kLabelWidth + 10 + bin * bin_px;
         double y = base;
-        fmt::format_to(out,
-                       "<g class=\"bin\" data-tip=\"\" data-process=\"{}\" data-f=\"{}\" "
-                       "data-from=\"{}\" data-ok=\"{}\" data-fail=\"{}\" data-open-or-other=\"{}\">",
-                       lane.process, EscapeHtml(g.tracks[t]),
-                       UtcTime(t0 + static_cast<std::int64_t>(bin * bin_ms)), c.ok, c.fail, c.other);
-        for (const auto& [n, colour] : {std::pair{c.ok, g.tracks[t] == "mark" ? "var(--mark)" : "var(--ok)"},
-                                        std::pair{c.fail, "var(--fail)"},
-                                        std::pair{c.other, "var(--open)"}}) {
+        fmt::format_to(
+            out,
+            "<g class=\"bin\" data-tip=\"\" data-process=\"{}\" data-f=\"{}\" "
+            "data-from=\"{}\" data-ok=\"{}\" data-fail=\"{}\" data-open-or-other=\"{}\">",
+            lane.process, EscapeHtml(g.tracks[t]),
+            UtcTime(t0 + static_cast<std::int64_t>(bin * bin_ms)), c.ok, c.fail, c.other);
+        for (const auto& [n, colour] :
+             {std::pair{c.ok, g.tracks[t] == "mark" ? "var(--mark)" : "var(--ok)"},
+              std::pair{c.fail, "var(--fail)"}, std::pair{c.other, "var(--open)"}}) {
           if (n == 0) continue;
           const double h = std::max(1.0, n * scale);
           y -= h;
-          fmt::format_to(out, "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"/>",
-                         x, y, bin_px - 1, h, colour);
+          fmt::format_to(
+              out,
+              "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"/>", x,
+              y, bin_px - 1, h, colour);
         }
         fmt::format_to(out, "</g>\n");
       }
@@ -791,48 +834,60 @@ void RenderTimeline(Out out, const ReportModel& model, const RenderOptions& opti
   const bool detailed = ops <= options.max_detailed_ops;
   fmt::format_to(out, "<section id=\"timeline-section\"><h2>Timeline: one lane per process</h2>\n");
   if (!model.has_history) {
-    fmt::format_to(out, "<p class=\"legend\" id=\"no-history\">No history given: run the lab's "
-                        "commands with --history FILE (or OUTBOX_HISTORY) and pass the same files "
-                        "to report --history.</p></section>\n");
+    fmt::format_to(out,
+                   "<p class=\"legend\" id=\"no-history\">No history given: run the lab's "
+                   "commands with --history FILE (or OUTBOX_HISTORY) and pass the same files "
+                   "to report --history.</p></section>\n");
     return;
   }
-  fmt::format_to(out,
-                 "<p class=\"legend\"><span>● txn</span><span>▶ send (line: invoke → ack)</span>"
-                 "<span>■ mark</span><span>◆ other record</span><span style=\"color:var(--ok)\">"
-                 "ok</span><span style=\"color:var(--fail)\">failed</span><span "
-                 "style=\"color:var(--open)\">open ? (indeterminate)</span><span "
-                 "style=\"color:#8d6e00\">┆ HOLD point</span><span style=\"color:var(--fail)\">✕ kill "
-                 "-9 (no record after it)</span>{}</p>\n",
-                 detailed ? "<span>x: records in time order; dashed lines mark idle gaps</span>"
-                          : fmt::format("<span>{} operations: aggregated into time bins</span>", ops));
-  if (detailed) RenderDetailedTimeline(out, model, index);
-  else RenderBinnedTimeline(out, model, options);
+  fmt::format_to(
+      out,
+      "<p class=\"legend\"><span>● txn</span><span>▶ send (line: invoke → ack)</span>"
+      "<span>■ mark</span><span>◆ other record</span><span style=\"color:var(--ok)\">"
+      "ok</span><span style=\"color:var(--fail)\">failed</span><span "
+      "style=\"color:var(--open)\">open ? (indeterminate)</span><span "
+      "style=\"color:#8d6e00\">┆ HOLD point</span><span style=\"color:var(--fail)\">✕ kill "
+      "-9 (no record after it)</span>{}</p>\n",
+      detailed ? "<span>x: records in time order; dashed lines mark idle gaps</span>"
+               : fmt::format("<span>{} operations: aggregated into time bins</span>", ops));
+  if (detailed)
+    RenderDetailedTimeline(out, model, index);
+  else
+    RenderBinnedTimeline(out, model, options);
   fmt::format_to(out, "</section>\n");
 }
 
-// --- the Kafka log ---------------------------------------------------------------------------------
+// --- the Kafka log
+// ---------------------------------------------------------------------------------
 
 std::string CauseText(const DuplicateCause& cause, const ReportModel& model) {
   std::string name = fmt::format("pid {}", cause.process);
   for (const ReportLane& lane : model.lanes)
-    if (lane.process == cause.process && !lane.name.empty()) name = fmt::format("{} (pid {})", lane.name, cause.process);
+    if (lane.process == cause.process && !lane.name.empty())
+      name = fmt::format("{} (pid {})", lane.name, cause.process);
   switch (cause.kind) {
     case DuplicateCause::Kind::kKill:
-      return fmt::format("kill -9 of {} after the ack, before the mark: the row stayed unpublished "
-                         "and was sent again", name);
+      return fmt::format(
+          "kill -9 of {} after the ack, before the mark: the row stayed unpublished "
+          "and was sent again",
+          name);
     case DuplicateCause::Kind::kFailedSend:
-      return fmt::format("a send in {} failed (e.g. timed out), yet the broker stored it: sent again",
-                         name);
-    case DuplicateCause::Kind::kUnknown: break;
+      return fmt::format(
+          "a send in {} failed (e.g. timed out), yet the broker stored it: sent again", name);
+    case DuplicateCause::Kind::kUnknown:
+      break;
   }
   return "no history explains it";
 }
 
 std::string CauseId(const DuplicateCause& cause) {
   switch (cause.kind) {
-    case DuplicateCause::Kind::kKill: return fmt::format("kill-{}", cause.process);
-    case DuplicateCause::Kind::kFailedSend: return fmt::format("failed-send-{}", cause.process);
-    case DuplicateCause::Kind::kUnknown: break;
+    case DuplicateCause::Kind::kKill:
+      return fmt::format("kill-{}", cause.process);
+    case DuplicateCause::Kind::kFailedSend:
+      return fmt::format("failed-send-{}", cause.process);
+    case DuplicateCause::Kind::kUnknown:
+      break;
   }
   return "unknown";
 }
@@ -842,18 +897,20 @@ void RenderDetailedKafka(Out out, const ReportModel& model) {
   std::map<std::int32_t, std::vector<const ReportCell*>> by_partition;
   for (const ReportCell& cell : model.cells) by_partition[cell.record.partition].push_back(&cell);
   int rows = 0;
-  for (const auto& [p, cells] : by_partition) rows += static_cast<int>((cells.size() + kPerRow - 1) / kPerRow) + 0;
+  for (const auto& [p, cells] : by_partition)
+    rows += static_cast<int>((cells.size() + kPerRow - 1) / kPerRow) + 0;
   const int width = kRowLabel + kPerRow * (kCellW + kGap);
   const int height = std::max(rows, 1) * (kCellH + 18) + 8 * static_cast<int>(by_partition.size());
   fmt::format_to(out,
                  "<div class=\"scroll\"><svg id=\"kafka\" data-mode=\"detailed\" "
- "width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} "
+                 "width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} "
                  "{1}\">\n",
                  width, height);
   int y = 4;
   for (const auto& [partition, cells] : by_partition) {
-    fmt::format_to(out, "<g class=\"partition\" data-partition=\"{0}\"><text class=\"axis\" x=\"2\" "
-                        "y=\"{1}\">p{0}</text>\n",
+    fmt::format_to(out,
+                   "<g class=\"partition\" data-partition=\"{0}\"><text class=\"axis\" x=\"2\" "
+                   "y=\"{1}\">p{0}</text>\n",
                    partition, y + 26);
     for (std::size_t i = 0; i < cells.size(); ++i) {
       const ReportCell& c = *cells[i];
@@ -873,18 +930,23 @@ void RenderDetailedKafka(Out out, const ReportModel& model) {
                      "data-offset=\"{}\" data-event=\"{}\" data-outbox-id=\"{}\" data-copy=\"{}\" "
                      "data-copies=\"{}\"",
                      dup ? " dup" : "", c.copies > 1 && !dup ? " first-of-dup" : "", partition,
-                     c.record.offset, partition, c.record.offset, event, c.outbox_id, c.copy, c.copies);
-      if (dup) fmt::format_to(out, " data-cause=\"{}\" data-cause-text=\"{}\"", CauseId(c.cause),
-                              EscapeHtml(CauseText(c.cause, model)));
-      fmt::format_to(out,
-                     "><title>{}</title><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" rx=\"4\" "
-                     "fill=\"{}\"/><text class=\"off\" x=\"{}\" y=\"{}\">{}</text><text x=\"{}\" "
-                     "y=\"{}\" text-anchor=\"middle\">{}</text>",
-                     EscapeHtml(title), x, cy, kCellW, kCellH, ColourOf(c.record.event_id), x + 2,
-                     cy - 2, c.record.offset, x + kCellW / 2, cy + 24, EscapeShort(c.record.event_id, 11));
+                     c.record.offset, partition, c.record.offset, event, c.outbox_id, c.copy,
+                     c.copies);
+      if (dup)
+        fmt::format_to(out, " data-cause=\"{}\" data-cause-text=\"{}\"", CauseId(c.cause),
+                       EscapeHtml(CauseText(c.cause, model)));
+      fmt::format_to(
+          out,
+          "><title>{}</title><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" rx=\"4\" "
+          "fill=\"{}\"/><text class=\"off\" x=\"{}\" y=\"{}\">{}</text><text x=\"{}\" "
+          "y=\"{}\" text-anchor=\"middle\">{}</text>",
+          EscapeHtml(title), x, cy, kCellW, kCellH, ColourOf(c.record.event_id), x + 2, cy - 2,
+          c.record.offset, x + kCellW / 2, cy + 24, EscapeShort(c.record.event_id, 11));
       if (c.copies > 1 && !dup)
-        fmt::format_to(out, "<circle class=\"dot\" cx=\"{}\" cy=\"{}\" r=\"3\"/>", x + kCellW - 6, cy + 6);
-      fmt::format_to(out, "</g>{}\n", dup && c.cause.kind == DuplicateCause::Kind::kKill ? "</a>" : "");
+        fmt::format_to(out, "<circle class=\"dot\" cx=\"{}\" cy=\"{}\" r=\"3\"/>", x + kCellW - 6,
+                       cy + 6);
+      fmt::format_to(out, "</g>{}\n",
+                     dup && c.cause.kind == DuplicateCause::Kind::kKill ? "</a>" : "");
     }
     y += static_cast<int>((cells.size() + kPerRow - 1) / kPerRow) * (kCellH + 18) + 8;
     fmt::format_to(out, "</g>\n");
@@ -901,13 +963,14 @@ void RenderBinnedKafka(Out out, const ReportModel& model, const RenderOptions& o
   const int height = static_cast<int>(by_partition.size()) * (kRowH + 8) + 8;
   fmt::format_to(out,
                  "<div class=\"scroll\"><svg id=\"kafka\" data-mode=\"binned\" "
- "width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} "
+                 "width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} "
                  "{1}\">\n",
                  width, height);
   int y = 4;
   for (const auto& [partition, cells] : by_partition) {
-    fmt::format_to(out, "<g class=\"partition\" data-partition=\"{0}\" data-records=\"{1}\"><text "
-                        "class=\"axis\" x=\"2\" y=\"{2}\">p{0}</text>\n",
+    fmt::format_to(out,
+                   "<g class=\"partition\" data-partition=\"{0}\" data-records=\"{1}\"><text "
+                   "class=\"axis\" x=\"2\" y=\"{2}\">p{0}</text>\n",
                    partition, cells.size(), y + 17);
     const std::size_t per_range = (cells.size() + ranges - 1) / ranges;
     for (std::size_t start = 0, r = 0; start < cells.size(); start += per_range, ++r) {
@@ -915,14 +978,16 @@ void RenderBinnedKafka(Out out, const ReportModel& model, const RenderOptions& o
       std::int64_t dups = 0;
       for (std::size_t i = start; i < end; ++i) dups += cells[i]->copy > 1;
       const double share = static_cast<double>(dups) / static_cast<double>(end - start);
-      const std::string fill = dups == 0 ? "#9fb3d1" : fmt::format("hsl(0,75%,{:.0f}%)", 70 - 35 * share);
-      fmt::format_to(out,
-                     "<rect class=\"range{}\" data-tip=\"\" data-partition=\"{}\" data-first=\"{}\" "
-                     "data-last=\"{}\" data-records=\"{}\" data-dups=\"{}\" x=\"{}\" y=\"{}\" "
-                     "width=\"{}\" height=\"{}\" fill=\"{}\"{}/>\n",
-                     dups ? " dup" : "", partition, cells[start]->record.offset,
-                     cells[end - 1]->record.offset, end - start, dups, kRowLabel + r * kRangeW, y,
-                     kRangeW - 1, kRowH, fill, dups ? " stroke=\"#b71c1c\"" : "");
+      const std::string fill =
+          dups == 0 ? "#9fb3d1" : fmt::format("hsl(0,75%,{:.0f}%)", 70 - 35 * share);
+      fmt::format_to(
+          out,
+          "<rect class=\"range{}\" data-tip=\"\" data-partition=\"{}\" data-first=\"{}\" "
+          "data-last=\"{}\" data-records=\"{}\" data-dups=\"{}\" x=\"{}\" y=\"{}\" "
+          "width=\"{}\" height=\"{}\" fill=\"{}\"{}/>\n",
+          dups ? " dup" : "", partition, cells[start]->record.offset, cells[end - 1]->record.offset,
+          end - start, dups, kRowLabel + r * kRangeW, y, kRangeW - 1, kRowH, fill,
+          dups ? " stroke=\"#b71c1c\"" : "");
     }
     y += kRowH + 8;
     fmt::format_to(out, "</g>\n");
@@ -951,12 +1016,14 @@ void RenderDuplicateCauses(Out out, const ReportModel& model, const RenderOption
       g.examples.push_back(&cell);
   }
   if (groups.empty()) return;
-  fmt::format_to(out, "<h2>Duplicates and their cause</h2><table id=\"duplicates\"><tr><th>cause</th>"
-                      "<th>copies</th><th>records (copy k of n)</th></tr>\n");
+  fmt::format_to(out,
+                 "<h2>Duplicates and their cause</h2><table id=\"duplicates\"><tr><th>cause</th>"
+                 "<th>copies</th><th>records (copy k of n)</th></tr>\n");
   for (const Group& g : groups) {
     const std::string cause = EscapeHtml(CauseText(*g.cause, model));
-    fmt::format_to(out, "<tr class=\"duplicate-cause\" data-cause=\"{}\" data-copies=\"{}\"><td>{}</td>"
-                        "<td class=\"n\">{}</td><td class=\"ids\">",
+    fmt::format_to(out,
+                   "<tr class=\"duplicate-cause\" data-cause=\"{}\" data-copies=\"{}\"><td>{}</td>"
+                   "<td class=\"n\">{}</td><td class=\"ids\">",
                    CauseId(*g.cause), g.copies,
                    g.cause->kind == DuplicateCause::Kind::kKill
                        ? fmt::format("<a href=\"#kill-{}\">{}</a>", g.cause->process, cause)
@@ -966,8 +1033,8 @@ void RenderDuplicateCauses(Out out, const ReportModel& model, const RenderOption
       const ReportCell& c = *g.examples[i];
       const std::string where = fmt::format("p{}:{}", c.record.partition, c.record.offset);
       fmt::format_to(out, "{}{} {} ({} of {})", i ? ", " : "",
-                     cells_have_ids ? fmt::format("<a href=\"#rec-{}-{}\">{}</a>", c.record.partition,
-                                                  c.record.offset, where)
+                     cells_have_ids ? fmt::format("<a href=\"#rec-{}-{}\">{}</a>",
+                                                  c.record.partition, c.record.offset, where)
                                     : where,
                      EscapeHtml(c.record.event_id), c.copy, c.copies);
     }
@@ -979,7 +1046,8 @@ void RenderDuplicateCauses(Out out, const ReportModel& model, const RenderOption
 }
 
 void RenderKafka(Out out, const ReportModel& model, const RenderOptions& options) {
-  const bool detailed = static_cast<std::int64_t>(model.cells.size()) <= options.max_detailed_records;
+  const bool detailed =
+      static_cast<std::int64_t>(model.cells.size()) <= options.max_detailed_records;
   fmt::format_to(out,
                  "<section id=\"kafka-section\"><h2>Kafka log: topic {}, {} records</h2>\n<p "
                  "class=\"legend\">{}</p>\n",
@@ -989,9 +1057,12 @@ void RenderKafka(Out out, const ReportModel& model, const RenderOptions& options
                             "that caused it); a dot marks the first copy of a duplicated id."
                           : "Aggregated into offset ranges; red: ranges holding copies after the "
                             "first (darker: more).");
-  if (model.cells.empty()) fmt::format_to(out, "<p id=\"kafka-empty\">The topic is empty.</p>\n");
-  else if (detailed) RenderDetailedKafka(out, model);
-  else RenderBinnedKafka(out, model, options);
+  if (model.cells.empty())
+    fmt::format_to(out, "<p id=\"kafka-empty\">The topic is empty.</p>\n");
+  else if (detailed)
+    RenderDetailedKafka(out, model);
+  else
+    RenderBinnedKafka(out, model, options);
   RenderDuplicateCauses(out, model, options, detailed && !model.cells.empty());
   fmt::format_to(out, "</section>\n");
 }
@@ -1003,8 +1074,9 @@ void RenderOrder(Out out, const ReportModel& model, const RenderOptions& options
   fmt::format_to(out, "<section id=\"order\" data-count=\"{}\"><h2>Per-aggregate order</h2>\n",
                  pairs.size());
   if (pairs.empty()) {
-    fmt::format_to(out, "<p>No order violations: per partition, every aggregate's events were first "
-                        "seen in outbox id order.</p></section>\n");
+    fmt::format_to(out,
+                   "<p>No order violations: per partition, every aggregate's events were first "
+                   "seen in outbox id order.</p></section>\n");
     return;
   }
   const auto card = [&](const char* role, const TopicRecord& r, std::int64_t outbox_id) {
@@ -1016,8 +1088,10 @@ void RenderOrder(Out out, const ReportModel& model, const RenderOptions& options
   std::int64_t shown = 0;
   for (const OrderViolation& v : pairs) {
     if (shown++ == options.max_listed_ids) break;
-    fmt::format_to(out, "<div class=\"violation\" data-aggregate=\"{}\"><div>aggregate {}</div><div class=\"cmp\">",
-                   EscapeHtml(v.aggregate_id), EscapeHtml(v.aggregate_id));
+    fmt::format_to(
+        out,
+        "<div class=\"violation\" data-aggregate=\"{}\"><div>aggregate {}</div><div class=\"cmp\">",
+        EscapeHtml(v.aggregate_id), EscapeHtml(v.aggregate_id));
     card("first", v.first, v.first_outbox_id);
     fmt::format_to(out, "<div class=\"arrow\">then</div>");
     card("second", v.second, v.second_outbox_id);

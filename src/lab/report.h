@@ -44,12 +44,12 @@ struct ReportOp {
   // "ok", "fail", "open" (invoked, never completed: indeterminate) or, for a
   // record without invoke, its own type ("info" for a hold point).
   std::string outcome;
-  std::int64_t start_ms = 0;  // the invoke's time (or the record's, without invoke), epoch ms
-  std::int64_t end_ms = 0;    // the completion's time; == start_ms when open or without invoke
+  std::int64_t start_ms = 0;   // the invoke's time (or the record's, without invoke), epoch ms
+  std::int64_t end_ms = 0;     // the completion's time; == start_ms when open or without invoke
   std::int64_t start_seq = 0;  // position of its first record in the histories (read order)
   std::int64_t end_seq = 0;
   std::string error;
-  std::string details;     // other keys of the completing record, JSON text
+  std::string details;       // other keys of the completing record, JSON text
   std::int64_t attempt = 0;  // sends: 1 for the first send of this event id in all histories
 };
 
@@ -96,7 +96,7 @@ struct ReportModel {
   DbSnapshot db;
   KafkaReconciliation kafka;
   CheckResult check;
-  std::vector<ReportCell> cells;   // ordered by partition, then offset
+  std::vector<ReportCell> cells;  // ordered by partition, then offset
   std::vector<ReportLane> lanes;
   bool has_history = false;
   std::int64_t history_records = 0;
@@ -124,7 +124,7 @@ ReportModel BuildReportModel(Store& store, const std::vector<TopicRecord>& recor
 struct RenderOptions {
   // Above these, the page aggregates: time bins instead of one glyph per
   // operation, offset ranges instead of one cell per record.
-  std::int64_t max_detailed_ops = 800;      // operations over all lanes
+  std::int64_t max_detailed_ops = 800;       // operations over all lanes
   std::int64_t max_detailed_records = 1000;  // records over all partitions
   int time_bins = 160;                       // bins across the timeline
   int offset_ranges = 160;                   // ranges per partition

@@ -1,10 +1,9 @@
 // Bench report: the figures as bars, each check beside its target.
-#include <catch2/catch.hpp>
+#include "lab/bench_report.h"
 
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
-
-#include "lab/bench_report.h"
 
 namespace {
 
@@ -25,19 +24,20 @@ TEST_CASE("The bench page draws every check beside its target and marks the miss
   result.raw = {200000, 2, 100000};
   result.write.business_only_tps = {900, 1000, 1100};
   result.write.with_outbox_tps = {850, 950, 1000};
-  const std::vector<outbox::lab::BenchmarkCheck> checks = {
-      {"relay_over_chapter", 500, 100, true},
-      {"relay_over_raw", 0.5, 0.3, true},
-      {"write_ratio", 0.9, 0.95, true},
-      {"history_ratio", 2.0, 1.5, false},
-      {"relay_peak_rss_mib", 20, 32, false}};
+  const std::vector<outbox::lab::BenchmarkCheck> checks = {{"relay_over_chapter", 500, 100, true},
+                                                           {"relay_over_raw", 0.5, 0.3, true},
+                                                           {"write_ratio", 0.9, 0.95, true},
+                                                           {"history_ratio", 2.0, 1.5, false},
+                                                           {"relay_peak_rss_mib", 20, 32, false}};
   const std::string html = outbox::lab::RenderBenchmarkHtml(options, result, checks);
   CHECK(Count(html, "<g class=\"check pass\"") == 3);
   CHECK(Count(html, "<g class=\"check miss\"") == 2);
-  CHECK(html.find("data-name=\"write_ratio\" data-value=\"0.9\" data-target=\"0.95\" data-pass=\"false\"") !=
-        std::string::npos);
-  CHECK(html.find("data-name=\"history_ratio\" data-value=\"2\" data-target=\"1.5\" data-pass=\"false\"") !=
-        std::string::npos);
+  CHECK(html.find("data-name=\"write_ratio\" data-value=\"0.9\" data-target=\"0.95\" "
+                  "data-pass=\"false\"") != std::string::npos);
+  CHECK(
+      html.find(
+          "data-name=\"history_ratio\" data-value=\"2\" data-target=\"1.5\" data-pass=\"false\"") !=
+      std::string::npos);
   CHECK(Count(html, "<g class=\"bar\"") == 4 + 2 + 6 + 2 + 1);
   CHECK(html.find("<b>topic</b>") == std::string::npos);
   CHECK(html.find("&lt;b&gt;topic&lt;/b&gt;") != std::string::npos);

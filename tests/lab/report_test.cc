@@ -1,14 +1,14 @@
 // Report: untrusted bytes made safe, lanes and cells built from a history and
 // a topic, and the page rendered from hand-made models (the chapter's run, a
 // hostile one, a big one, one with an order violation).
-#include <catch2/catch.hpp>
+#include "lab/report.h"
 
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "lab/report.h"
 #include "test_support.h"
 
 namespace {
@@ -67,8 +67,10 @@ std::vector<HistoryOp> ChapterHistory() {
   ops.push_back(Op(kWriter, ++t, "info", "hold", "before publish"));
   t += 500;
   ops.push_back(Op(kPublishHold, t, "invoke", "process", "publish-hold"));
-  for (int i = 1; i <= 3; ++i) ops.push_back(Op(kPublishHold, ++t, "invoke", "send", "evt-100" + std::to_string(i)));
-  for (int i = 1; i <= 3; ++i) ops.push_back(Op(kPublishHold, ++t, "ok", "send", "evt-100" + std::to_string(i)));
+  for (int i = 1; i <= 3; ++i)
+    ops.push_back(Op(kPublishHold, ++t, "invoke", "send", "evt-100" + std::to_string(i)));
+  for (int i = 1; i <= 3; ++i)
+    ops.push_back(Op(kPublishHold, ++t, "ok", "send", "evt-100" + std::to_string(i)));
   ops.push_back(Op(kPublishHold, ++t, "info", "hold", "before mark"));
   t += 500;
   ops.push_back(Op(kPublish, t, "invoke", "process", "publish"));
@@ -135,11 +137,12 @@ TEST_CASE("SanitizeUtf8 keeps valid text and replaces every invalid sequence wit
           "[report]") {
   CHECK(SanitizeUtf8("evt-1001 é € 😀") == "evt-1001 é € 😀");
   const std::string fffd = "\xEF\xBF\xBD";
-  CHECK(SanitizeUtf8("a\xFF" "b") == "a" + fffd + "b");
-  CHECK(SanitizeUtf8("\xC0\xAF") == fffd + fffd);           // overlong '/'
-  CHECK(SanitizeUtf8("\xED\xA0\x80") == fffd + fffd + fffd);  // a surrogate
+  CHECK(SanitizeUtf8("a\xFF"
+                     "b") == "a" + fffd + "b");
+  CHECK(SanitizeUtf8("\xC0\xAF") == fffd + fffd);                             // overlong '/'
+  CHECK(SanitizeUtf8("\xED\xA0\x80") == fffd + fffd + fffd);                  // a surrogate
   CHECK(SanitizeUtf8("\xF4\x90\x80\x80").find("\xF4") == std::string::npos);  // above U+10FFFF
-  CHECK(SanitizeUtf8("x\xE2\x82") == "x" + fffd);           // truncated euro sign: one maximal subpart
+  CHECK(SanitizeUtf8("x\xE2\x82") == "x" + fffd);  // truncated euro sign: one maximal subpart
   CHECK(SanitizeUtf8(std::string("a\0b\x1B", 4)) == "a" + fffd + "b" + fffd);
 }
 
@@ -185,8 +188,9 @@ TEST_CASE("BuildLanes gives the chapter one lane per process with kills on the t
 
 TEST_CASE("BuildLanes leaves an unanswered invoke open and shows records it does not know",
           "[report]") {
-  const auto lanes = BuildLanes({Op(7, 1, "invoke", "txn", "evt-1"), Op(7, 2, "ok", "settle", "token=3"),
-                                 Op(7, 3, "weird", "phase", "")});
+  const auto lanes =
+      BuildLanes({Op(7, 1, "invoke", "txn", "evt-1"), Op(7, 2, "ok", "settle", "token=3"),
+                  Op(7, 3, "weird", "phase", "")});
   REQUIRE(lanes.size() == 1);
   CHECK(lanes[0].name.empty());
   CHECK(lanes[0].never_finished);  // no process records: the open txn says it never finished
@@ -197,8 +201,9 @@ TEST_CASE("BuildLanes leaves an unanswered invoke open and shows records it does
 }
 
 TEST_CASE("BuildLanes starts a new lane when a finished process's PID is reused", "[report]") {
-  const auto lanes = BuildLanes({Op(9, 1, "invoke", "process", "write"), Op(9, 2, "ok", "process", "write"),
-                                 Op(9, 3, "invoke", "process", "relay")});
+  const auto lanes =
+      BuildLanes({Op(9, 1, "invoke", "process", "write"), Op(9, 2, "ok", "process", "write"),
+                  Op(9, 3, "invoke", "process", "relay")});
   REQUIRE(lanes.size() == 2);
   CHECK_FALSE(lanes[0].never_finished);
   CHECK(lanes[1].name == "relay");
@@ -224,22 +229,25 @@ TEST_CASE("BuildCells outlines the chapter's three re-sends and blames publish-h
 
 TEST_CASE("BuildCells blames a failed send when no killed process acknowledged the event",
           "[report]") {
-  const auto lanes = BuildLanes({Op(5, 1, "invoke", "send", "evt-9"), Op(5, 2, "fail", "send", "evt-9"),
-                                 Op(6, 3, "invoke", "send", "evt-9"), Op(6, 4, "ok", "send", "evt-9"),
-                                 Op(6, 5, "ok", "mark", "evt-9")});
+  const auto lanes =
+      BuildLanes({Op(5, 1, "invoke", "send", "evt-9"), Op(5, 2, "fail", "send", "evt-9"),
+                  Op(6, 3, "invoke", "send", "evt-9"), Op(6, 4, "ok", "send", "evt-9"),
+                  Op(6, 5, "ok", "mark", "evt-9")});
   const auto cells = BuildCells(Records({"evt-9", "evt-9", "evt-7"}), {}, lanes);
   CHECK(cells[1].cause.kind == DuplicateCause::Kind::kFailedSend);
   CHECK(cells[1].cause.process == 5);
   CHECK(cells[2].outbox_id == -1);
 }
 
-TEST_CASE("The chapter's page shows eight cells with three outlined and two kills on the held lanes",
-          "[report]") {
+TEST_CASE(
+    "The chapter's page shows eight cells with three outlined and two kills on the held lanes",
+    "[report]") {
   const std::string html = RenderReportHtml(ChapterModel());
   CHECK(Count(html, "<g class=\"cell") == 8);
   CHECK(Count(html, "<g class=\"cell dup\"") == 3);
   CHECK(Count(html, "data-cause=\"kill-202\"") == 4);  // three cells and their cause's row
-  CHECK(Count(html, "<tr class=\"duplicate-cause\" data-cause=\"kill-202\" data-copies=\"3\">") == 1);
+  CHECK(Count(html, "<tr class=\"duplicate-cause\" data-cause=\"kill-202\" data-copies=\"3\">") ==
+        1);
   CHECK(Count(html, "<g class=\"kill\"") == 2);
   CHECK(Count(html, "id=\"kill-101\"") == 1);
   CHECK(Count(html, "id=\"kill-202\"") == 1);
@@ -338,7 +346,8 @@ TEST_CASE("ReadHistories keeps records it does not know and skips lines that are
   outbox::testing::WriteFileBytes(
       path,
       "{\"process\":1,\"time_ms\":5,\"type\":\"ok\",\"f\":\"settle\",\"value\":[1,2],\"token\":7}\n"
-      "{\"process\":\"x\",\"time_ms\":\"y\",\"type\":\"invoke\",\"f\":\"txn\",\"value\":\"evt-1\"}\n"
+      "{\"process\":\"x\",\"time_ms\":\"y\",\"type\":\"invoke\",\"f\":\"txn\",\"value\":\"evt-1\"}"
+      "\n"
       "{\"process\":1,\"type\":\"ok\",\"f\":\"txn\",\"value\":\"evt-\xFF\"}\n"
       "not json\n"
       "[1,2]\n");
