@@ -88,6 +88,57 @@ void ChecksChart(Out out, const std::vector<BenchmarkCheck>& checks) {
                  "(2-core machine).</p></section>\n");
 }
 
+// The relay child's throughput over time while it drains its backlog: one column per sampling
+// interval (records added to the topic ÷ the interval), time on the x axis.
+void DrainChart(Out out, const RssFigure& rss) {
+  fmt::format_to(out, "<section><h2>Relay throughput over time, draining {} events</h2>\n",
+                 rss.events);
+  if (rss.progress.size() < 2) {
+    fmt::format_to(out, "<p class=\"note\" id=\"drain-empty\">No progress samples (the broker "
+                        "did not answer, or the drain took less than one interval).</p></section>\n");
+    return;
+  }
+  struct Column {
+    double from = 0, to = 0, rate = 0;
+  };
+  std::vector<Column> columns;
+  double max_rate = 1;
+  for (std::size_t i = 1; i < rss.progress.size(); ++i) {
+    const DrainSample& a = rss.progress[i - 1];
+    const DrainSample& b = rss.progress[i];
+    if (b.seconds <= a.seconds) continue;
+    const double rate = static_cast<double>(b.records - a.records) / (b.seconds - a.seconds);
+    columns.push_back({a.seconds, b.seconds, rate});
+    max_rate = std::max(max_rate, rate);
+  }
+  constexpr int kWidth = 720, kHeight = 180, kLeft = 70, kBottom = 24;
+  const double end = rss.progress.back().seconds;
+  const auto x_of = [&](double seconds) { return kLeft + kWidth * seconds / end; };
+  fmt::format_to(out,
+                 "<svg id=\"drain\" class=\"chart\" data-samples=\"{}\" data-max-rate=\"{:.0f}\" "
+                 "width=\"{}\" height=\"{}\">\n",
+                 rss.progress.size(), max_rate, kLeft + kWidth + 20, kHeight + kBottom + 10);
+  for (const Column& c : columns) {
+    const double h = kHeight * std::max(c.rate, 0.0) / (max_rate * 1.05);
+    fmt::format_to(out,
+                   "<rect class=\"drain\" data-from=\"{:.3f}\" data-rate=\"{:.0f}\" x=\"{:.1f}\" "
+                   "y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\"><title>{:.2f}–{:.2f} s: {:.0f} "
+                   "events/s</title></rect>\n",
+                   c.from, c.rate, x_of(c.from), 5 + kHeight - h,
+                   std::max(1.0, x_of(c.to) - x_of(c.from) - 1), h, c.from, c.to, c.rate);
+  }
+  fmt::format_to(out,
+                 "<line class=\"axis\" x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\"/>"
+                 "<text x=\"{3}\" y=\"14\" text-anchor=\"end\">{4:.0f}/s</text>"
+                 "<text x=\"{3}\" y=\"{1}\" text-anchor=\"end\">0</text>"
+                 "<text x=\"{0}\" y=\"{5}\">0 s</text>"
+                 "<text x=\"{2}\" y=\"{5}\" text-anchor=\"end\">{6:.2f} s</text></svg>\n"
+                 "<p class=\"note\">Records on the topic (the broker's high watermarks) sampled every "
+                 "{7} samples; overall {8:.0f} events/s.</p></section>\n",
+                 kLeft, 5 + kHeight, kLeft + kWidth, kLeft - 6, max_rate * 1.05, 5 + kHeight + 18,
+                 end, fmt::format("~250 ms: {}", rss.progress.size()), rss.events_per_s);
+}
+
 }  // namespace
 
 std::string RenderBenchmarkHtml(const BenchmarkOptions& options, const BenchmarkResult& r,
@@ -106,6 +157,7 @@ section{background:#fff;border:1px solid #d6dbe4;border-radius:8px;padding:12px 
 svg text{font-size:12px;font-family:"DejaVu Sans",system-ui,sans-serif}
 .bar rect{fill:#5c7fb8}.check.pass rect{fill:#2e7d32}.check.miss rect{fill:#c62828}
 .check line{stroke:#1d2330;stroke-width:3}.v{fill:#1d2330}
+.drain{fill:#5c7fb8}line.axis{stroke:#5b6475}
 .check.miss .v{fill:#c62828;font-weight:bold}
 </style></head><body>
 )");
@@ -150,6 +202,7 @@ svg text{font-size:12px;font-family:"DejaVu Sans",system-ui,sans-serif}
        {fmt::format("{} published rows retained", r.history.with_history.retained_published),
         r.history.with_history.poll_us, fmt::format("{:.0f} µs", r.history.with_history.poll_us)}},
       /*log_scale=*/false);
+  DrainChart(out, r.rss);
   BarChart(out, "rss", "Relay child peak RSS (MiB)",
            {{fmt::format("draining {} events", r.rss.events), r.rss.peak_rss_mib,
              fmt::format("{:.1f} MiB", r.rss.peak_rss_mib)}},

@@ -15,7 +15,8 @@ std::size_t Count(const std::string& text, const std::string& needle) {
 
 }  // namespace
 
-TEST_CASE("The bench page draws every check beside its target and marks the misses", "[bench]") {
+TEST_CASE("The bench page draws every check beside its target and the drain's throughput over time",
+          "[bench]") {
   outbox::lab::BenchmarkOptions options;
   outbox::lab::BenchmarkResult result;
   result.topic = "<b>topic</b>";
@@ -29,7 +30,13 @@ TEST_CASE("The bench page draws every check beside its target and marks the miss
                                                            {"write_ratio", 0.9, 0.95, true},
                                                            {"history_ratio", 2.0, 1.5, false},
                                                            {"relay_peak_rss_mib", 20, 32, false}};
+  result.rss.events = 3000;
+  result.rss.progress = {{0.0, 0}, {0.25, 1000}, {0.5, 1500}, {0.75, 3000}};
   const std::string html = outbox::lab::RenderBenchmarkHtml(options, result, checks);
+  // Three intervals of 0.25 s: 4000, 2000 and 6000 events/s.
+  CHECK(html.find("data-samples=\"4\" data-max-rate=\"6000\"") != std::string::npos);
+  CHECK(Count(html, "<rect class=\"drain\"") == 3);
+  CHECK(html.find("data-from=\"0.250\" data-rate=\"2000\"") != std::string::npos);
   CHECK(Count(html, "<g class=\"check pass\"") == 3);
   CHECK(Count(html, "<g class=\"check miss\"") == 2);
   CHECK(html.find("data-name=\"write_ratio\" data-value=\"0.9\" data-target=\"0.95\" "
