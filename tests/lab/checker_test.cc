@@ -76,7 +76,7 @@ void CheckNoFindings(const CheckResult& r) {
 
 }  // namespace
 
-TEST_CASE("CheckRun judges the chapter's run valid: 8 records, 5 events, 3 duplicates",
+TEST_CASE("CheckRun judges the chapter's run valid with 8 records of 5 events and 3 duplicates",
           "[checker]") {
   CheckerFixture f;
   f.WriteLoans(5);
@@ -148,7 +148,7 @@ TEST_CASE("CheckRun reports a record whose event id is in no outbox row as phant
   CHECK(r.atomicity.empty());
 }
 
-TEST_CASE("CheckRun reports a loan without an outbox row, and an event without a loan, as "
+TEST_CASE("CheckRun reports a loan without an outbox row and an event without a loan as "
           "atomicity violations",
           "[checker]") {
   CheckerFixture f;

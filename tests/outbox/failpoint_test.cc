@@ -41,7 +41,7 @@ std::vector<bool> Throws(const std::string& name, int n) {
 
 }  // namespace
 
-TEST_CASE("AllFailpoints lists unique dotted names, each with what is durable there",
+TEST_CASE("AllFailpoints lists unique dotted names each with what is durable there",
           "[failpoint]") {
   const auto& points = outbox::AllFailpoints();
   REQUIRE(points.size() >= 7);
@@ -76,7 +76,7 @@ TEST_CASE("ConfigureFailpoints accepts every form of the grammar for every failp
   ConfigureFailpoints("");
 }
 
-TEST_CASE("ConfigureFailpoints accepts several entries separated by ';' and an empty spec",
+TEST_CASE("ConfigureFailpoints accepts several entries separated by semicolons and an empty spec",
           "[failpoint]") {
   FailpointReset reset;
   const std::string spec = GENERATE(
