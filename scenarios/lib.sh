@@ -276,6 +276,26 @@ wait_exit() {
   _forget_pid "$pid"
 }
 
+# wait_paused PID LOG POINT [N]: wait until LOG holds N (default 1) lines
+# `[failpoint] POINT PAUSE; ...` — the process PID stands at its Nth pause there. Fails the
+# scenario (die) when it does not get there: a scenario that misses its point proves nothing.
+wait_paused() {
+  local pid=$1 log=$2 point=$3 n=${4:-1}
+  if ! wait_for 30 "$pid" "pause #$n of $point" _has_lines "$n" "^\[failpoint\] $point PAUSE; " "$log"; then
+    sed 's/^/  | /' "$log"
+    die "process $pid never paused at $point (pause #$n)"
+  fi
+  echo "(process $pid paused at $point, #$n)"
+}
+
+# release PID: let a paused process go on (the pause action waits for SIGUSR1).
+release() {
+  echo "\$ kill -USR1 $1"
+  kill -USR1 "$1" || die "kill -USR1 $1: no such process (it should have been paused)"
+}
+
+_has_lines() { [ "$(grep -E -c -- "$2" "$3" 2>/dev/null)" -ge "$1" ]; }
+
 # start_control_broker: an embedded broker with a --control socket for broker-ctl (always
 # embedded: a real Kafka cannot take faults from broker-ctl).
 start_control_broker() { start_broker --control; }

@@ -86,7 +86,7 @@ fi
 step "cross-check with kcat, a client that is not ours"
 key_per_line='%k\n'
 if ! command -v kcat >/dev/null 2>&1; then
-  echo "kcat not installed: skipping the cross-check (apt-get install kcat)"
+  fail "kcat not installed: no cross-check (scripts/install-deps.sh installs it)"
 elif timeout 30 kcat -b "$BROKER" -t "$TOPIC" -C -e -q -f "$key_per_line" >"$TMP/kcat.out" 2>"$TMP/kcat.err"; then
   echo "\$ kcat -b $BROKER -t $TOPIC -C -e -q -f '$key_per_line'"
   cat "$TMP/kcat.out"

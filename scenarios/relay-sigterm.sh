@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Graceful stop of the production relay: SIGTERM in the middle of a backlog.
 # Injects: `kill -TERM` to `relay --batch-size 1000` (forever mode) over 20,000 unpublished events,
-#          right after its first `[relay] batch` line. Every batch pauses 200 ms between the
-#          broker's acks and its mark (failpoint relay.after_ack_before_mark=sleep(200)), so the
-#          signal lands while a batch is in flight — most likely in exactly that acked-but-unmarked
-#          window, the one kill -9 turns into duplicates.
+#          while its second batch is paused between the broker's acks and its mark (failpoint
+#          relay.after_ack_before_mark=1*off->1*pause->off; released by SIGUSR1 after the
+#          SIGTERM), so the signal lands in exactly that acked-but-unmarked window, the one
+#          kill -9 turns into duplicates.
 # Expects: the relay finishes the batch in flight, marks what was acked and exits 0 with a last
-#          line `[relay] stopped on signal: ...`, leaving part of the backlog pending; nothing
+#          line `[relay] stopped on signal: batches=2 ...`, leaving part of the backlog pending; nothing
 #          stays claimed (status claimed=0); every marked row is in Kafka (lost-after-mark 0) and
 #          every record in Kafka belongs to a marked row, exactly once: records = distinct ids =
 #          published = the relay's marked count. A second `relay --until-empty` drains the rest:
@@ -26,15 +26,16 @@ expect_rc 0 "reset"
 run --synchronous normal write "$EVENTS" --quiet
 expect_rc 0 "write $EVENTS"
 
-step "a relay in forever mode; SIGTERM after its first batch"
-export OUTBOX_FAILPOINTS='relay.after_ack_before_mark=sleep(200)'
+step "a relay in forever mode; SIGTERM while batch 2 is acked and not yet marked"
+echo "(OUTBOX_FAILPOINTS='relay.after_ack_before_mark=1*off->1*pause->off')"
+export OUTBOX_FAILPOINTS='relay.after_ack_before_mark=1*off->1*pause->off'
 start_bg relay relay --batch-size "$BATCH"
 unset OUTBOX_FAILPOINTS
 relay_pid=$BG_PID relay_log=$BG_LOG
-wait_for 30 "$relay_pid" "the relay's first batch line" _has_line '^\[relay\] batch ' "$relay_log" ||
-  die "the relay never finished a batch"
+wait_paused "$relay_pid" "$relay_log" relay.after_ack_before_mark
 echo "\$ kill -TERM $relay_pid"
 kill -TERM "$relay_pid" || fail "kill -TERM $relay_pid: no such process"
+release "$relay_pid"
 wait_exit "$relay_pid" 30 "relay after SIGTERM"
 sed 's/^/  | /' "$relay_log"
 expect_eq 0 "$BG_RC" "exit code of the relay after SIGTERM"
@@ -49,12 +50,9 @@ acked=$(sed -n -E 's/^\[relay\] stopped on signal: .* acked=([0-9]+) .*$/\1/p' "
 pending=$(sed -n -E 's/^\[relay\] stopped on signal: .* pending=([0-9]+)$/\1/p' "$relay_log")
 batches=$(sed -n -E 's/^\[relay\] stopped on signal: batches=([0-9]+) .*$/\1/p' "$relay_log")
 echo "stopped relay: batches=${batches:-?} acked=${acked:-?} marked=${marked:-?} pending=${pending:-?}"
-# The signal came after batch 1's line, so batch 2 was normally running already: it must have
-# been finished and counted. (The stop is checked between batches; a signal landing in that
-# microsecond window leaves batches=1 with nothing in flight — also correct, noted below.)
-[ "${batches:-0}" -ge 1 ] || fail "no batch count on the stopped relay's last line"
-[ "${batches:-0}" -ge 2 ] ||
-  echo "note: the signal arrived between batches; no batch was in flight at SIGTERM this time"
+# The signal came while batch 2 stood acked and unmarked: batch 2 is finished and counted, and
+# no batch 3 starts.
+expect_eq 2 "${batches:-?}" "batches of the relay stopped during batch 2"
 expect_count "${batches:-0}" '^\[relay\] batch token=[0-9]+ claimed=1000 acked=1000 failed=0 marked=1000 ' "$relay_log"
 expect_eq "${acked:-?}" "${marked:-?}" "rows marked vs rows acked by the stopped relay"
 [ "${pending:-0}" -gt 0 ] ||

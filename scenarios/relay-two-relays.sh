@@ -7,11 +7,12 @@
 #          claimed counts and their marked counts each sum to exactly 10,000, nothing failed or
 #          was fenced; the topic holds exactly 10,000 records, 10,000 distinct event ids: check is
 #          valid with 0 lost and 0 duplicated; status shows 10,000 published and 0 claimed.
-# Each relay pauses 50 ms after every claim (failpoint relay.after_claim=sleep(50)), holding no
-# lock, so both always have a batch in flight at the same time — the overlap a broken claim would
-# turn into double sends. Without it SQLite's busy handler (no lock queue: sleep, retry) can leave
-# one relay waiting on BEGIN IMMEDIATE while the other drains nearly everything (splits of
-# 9500/500 seen), which would make "both relays marked something" a matter of luck.
+# Each relay pauses after its first claim (failpoint relay.after_claim=1*pause->off), holding no
+# lock; both are released only once both stand there, so both have a batch in flight at the same
+# time — the overlap a broken claim would turn into double sends. Without it SQLite's busy handler
+# (no lock queue: sleep, retry) can leave one relay waiting on BEGIN IMMEDIATE while the other
+# drains nearly everything (splits of 9500/500 seen), which would make "both relays marked
+# something" a matter of luck.
 # The writes use --synchronous normal only to keep the setup short: a commit survives kill -9 at
 # any setting, and nothing here is killed.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -39,12 +40,20 @@ expect_rc 0 "write $EVENTS"
 expect_line "^\[write\] committed=$EVENTS\$" "$OUT"
 
 step "two relays at once on the same outbox"
-export OUTBOX_FAILPOINTS='relay.after_claim=sleep(50)'
+echo "(OUTBOX_FAILPOINTS='relay.after_claim=1*pause->off')"
+export OUTBOX_FAILPOINTS='relay.after_claim=1*pause->off'
 start_bg relay-a relay --until-empty --batch-size 500 --owner relay-a
 pid_a=$BG_PID log_a=$BG_LOG
 start_bg relay-b relay --until-empty --batch-size 500 --owner relay-b
 pid_b=$BG_PID log_b=$BG_LOG
 unset OUTBOX_FAILPOINTS
+wait_paused "$pid_a" "$log_a" relay.after_claim
+wait_paused "$pid_b" "$log_b" relay.after_claim
+run status --json
+expect_rc 0 "status --json while both relays stand after their first claim"
+expect_eq 1000 "$(jq -r .claimed "$OUT")" "rows claimed by the two paused relays (500 each, no overlap)"
+release "$pid_a"
+release "$pid_b"
 wait_exit "$pid_a" 45 "relay-a"
 rc_a=$BG_RC
 wait_exit "$pid_b" 45 "relay-b"

@@ -12,7 +12,7 @@ Command AddFailpointsCommand(CLI::App& app, const GlobalOptions&) {
       "failpoints",
       "List every failpoint and what is durable when the process stops there. Enable with "
       "OUTBOX_FAILPOINTS='name=[P%][N*]action[(arg)][->...];...', actions off, kill, hold, "
-      "sleep(ms), error");
+      "pause (until SIGUSR1), sleep(ms), error");
   auto json = std::make_shared<bool>(false);
   sub->add_flag("--json", *json, "Print a JSON array of {name, durable}");
   return {sub, [json]() -> ExitCode {
