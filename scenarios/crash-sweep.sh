@@ -59,8 +59,8 @@ fi
 echo "sweeping ${#POINTS[@]} failpoints x hits ${HITS[*]}"
 
 # JSON without another dependency: sqlite3's json1 functions. json_get FILE PATH prints the value
-# at PATH (e.g. '$.valid', true as 1); json_count FILE PATH the length of the array or object there.
-json_get() { sqlite3 :memory: "SELECT json_extract(readfile('$1'), '$2')"; }
+# at PATH (e.g. '.valid', true as 1); json_count FILE PATH the length of the array or object there.
+json_get() { jq -r "$2" "$1"; }
 json_count() { sqlite3 :memory: "SELECT count(*) FROM json_each(readfile('$1'), '$2')"; }
 
 CASE_FAILURES=()
@@ -104,7 +104,7 @@ sweep_case() {
   echo "-- recovery, no failpoint"
   local missing=$LOANS
   run verify --no-kafka --json
-  [ "$RC" -eq 0 ] && missing=$((LOANS - $(json_get "$OUT" '$.business_loan')))
+  [ "$RC" -eq 0 ] && missing=$((LOANS - $(json_get "$OUT" '.business_loan')))
   if [ "$missing" -gt 0 ]; then
     run write "$missing" --quiet
     [ "$RC" -eq 0 ] || case_fail "recovery write $missing: exit $RC"
@@ -117,15 +117,15 @@ sweep_case() {
   run check --json
   local check_out=$OUT lost='?' dup='?' phantom='?' valid='?'
   if [ "$RC" -eq 0 ] || [ "$RC" -eq 1 ]; then
-    valid=$(json_get "$check_out" '$.valid')
-    lost=$(json_count "$check_out" '$.lost')
-    dup=$(json_count "$check_out" '$.duplicated')
-    phantom=$(json_count "$check_out" '$.phantom')
+    valid=$(json_get "$check_out" '.valid')
+    lost=$(json_count "$check_out" '.lost')
+    dup=$(json_count "$check_out" '.duplicated')
+    phantom=$(json_count "$check_out" '.phantom')
     [ "$valid" = 1 ] || case_fail "check: INVALID: $(cat "$check_out")"
     [ "$lost" = 0 ] || case_fail "check: $lost lost"
     [ "$phantom" = 0 ] || case_fail "check: $phantom phantom"
-    [ "$(json_get "$check_out" '$.business_rows')" = "$LOANS" ] ||
-      case_fail "check: business rows $(json_get "$check_out" '$.business_rows'), expected $LOANS"
+    [ "$(json_get "$check_out" '.business_rows')" = "$LOANS" ] ||
+      case_fail "check: business rows $(json_get "$check_out" '.business_rows'), expected $LOANS"
   else
     case_fail "check: exit $RC (could not check)"
   fi
@@ -140,14 +140,14 @@ sweep_case() {
   if [ -z "$fired_before" ] && [ "$FIRED" = purge ]; then
     local kept want=$((LOANS - BATCH * (n - 1)))
     run verify --no-kafka --json
-    kept="$(json_get "$OUT" '$.outbox') $(json_get "$OUT" '$.unpublished')"
+    kept="$(json_get "$OUT" '.outbox') $(json_get "$OUT" '.unpublished')"
     [ "$kept" = "$want 0" ] ||
       case_fail "purge killed in batch $n: outbox, unpublished = $kept, expected $want 0"
   fi
   run purge --older-than 0s --batch-size "$BATCH"
   [ "$RC" -eq 0 ] || case_fail "purge after the kill: exit $RC"
   run verify --no-kafka --json
-  [ "$(json_get "$OUT" '$.business_loan') $(json_get "$OUT" '$.outbox') $(json_get "$OUT" '$.unpublished')" = "$LOANS 0 0" ] ||
+  [ "$(json_get "$OUT" '.business_loan') $(json_get "$OUT" '.outbox') $(json_get "$OUT" '.unpublished')" = "$LOANS 0 0" ] ||
     case_fail "after purge: $(cat "$OUT"), expected business_loan=$LOANS outbox=0 unpublished=0"
 
   local verdict=PASS

@@ -120,4 +120,43 @@ CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
   return result;
 }
 
+const std::vector<std::string>& CheckExpectationKeys() {
+  static const std::vector<std::string> keys = {
+      "valid",         "business_rows",      "outbox_rows",          "kafka_records",
+      "ok",            "lost",               "duplicated",           "phantom",
+      "atomicity",     "lost_after_mark",    "stuck",                "order_violations",
+      "history_attempts", "history_acknowledged", "history_failed", "history_indeterminate",
+      "history_ok",    "history_recovered",  "history_unexpected"};
+  return keys;
+}
+
+std::map<std::string, std::int64_t> CheckValues(const CheckResult& r) {
+  const auto size = [](const auto& list) { return static_cast<std::int64_t>(list.size()); };
+  std::map<std::string, std::int64_t> values = {
+      {"valid", r.valid() ? 1 : 0},
+      {"business_rows", r.business_rows},
+      {"outbox_rows", r.outbox_rows},
+      {"kafka_records", r.kafka_records},
+      {"ok", r.ok},
+      {"lost", size(r.lost)},
+      {"duplicated", size(r.duplicated)},
+      {"phantom", size(r.phantom)},
+      {"atomicity", size(r.atomicity)},
+      {"lost_after_mark", size(r.lost_after_mark)},
+      {"stuck", size(r.stuck)},
+      {"order_violations", size(r.order_violations)},
+  };
+  if (r.history.present) {
+    const HistoryVerdict& h = r.history;
+    values["history_attempts"] = h.attempts;
+    values["history_acknowledged"] = h.acknowledged;
+    values["history_failed"] = h.failed;
+    values["history_indeterminate"] = h.indeterminate;
+    values["history_ok"] = h.ok;
+    values["history_recovered"] = h.recovered;
+    values["history_unexpected"] = size(h.unexpected);
+  }
+  return values;
+}
+
 }  // namespace outbox::lab

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +49,16 @@ struct CheckResult {
            stuck.empty() && history.unexpected.empty();
   }
 };
+
+// The keys of check --expect, in report order: valid (1 or 0), business_rows,
+// outbox_rows, kafka_records, ok, then the sizes of the lists lost, duplicated,
+// phantom, atomicity, lost_after_mark, stuck, order_violations, then the
+// history counts history_attempts ... history_unexpected (only with --history).
+const std::vector<std::string>& CheckExpectationKeys();
+
+// The values of r under CheckExpectationKeys(); history_* only when
+// r.history.present.
+std::map<std::string, std::int64_t> CheckValues(const CheckResult& r);
 
 // Reads the lab's tables and compares them with records (every record of the
 // topic) and, when history is not null, with what the writers were told.

@@ -3,7 +3,9 @@
 // per-aggregate order.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -11,6 +13,8 @@
 
 #include "lab/checker.h"
 #include "lab/loans.h"
+#include "lab/reconciliation.h"
+#include "outbox/error.h"
 #include "lab/topic_reader.h"
 #include "outbox/sqlite/connection.h"
 #include "outbox/store.h"
@@ -225,4 +229,38 @@ TEST_CASE("CheckRun reports a later event of an aggregate seen first on the same
     CHECK(r.order_violations.empty());
     CheckNoFindings(r);
   }
+}
+
+TEST_CASE("CheckValues gives check --expect every key with the report's numbers and list sizes",
+          "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(3);
+  f.Mark("evt-1001");
+  const CheckResult r = CheckRun(*f.store, Records({"evt-1001", "evt-1001", "evt-1002"}));
+
+  const auto values = outbox::lab::CheckValues(r);
+
+  CHECK(values == std::map<std::string, std::int64_t>{
+                      {"valid", 0},        {"business_rows", 3},   {"outbox_rows", 3},
+                      {"kafka_records", 3}, {"ok", 2},             {"lost", 1},
+                      {"duplicated", 1},   {"phantom", 0},         {"atomicity", 0},
+                      {"lost_after_mark", 0}, {"stuck", 2},        {"order_violations", 0}});
+  // Every value has a key check --expect accepts; history keys only with a history.
+  const auto& keys = outbox::lab::CheckExpectationKeys();
+  for (const auto& [key, value] : values) {
+    INFO("key " << key);
+    CHECK(std::count(keys.begin(), keys.end(), key) == 1);
+  }
+  const std::vector<outbox::lab::HistoryOp> no_ops;
+  CHECK(outbox::lab::CheckValues(CheckRun(*f.store, {}, &no_ops)).count("history_attempts") == 1);
+}
+
+TEST_CASE("ParseExpectations over check keys accepts them and rejects a verify key", "[checker]") {
+  const auto& keys = outbox::lab::CheckExpectationKeys();
+  CHECK(outbox::lab::ParseExpectations("valid=1,lost=0,duplicated=3", keys) ==
+        std::map<std::string, std::int64_t>{{"valid", 1}, {"lost", 0}, {"duplicated", 3}});
+  const auto error = outbox::testing::CaptureThrow<outbox::ConfigError>(
+      [&] { outbox::lab::ParseExpectations("business=5", keys); });
+  REQUIRE(error.has_value());
+  CHECK_THAT(error->what(), Catch::Contains("unknown key; use valid, business_rows"));
 }
