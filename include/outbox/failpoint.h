@@ -8,8 +8,9 @@
 //   off    does nothing.
 //   kill   prints "[failpoint] NAME KILL" on stderr (evidence that the point
 //          was reached), then SIGKILLs this process on the spot.
-//   hold   prints "[failpoint] NAME HOLD; kill -9 me" on stdout and blocks
-//          until a signal ends the process.
+//   hold   prints "[failpoint] NAME HOLD; kill -9 me" (or the hold line the
+//          caller passed to HitFailpoint) on stdout and blocks until a signal
+//          ends the process.
 //   pause  prints "[failpoint] NAME PAUSE; kill -USR1 PID to release" on
 //          stdout, then blocks until the process receives SIGUSR1, and returns:
 //          a script waits for the line, does what must happen while the process
@@ -23,8 +24,10 @@
 // evaluation does nothing). Example: "relay.after_ack_before_mark=2*off->kill"
 // kills the relay the third time it reaches that point.
 //
-// The registry is the project's only global. When the variable is unset, Hit()
-// costs one relaxed atomic load.
+// The registry is the project's only global. The library registers its own
+// points (relay.*, purge.*); a program adds its own with RegisterFailpoints
+// before it configures them (the lab: write.*, consume.*, the chapter's
+// holds). When the variable is unset, Hit() costs one relaxed atomic load.
 #pragma once
 
 #include <string>
@@ -41,13 +44,23 @@ class FailpointError : public Error {
   using Error::Error;
 };
 
+// Names and texts are string literals (the registry keeps the pointers).
 struct FailpointInfo {
   const char* name;
   const char* durable;  // what is durable when the process stops at this point
+  // True when a process reaches the point at most once (a command's final
+  // hold): hit counts above 1 can never fire there.
+  bool once = false;
 };
 
-// Every failpoint, in the order a loan travels through them.
-const std::vector<FailpointInfo>& AllFailpoints();
+// Every registered failpoint: the library's, then those registered, in
+// registration order. Not thread-safe against RegisterFailpoints.
+std::vector<FailpointInfo> AllFailpoints();
+
+// Adds points to the registry; a name already registered is skipped, so a
+// second call with the same list changes nothing. Call before
+// ConfigureFailpoints names them. Throws ConfigError for a name without a '.'.
+void RegisterFailpoints(const std::vector<FailpointInfo>& points);
 
 // Parses spec (the grammar above) and makes it the active configuration,
 // replacing any previous one; an empty spec disables every point. Throws
@@ -60,7 +73,9 @@ void ConfigureFailpointsFromEnv();
 
 // Evaluates the failpoint name. Call from the code at that point. May not
 // return (kill, hold), may block until released (pause) or sleep, may throw
-// FailpointError (error action; or pause when poll(2) fails).
-void HitFailpoint(std::string_view name);
+// FailpointError (error action; or pause when poll(2) fails). hold_line, when
+// not empty, is what the hold action prints instead of the generic line: the
+// chapter's own words at its hold points.
+void HitFailpoint(std::string_view name, std::string_view hold_line = {});
 
 }  // namespace outbox

@@ -90,16 +90,20 @@ Registry& TheRegistry() {
   return registry;
 }
 
-const std::vector<FailpointInfo> kFailpoints = {
-    {"write.before_commit", "nothing of this loan: its business and outbox rows roll back together"},
-    {"write.after_commit", "the loan and its outbox row; nothing sent"},
+// The library's own points; programs add theirs with RegisterFailpoints.
+const std::vector<FailpointInfo> kLibraryFailpoints = {
     {"relay.after_claim", "the claim (lease + token) on the batch; nothing sent"},
     {"relay.after_produce", "the claim; records handed to librdkafka, maybe sent, none acknowledged"},
     {"relay.after_ack_before_mark", "records acknowledged by the broker; rows not marked: re-sent later"},
     {"relay.after_mark", "the batch is marked published"},
     {"purge.mid_batch", "earlier purge batches; this batch's deletes roll back"},
-    {"consume.after_effect", "the consumer's effect and processed_event row; offset not committed: re-delivered, deduplicated"},
 };
+
+// Part of the registry: the points registered after the library's.
+std::vector<FailpointInfo>& RegisteredFailpoints() {
+  static std::vector<FailpointInfo> points;
+  return points;
+}
 
 [[noreturn]] void Malformed(const std::string& entry, const std::string& why) {
   throw ConfigError(fmt::format("OUTBOX_FAILPOINTS entry '{}': {}", entry, why));
@@ -143,7 +147,23 @@ Term ParseTerm(const std::string& entry, std::string text) {
 
 }  // namespace
 
-const std::vector<FailpointInfo>& AllFailpoints() { return kFailpoints; }
+std::vector<FailpointInfo> AllFailpoints() {
+  std::vector<FailpointInfo> all = kLibraryFailpoints;
+  const auto& registered = RegisteredFailpoints();
+  all.insert(all.end(), registered.begin(), registered.end());
+  return all;
+}
+
+void RegisterFailpoints(const std::vector<FailpointInfo>& points) {
+  for (const FailpointInfo& point : points) {
+    const std::string_view name = point.name;
+    if (name.find('.') == std::string_view::npos)
+      throw ConfigError(fmt::format("failpoint '{}': a name is dotted, like write.after_commit", name));
+    bool known = false;
+    for (const auto& fp : AllFailpoints()) known = known || name == fp.name;
+    if (!known) RegisteredFailpoints().push_back(point);
+  }
+}
 
 void ConfigureFailpoints(const std::string& spec) {
   std::map<std::string, std::vector<Term>, std::less<>> points;
@@ -157,7 +177,7 @@ void ConfigureFailpoints(const std::string& spec) {
     if (eq == std::string::npos) Malformed(entry, "expected name=actions");
     const std::string name = entry.substr(0, eq);
     bool known = false;
-    for (const auto& fp : kFailpoints) known = known || name == fp.name;
+    for (const auto& fp : AllFailpoints()) known = known || name == fp.name;
     if (!known) Malformed(entry, fmt::format("unknown failpoint '{}'; see `outbox-lab failpoints`", name));
     std::vector<Term> terms;
     std::string rest = entry.substr(eq + 1);
@@ -182,7 +202,7 @@ void ConfigureFailpointsFromEnv() {
   if (const char* spec = std::getenv("OUTBOX_FAILPOINTS")) ConfigureFailpoints(spec);
 }
 
-void HitFailpoint(std::string_view name) {
+void HitFailpoint(std::string_view name, std::string_view hold_line) {
   if (!g_enabled.load(std::memory_order_relaxed)) return;
   Action action = Action::kOff;
   long long arg = 0;
@@ -212,7 +232,10 @@ void HitFailpoint(std::string_view name) {
       kill(getpid(), SIGKILL);
       for (;;) pause();
     case Action::kHold:
-      fmt::print("[failpoint] {} HOLD; kill -9 me\n", name);
+      if (hold_line.empty())
+        fmt::print("[failpoint] {} HOLD; kill -9 me\n", name);
+      else
+        fmt::print("{}\n", hold_line);
       std::fflush(stdout);
       for (;;) pause();
     case Action::kPause:

@@ -392,3 +392,35 @@ TEST_CASE("The kill action says on stderr which point fired before the process d
   CHECK(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGKILL);
 }
+
+TEST_CASE("RegisterFailpoints adds a program's points once and ConfigureFailpoints then accepts them",
+          "[failpoint]") {
+  FailpointReset reset;
+  const auto count = [](const std::string& name) {
+    const auto all = outbox::AllFailpoints();
+    return std::count_if(all.begin(), all.end(),
+                         [&](const outbox::FailpointInfo& p) { return name == p.name; });
+  };
+  REQUIRE(CaptureThrow<ConfigError>([] { ConfigureFailpoints("test.registered=error"); }));
+
+  outbox::RegisterFailpoints({{"test.registered", "nothing: a test point"}});
+  outbox::RegisterFailpoints({{"test.registered", "nothing: a test point"}});
+
+  CHECK(count("test.registered") == 1);
+  ConfigureFailpoints("test.registered=error");
+  CHECK(Throws("test.registered", 1) == std::vector<bool>{true});
+  CHECK(CaptureThrow<ConfigError>([] { outbox::RegisterFailpoints({{"undotted", "x"}}); }));
+  CHECK(count("undotted") == 0);
+}
+
+TEST_CASE("The hold action prints the hold line its caller passes instead of the generic one",
+          "[failpoint]") {
+  Child child([] {
+    ConfigureFailpoints(std::string(kPoint) + "=hold");
+    HitFailpoint(kPoint, "[write] committed all, HOLD before publish; kill -9 me");
+  });
+
+  CHECK(child.ReadLine() == "[write] committed all, HOLD before publish; kill -9 me");
+  CHECK(child.QuietFor(100));
+  CHECK(child.Running());
+}
