@@ -9,6 +9,8 @@
 #          out, a restarted `relay --until-empty` claims those rows again and re-sends them with
 #          the rest. Final: check valid, 0 lost, 3,500 records, exactly the 500 held events
 #          duplicated (x2 each) — one batch, never more (at-least-once, chapter's decision 3).
+#          The writer and both relays write a history (--history): the relays' settles say 3,000 rows
+#          marked, each after an ack of the same relay, none fenced.
 # The killed relay runs with --send-timeout 2s --lease 3s (instead of 10s/30s) only so the
 # restart does not wait 30 s for the dead relay's lease.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -24,13 +26,13 @@ start_broker
 step "reset, then write $EVENTS loans with their outbox events"
 run reset
 expect_rc 0 "reset"
-run --synchronous normal write "$EVENTS" --quiet
+run --synchronous normal --history "$TMP/history.jsonl" write "$EVENTS" --quiet
 expect_rc 0 "write $EVENTS"
 expect_line "^\[write\] committed=$EVENTS\$" "$OUT"
 
 step "relay until the third batch is acked, HOLD before its mark, then kill -9"
 export OUTBOX_FAILPOINTS='relay.after_ack_before_mark=2*off->hold'
-start_hold relay relay --until-empty --batch-size "$BATCH" --send-timeout 2s --lease 3s
+start_hold relay --history "$TMP/history.jsonl" relay --until-empty --batch-size "$BATCH" --send-timeout 2s --lease 3s
 unset OUTBOX_FAILPOINTS
 expect_count 2 "^\[relay\] batch token=[0-9]+ claimed=$BATCH acked=$BATCH failed=0 marked=$BATCH retried=0 parked=0 fenced=0\$" "$HOLD_LOG"
 expect_line '^\[failpoint\] relay.after_ack_before_mark HOLD; kill -9 me$' "$HOLD_LOG"
@@ -54,7 +56,7 @@ expect_json "$OUT" "
   "topic after the kill: exactly the first three batches, once each"
 
 step "restart: the relay drains the rest and, after the lease, the held batch again"
-run relay --until-empty --json --quiet
+run --history "$TMP/history.jsonl" relay --until-empty --json --quiet
 expect_rc 0 "relay --until-empty after the kill"
 expect_json "$OUT" ".report == \"final\" and .acked == $((EVENTS - 2 * BATCH)) and .marked == .acked and .failed == 0 and .parked == 0 and .fenced == 0 and .pending == 0" \
   "the restarted relay's final report"
@@ -68,5 +70,8 @@ expect_json "$OUT" "
   and .lost == [] and .phantom == [] and .atomicity == [] and .lost_after_mark == [] and .stuck == []
   and .duplicated == ([range($HELD_FIRST; $((HELD_LAST + 1))) | {key: \"evt-\\(1000 + .)\", value: 2}] | from_entries)" \
   "check --json: valid, nothing lost, exactly the held batch evt-$((1000 + HELD_FIRST))..evt-$((1000 + HELD_LAST)) twice"
+
+step "check --history: the relays' settles, every mark after its own ack"
+expect_check "valid=1,history_marked=$EVENTS,history_marked_without_ack=0,history_fenced=0,history_parked=0" --history "$TMP/history.jsonl"
 
 finish

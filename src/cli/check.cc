@@ -88,7 +88,12 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                                           {"ok", h.ok},
                                           {"recovered", h.recovered},
                                           {"unexpected", h.unexpected},
-                                          {"malformed_lines", h.malformed_lines}};
+                                          {"malformed_lines", h.malformed_lines},
+                                          {"marked", h.marked},
+                                          {"fenced", h.fenced},
+                                          {"parked", h.parked},
+                                          {"marked_without_ack", h.marked_without_ack},
+                                          {"fenced_duplicates", h.fenced_duplicates}};
                       }
                       if (!expected.empty()) {
                         out["expectations_met"] = mismatches.empty();
@@ -103,6 +108,14 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                                    "indeterminate={} ok={} recovered={} unexpected={}\n",
                                    h.attempts, h.acknowledged, h.failed, h.indeterminate, h.ok,
                                    h.recovered, h.unexpected.size());
+                      if (h.present)
+                        fmt::print("[check] history settles: marked={} fenced={} parked={} "
+                                   "marked-without-ack={} duplicates-after-fencing={}\n",
+                                   h.marked, h.fenced, h.parked, h.marked_without_ack.size(),
+                                   h.fenced_duplicates.size());
+                      if (!h.marked_without_ack.empty())
+                        fmt::print("[check] marked without an ack (lost-after-mark evidence): {}\n",
+                                   Join(h.marked_without_ack));
                       fmt::print("[check] ok={} lost={} duplicated={} phantom={} atomicity={} "
                                  "lost-after-mark={} stuck={} order-violations={}\n",
                                  r.ok, r.lost.size(), r.duplicated.size(), r.phantom.size(),

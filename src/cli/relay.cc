@@ -137,6 +137,10 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             kafka::KafkaPublisher publisher(publisher_options);
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(publisher, history.get());
+            if (history)
+              relay_options.on_settle = [h = history.get()](const SettleRecord& settle) {
+                lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
+              };
             Relay relay(store, recording, relay_options);
             ChangeWatcher watcher(global.db, stop.get());
 

@@ -22,7 +22,7 @@ History::History(const std::string& path) {
 History::~History() { close(fd_); }
 
 void History::Record(std::string_view type, std::string_view f, std::string_view value,
-                     std::string_view error) {
+                     std::string_view error, std::int64_t token) {
   using namespace std::chrono;
   nlohmann::ordered_json op;
   op["process"] = getpid();
@@ -31,6 +31,7 @@ void History::Record(std::string_view type, std::string_view f, std::string_view
   op["f"] = f;
   op["value"] = value;
   if (!error.empty()) op["error"] = error;
+  if (token > 0) op["token"] = token;
   const std::string line = op.dump() + "\n";
   // Best effort: a history that cannot be written must not change the run.
   [[maybe_unused]] const ssize_t n = write(fd_, line.data(), line.size());
@@ -53,10 +54,20 @@ std::vector<HistoryOp> ReadHistories(const std::vector<std::string>& paths, std:
       op.type = json["type"].get<std::string>();
       op.f = json["f"].get<std::string>();
       op.value = json["value"].get<std::string>();
+      if (json.contains("error") && json["error"].is_string()) op.error = json["error"].get<std::string>();
+      if (json.contains("token") && json["token"].is_number_integer()) op.token = json["token"].get<std::int64_t>();
       ops.push_back(std::move(op));
     }
   }
   return ops;
+}
+
+void RecordSettle(History* history, std::int64_t token, const std::vector<std::string>& marked,
+                  const std::vector<std::string>& parked, const std::vector<std::string>& fenced) {
+  if (!history) return;
+  for (const auto& id : marked) history->Record("ok", "mark", id, {}, token);
+  for (const auto& id : fenced) history->Record("fail", "mark", id, "fenced", token);
+  for (const auto& id : parked) history->Record("ok", "park", id, {}, token);
 }
 
 }  // namespace outbox::lab

@@ -627,3 +627,47 @@ TEST_CASE("RunRelayLoop forever sleeps while idle and picks up a row written dur
   // After the batch the idle wait starts over at idle_min_ms.
   CHECK(waiter.timeouts_ms == std::vector<int>{5, 10, 20, 5, 10, 20});
 }
+
+TEST_CASE("RunBatch reports each settle to on_settle with its token and the marked and parked "
+          "and fenced event ids",
+          "[relay]") {
+  RelayFixture f;
+  f.options.settle.max_attempts = 1;
+  f.options.lease_ms = 5000;
+  std::vector<outbox::SettleRecord> settles;
+  f.options.on_settle = [&](const outbox::SettleRecord& s) { settles.push_back(s); };
+  EnqueueAll(f.store, {EventOn(1, "A"), EventOn(2, "B"), EventOn(3, "C")});
+
+  SECTION("marked and parked") {
+    RowFailingPublisher publisher;
+    publisher.failing = {2};
+    Relay relay(f.store, publisher, f.options);
+    const BatchReport report = relay.RunBatch();
+    REQUIRE(settles.size() == 1);
+    CHECK(settles[0].token == report.token);
+    CHECK(settles[0].marked == std::vector<std::string>{"evt-1", "evt-3"});
+    CHECK(settles[0].parked == std::vector<std::string>{"evt-2"});
+    CHECK(settles[0].fenced.empty());
+  }
+  SECTION("fenced: the lease ran out during the send and another relay took the rows over") {
+    FakePublisher other_publisher;
+    RelayOptions other_options = f.options;
+    other_options.on_settle = nullptr;
+    Relay other(f.store, other_publisher, other_options);
+    FakePublisher publisher;
+    bool took_over = false;
+    publisher.on_publish = [&](const std::vector<outbox::OutboundMessage>&) {
+      if (took_over) return;
+      took_over = true;
+      f.clock.now_ms += f.options.lease_ms;  // this relay's lease is gone
+      REQUIRE(other.RunBatch().settle.marked == 3);
+    };
+    Relay relay(f.store, publisher, f.options);
+    const BatchReport report = relay.RunBatch();
+    CHECK(report.settle.fenced == 3);
+    REQUIRE(settles.size() == 1);
+    CHECK(settles[0].token == report.token);
+    CHECK(settles[0].marked.empty());
+    CHECK(settles[0].fenced == std::vector<std::string>{"evt-1", "evt-2", "evt-3"});
+  }
+}
