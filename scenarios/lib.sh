@@ -22,7 +22,7 @@ SCENARIO=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
 SCENARIO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$SCENARIO_DIR/.." && pwd)
 LAB_BIN=${OUTBOX_LAB_BIN:-$REPO_DIR/build/outbox-lab}
-# shellcheck source=../scripts/wait-until.sh
+# shellcheck source-path=SCRIPTDIR/../scripts source=wait-until.sh
 . "$REPO_DIR/scripts/wait-until.sh"
 
 # The binary reads these from the environment (failpoints too); a scenario passes what it needs,

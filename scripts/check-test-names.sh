@@ -11,7 +11,7 @@ names=$("$binary" --list-test-names-only) || true
 bad=$(grep -E '[],;[*~\\]' <<<"$names" || true)
 if [ -n "$bad" ]; then
   echo "check-test-names: test case names with one of ; , [ ] * ~ \\ (rename them):" >&2
-  sed 's/^/  /' <<<"$bad" >&2
+  while IFS= read -r name; do echo "  $name"; done <<<"$bad" >&2
   exit 1
 fi
 echo "check-test-names: $(grep -c . <<<"$names") test case names, none with ; , [ ] * ~ \\"
