@@ -45,8 +45,8 @@ inline OutboxEvent EventOn(int i, const std::string& aggregate) {
 inline std::vector<std::int64_t> EnqueueAll(Store& store, const std::vector<OutboxEvent>& events) {
   std::vector<std::int64_t> ids;
   for (const OutboxEvent& event : events) {
-    sqlite::Transaction txn(store.connection());
-    ids.push_back(store.Enqueue(event));
+    auto txn = store.BeginWrite();
+    ids.push_back(store.Enqueue(txn, event));
     txn.Commit();
   }
   return ids;
@@ -62,7 +62,8 @@ inline std::vector<std::int64_t> EnqueueRange(Store& store, int from, int to) {
 // Column `column` of outbox row id read with a raw query; nullopt for NULL.
 inline std::optional<std::int64_t> IntColumn(Store& store, const std::string& column,
                                              std::int64_t id) {
-  auto select = store.connection().Prepare("SELECT " + column + " FROM outbox WHERE id = ?1");
+  auto txn = store.BeginRead();
+  auto select = txn.connection().Prepare("SELECT " + column + " FROM outbox WHERE id = ?1");
   select.Bind(1, id);
   REQUIRE(select.Step());
   if (select.ColumnIsNull(0)) return std::nullopt;
@@ -71,7 +72,8 @@ inline std::optional<std::int64_t> IntColumn(Store& store, const std::string& co
 
 inline std::optional<std::string> TextColumn(Store& store, const std::string& column,
                                              std::int64_t id) {
-  auto select = store.connection().Prepare("SELECT " + column + " FROM outbox WHERE id = ?1");
+  auto txn = store.BeginRead();
+  auto select = txn.connection().Prepare("SELECT " + column + " FROM outbox WHERE id = ?1");
   select.Bind(1, id);
   REQUIRE(select.Step());
   if (select.ColumnIsNull(0)) return std::nullopt;

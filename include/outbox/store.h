@@ -1,11 +1,16 @@
-// Store: the outbox table in an SQLite file.
+// Store: the outbox table in an SQLite file, and the only code that reads or
+// writes the outbox tables (outbox, outbox_fence, outbox_archive).
 //
 // The business transaction and the outbox insert share one local transaction
-// on connection() (chapter 7.1, "同库同事务"): both rows commit or neither does.
+// (chapter 7.1, "同库同事务"): the caller begins it with BeginWrite(), runs its
+// own business SQL on txn.connection(), adds the event with
+// Enqueue(txn, event) and commits both or neither. The caller's SQL touches
+// its own tables only; everything on the outbox tables is a Store operation.
 // The store owns its connection; one Store per thread.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +44,24 @@ struct OutboxCounts {
   std::int64_t total = 0;
   std::int64_t published = 0;
   std::int64_t unpublished = 0;
+};
+
+// One outbox row as the checker and reconciliation see it.
+struct SnapshotRow {
+  std::int64_t id = 0;
+  std::string event_id;
+  std::string aggregate_id;
+  bool published = false;  // true for every archived row
+  bool parked = false;     // unpublished and parked after max attempts
+  bool archived = false;   // moved to outbox_archive by PurgePublished(archive = true)
+};
+
+// Every outbox and archive row, read in one read transaction.
+struct OutboxSnapshot {
+  std::vector<SnapshotRow> rows;  // outbox and archive rows together, in id order
+
+  // Counts over the rows still in the outbox table (archived rows excluded).
+  OutboxCounts Counts() const;
 };
 
 // The schema version kept in PRAGMA user_version. 1 is the chapter's table;
@@ -122,11 +145,45 @@ class Store {
   // True when the outbox table exists.
   bool HasSchema();
 
-  // Inserts event into the outbox. Call inside the caller's
-  // sqlite::Transaction on connection(), after the business insert.
-  // Returns the new row id. Throws DbError, e.g. SQLITE_CONSTRAINT_UNIQUE when
-  // event_id already exists (the caller's transaction must then roll back).
-  std::int64_t Enqueue(const OutboxEvent& event);
+  // Begins a write transaction (BEGIN IMMEDIATE) on the store's database for
+  // the caller's business rows and Enqueue. Commit with txn.Commit(); the
+  // destructor rolls back otherwise. Throws DbError (SQLITE_BUSY past the busy
+  // timeout).
+  sqlite::Transaction BeginWrite();
+  // Begins a read transaction: the caller's reads of its own tables through
+  // txn.connection() and Snapshot(txn) see one and the same snapshot.
+  // Throws DbError.
+  sqlite::ReadTransaction BeginRead();
+
+  // Inserts event into the outbox inside txn, the caller's transaction from
+  // BeginWrite(), after (or before) the business insert: both commit together
+  // or neither does. Returns the new row id.
+  // Throws ConfigError when txn is not on this store's connection; DbError,
+  // e.g. SQLITE_CONSTRAINT_UNIQUE when event_id already exists (the caller's
+  // transaction must then roll back).
+  std::int64_t Enqueue(sqlite::Transaction& txn, const OutboxEvent& event);
+
+  // Inserts count events, make_event(0) .. make_event(count - 1), in ONE
+  // transaction, then checkpoints the WAL (wal_checkpoint(TRUNCATE)) so
+  // later work starts from an empty log. With published, every row is
+  // inserted published with published_at = its created_at_ms. For loading
+  // backlogs and history (bench); count >= 0. Returns the rows inserted.
+  // Throws DbError (e.g. SQLITE_CONSTRAINT_UNIQUE on a repeated event_id: then
+  // nothing is inserted).
+  std::int64_t BulkLoad(std::int64_t count,
+                        const std::function<OutboxEvent(std::int64_t)>& make_event,
+                        bool published);
+
+  // The id the next Enqueue will get when no other writer comes first: one
+  // past the highest id ever assigned (sqlite_sequence), so numbering
+  // continues after purges and rolled-back inserts never reuse it. Throws DbError.
+  std::int64_t NextId();
+
+  // Every outbox and archive row, read in txn (from BeginRead()), so that the
+  // caller's own reads in txn describe the same instant. Throws DbError.
+  OutboxSnapshot Snapshot(sqlite::ReadTransaction& txn);
+  // The same in a read transaction of its own. Throws DbError.
+  OutboxSnapshot Snapshot();
 
   // Unpublished rows with id > after_id, in id order, at most limit rows
   // (keyset pagination through the partial index). Throws DbError.
@@ -192,7 +249,8 @@ class Store {
   // it does not grow with purged history. Throws DbError.
   PurgeReport PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_size, bool archive);
 
-  sqlite::Connection& connection() noexcept { return connection_; }
+  // The database file this store opened.
+  const std::string& path() const noexcept { return connection_.path(); }
 
  private:
   void Migrate();

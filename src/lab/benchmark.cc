@@ -277,28 +277,13 @@ std::unique_ptr<Store> FreshDatabase(const std::string& path, const StoreOptions
 }
 
 // Inserts count outbox rows for events first..first+count-1 in ONE
-// transaction (not measured), published or not.
+// transaction (not measured), published or not, and starts every measurement
+// from an empty WAL.
 void Populate(Store& store, std::int64_t first, std::int64_t count, bool published) {
-  sqlite::Connection& db = store.connection();
-  sqlite::Transaction txn(db);
-  auto insert = db.Prepare(
-      "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at, published, "
-      "published_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)");
-  for (std::int64_t i = first; i < first + count; ++i) {
-    const OutboxEvent event = LoanCreatedEvent(ChapterLoan(i), i);
-    insert.Reset();
-    insert.Bind(1, event.event_id)
-        .Bind(2, event.aggregate_id)
-        .Bind(3, event.event_type)
-        .Bind(4, event.payload)
-        .Bind(5, event.created_at_ms)
-        .Bind(6, std::int64_t{published ? 1 : 0});
-    if (published) insert.Bind(7, event.created_at_ms); else insert.BindNull(7);
-    insert.Run();
-  }
-  txn.Commit();
-  // Start every measurement from an empty WAL.
-  db.Exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  store.BulkLoad(
+      count,
+      [first](std::int64_t i) { return LoanCreatedEvent(ChapterLoan(first + i), first + i); },
+      published);
 }
 
 kafka::KafkaPublisherOptions PublisherOptions(const BenchmarkOptions& options,
@@ -492,12 +477,11 @@ ThroughputFigure MeasureRaw(const BenchmarkOptions& options, const std::string& 
 // BEGIN IMMEDIATE + insert(s) + COMMIT. Returns the seconds they took.
 double RunWrites(Store& store, const std::vector<Loan>& loans, const std::vector<OutboxEvent>& events,
                  std::size_t first, std::size_t last, bool with_outbox) {
-  sqlite::Connection& db = store.connection();
   const auto start = Clock::now();
   for (std::size_t i = first; i < last; ++i) {
-    sqlite::Transaction txn(db);
-    InsertLoan(db, loans[i]);
-    if (with_outbox) store.Enqueue(events[i]);
+    auto txn = store.BeginWrite();
+    InsertLoan(txn.connection(), loans[i]);
+    if (with_outbox) store.Enqueue(txn, events[i]);
     txn.Commit();
   }
   return SecondsSince(start);

@@ -35,7 +35,12 @@ std::int64_t NowMs() {
 
 std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptions& options) {
   auto store = std::make_unique<Store>(path, options, OpenMode::kExisting);
-  if (!HasLoanTable(store->connection()))
+  bool has_loans = false;
+  {
+    auto txn = store->BeginRead();
+    has_loans = HasLoanTable(txn.connection());
+  }
+  if (!has_loans)
     throw SchemaMissingError(fmt::format(
         "open database '{}': no business_loan table; run `outbox-lab reset` first", path));
   return store;
@@ -44,9 +49,9 @@ std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptio
 std::unique_ptr<Store> ResetLabDatabase(const std::string& path, const StoreOptions& options) {
   auto store = std::make_unique<Store>(path, options, OpenMode::kCreate);
   store->ResetSchema();
-  sqlite::Transaction txn(store->connection());
-  store->connection().Exec("DROP TABLE IF EXISTS business_loan");
-  store->connection().Exec(kLoanSchema);
+  auto txn = store->BeginWrite();
+  txn.connection().Exec("DROP TABLE IF EXISTS business_loan");
+  txn.connection().Exec(kLoanSchema);
   txn.Commit();
   return store;
 }
@@ -70,9 +75,9 @@ WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* histor
   written.event = LoanCreatedEvent(written.loan, index);
   Note(history, "invoke", "txn", written.event.event_id);
   try {
-    sqlite::Transaction txn(store.connection());
-    InsertLoan(store.connection(), written.loan);
-    store.Enqueue(written.event);
+    auto txn = store.BeginWrite();
+    InsertLoan(txn.connection(), written.loan);
+    store.Enqueue(txn, written.event);
     HitFailpoint("write.before_commit");
     txn.Commit();
   } catch (const std::exception& e) {
@@ -96,10 +101,7 @@ void InsertLoan(sqlite::Connection& connection, const Loan& loan) {
       .Run();
 }
 
-std::int64_t NextLoanIndex(Store& store) {
-  return 1 + store.connection().QueryInt64(
-                 "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)");
-}
+std::int64_t NextLoanIndex(Store& store) { return store.NextId(); }
 
 bool LoanExists(sqlite::Connection& connection, const std::string& loan_id) {
   auto select = connection.Prepare("SELECT COUNT(*) FROM business_loan WHERE loan_id = ?1");
@@ -110,6 +112,13 @@ bool LoanExists(sqlite::Connection& connection, const std::string& loan_id) {
 
 std::int64_t CountLoans(sqlite::Connection& connection) {
   return connection.QueryInt64("SELECT COUNT(*) FROM business_loan");
+}
+
+std::vector<std::string> LoanIds(sqlite::Connection& connection) {
+  std::vector<std::string> ids;
+  auto select = connection.Prepare("SELECT loan_id FROM business_loan ORDER BY loan_id");
+  while (select.Step()) ids.push_back(select.ColumnText(0));
+  return ids;
 }
 
 }  // namespace outbox::lab

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "lab/history.h"
 #include "outbox/event.h"
@@ -48,17 +49,22 @@ struct WrittenLoan {
 // history (may be null) gets an invoke before BEGIN and ok/fail after.
 WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* history = nullptr);
 
-// Inserts loan. Call inside a sqlite::Transaction. Throws DbError
+// The lab's own SQL on business_loan: call with the connection of a
+// transaction from Store::BeginWrite() (InsertLoan) or Store::BeginRead().
+
+// Inserts loan. Call inside a transaction from Store::BeginWrite(). Throws DbError
 // (SQLITE_CONSTRAINT_PRIMARYKEY when loan_id exists).
 void InsertLoan(sqlite::Connection& connection, const Loan& loan);
 
-// The next chapter index for write/write-hold: one past the highest outbox id
-// ever assigned (sqlite_sequence), so numbering continues after earlier runs,
+// The next chapter index for write/write-hold: Store::NextId(), one past the
+// highest outbox id ever assigned, so numbering continues after earlier runs,
 // killed ones and purges alike. Throws DbError.
 std::int64_t NextLoanIndex(Store& store);
 
 bool LoanExists(sqlite::Connection& connection, const std::string& loan_id);
 std::int64_t CountLoans(sqlite::Connection& connection);
+// Every loan id, sorted. Throws DbError.
+std::vector<std::string> LoanIds(sqlite::Connection& connection);
 
 // Current time, epoch ms.
 std::int64_t NowMs();

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "lab/loans.h"
 #include "outbox/error.h"
 
 namespace outbox::lab {
@@ -21,11 +22,12 @@ constexpr std::array<const char*, 9> kExpectationKeys = {
 
 DbSnapshot TakeDbSnapshot(Store& store) {
   DbSnapshot snapshot;
-  auto& connection = store.connection();
-  snapshot.business_loans = connection.QueryInt64("SELECT COUNT(*) FROM business_loan");
-  snapshot.outbox = store.Count();
-  auto select = connection.Prepare("SELECT event_id FROM outbox ORDER BY id");
-  while (select.Step()) snapshot.outbox_event_ids.push_back(select.ColumnText(0));
+  auto txn = store.BeginRead();  // business and outbox counts of one instant
+  snapshot.business_loans = CountLoans(txn.connection());
+  const OutboxSnapshot outbox = store.Snapshot(txn);
+  snapshot.outbox = outbox.Counts();
+  for (const SnapshotRow& row : outbox.rows)
+    if (!row.archived) snapshot.outbox_event_ids.push_back(row.event_id);
   return snapshot;
 }
 

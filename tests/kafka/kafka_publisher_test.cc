@@ -240,8 +240,8 @@ TEST_CASE("Relay with KafkaPublisher leaves rows unpublished from the one the br
   outbox::Store store(dir.File("lab.db"), outbox::StoreOptions{}, outbox::OpenMode::kCreate);
   store.ResetSchema();
   for (int i = 1; i <= 3; ++i) {
-    outbox::sqlite::Transaction txn(store.connection());
-    store.Enqueue(MakeEvent(i));
+    auto txn = store.BeginWrite();
+    store.Enqueue(txn, MakeEvent(i));
     txn.Commit();
   }
   EmbeddedBroker broker;

@@ -37,16 +37,15 @@ constexpr const char* kTopic = "loan-events";
 // Enqueues MakeEvent(1..n) in one transaction (the relay does not care how
 // rows were committed, and one commit keeps the test fast).
 void EnqueueInOneTransaction(Store& store, int n) {
-  outbox::sqlite::Transaction txn(store.connection());
-  for (int i = 1; i <= n; ++i) store.Enqueue(MakeEvent(i));
+  auto txn = store.BeginWrite();
+  for (int i = 1; i <= n; ++i) store.Enqueue(txn, MakeEvent(i));
   txn.Commit();
 }
 
 // Every event id in the outbox, in id order.
 std::vector<std::string> OutboxEventIds(Store& store) {
-  auto select = store.connection().Prepare("SELECT event_id FROM outbox ORDER BY id");
   std::vector<std::string> ids;
-  while (select.Step()) ids.push_back(select.ColumnText(0));
+  for (const outbox::SnapshotRow& row : store.Snapshot().rows) ids.push_back(row.event_id);
   return ids;
 }
 

@@ -31,8 +31,8 @@ class RelayFixture {
       : store(dir.File("lab.db"), options, OpenMode::kCreate) {
     store.ResetSchema();
     for (int i = 1; i <= n; ++i) {
-      outbox::sqlite::Transaction txn(store.connection());
-      store.Enqueue(MakeEvent(i));
+      auto txn = store.BeginWrite();
+      store.Enqueue(txn, MakeEvent(i));
       txn.Commit();
     }
   }

@@ -60,7 +60,8 @@ class RelayFixture {
   }
 
   Ids PublishedIds() {
-    auto select = store.connection().Prepare("SELECT id FROM outbox WHERE published <> 0 ORDER BY id");
+    auto txn = store.BeginRead();
+    auto select = txn.connection().Prepare("SELECT id FROM outbox WHERE published <> 0 ORDER BY id");
     Ids ids;
     while (select.Step()) ids.push_back(select.ColumnInt64(0));
     return ids;

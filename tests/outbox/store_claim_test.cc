@@ -86,7 +86,7 @@ SettlePolicy ParkOnFirstFailure() {
 }
 
 std::int64_t FenceToken(Store& store) {
-  return store.connection().QueryInt64("SELECT token FROM outbox_fence WHERE id = 1");
+  return store.BeginRead().connection().QueryInt64("SELECT token FROM outbox_fence WHERE id = 1");
 }
 
 }  // namespace
@@ -479,9 +479,9 @@ TEST_CASE("PurgePublished deletes published rows older than the cutoff in ceil(n
   CHECK(report.deleted == 7);
   CHECK(report.batches == (7 + batch - 1) / batch);
   CHECK(report.archived == (archive ? 7 : 0));
-  auto remaining = f.store.connection().Prepare("SELECT id FROM outbox ORDER BY id");
   Ids ids;
-  while (remaining.Step()) ids.push_back(remaining.ColumnInt64(0));
+  for (const auto& row : f.store.Snapshot().rows)
+    if (!row.archived) ids.push_back(row.id);
   CHECK(ids == Ids{8, 9, 10});
   const auto status = f.store.Status(kNowMs + 20);
   CHECK(status.published == 1);
@@ -489,7 +489,8 @@ TEST_CASE("PurgePublished deletes published rows older than the cutoff in ceil(n
   CHECK(status.unpublished == 1);
   CHECK(status.archived == (archive ? 7 : 0));
   if (archive) {
-    auto copied = f.store.connection().Prepare(
+    auto txn = f.store.BeginRead();
+    auto copied = txn.connection().Prepare(
         "SELECT id, event_id, aggregate_id, payload, created_at, published_at "
         "FROM outbox_archive ORDER BY id");
     for (int i = 1; i <= 7; ++i) {
@@ -534,7 +535,7 @@ TEST_CASE("Opening the chapter's schema 1 database with kExisting migrates it to
 
   Store store(path, StoreOptions{}, OpenMode::kExisting);
 
-  REQUIRE(store.connection().QueryInt64("PRAGMA user_version") == outbox::kSchemaVersion);
+  REQUIRE(store.BeginRead().connection().QueryInt64("PRAGMA user_version") == outbox::kSchemaVersion);
   REQUIRE(outbox::kSchemaVersion == 2);
   const auto counts = store.Count();
   CHECK(counts.total == 3);
@@ -549,8 +550,8 @@ TEST_CASE("Opening the chapter's schema 1 database with kExisting migrates it to
     CHECK_FALSE(IntColumn(store, "claim_token", id).has_value());
     CHECK_FALSE(TextColumn(store, "last_error", id).has_value());
   }
-  CHECK(store.connection().QueryInt64("SELECT token FROM outbox_fence WHERE id = 1") == 0);
-  CHECK(store.connection().QueryInt64("SELECT COUNT(*) FROM outbox_archive") == 0);
+  CHECK(store.BeginRead().connection().QueryInt64("SELECT token FROM outbox_fence WHERE id = 1") == 0);
+  CHECK(store.BeginRead().connection().QueryInt64("SELECT COUNT(*) FROM outbox_archive") == 0);
 
   SECTION("the production relay's claims work") {
     const Claim claim = store.ClaimBatch(Request(kNowMs));
@@ -579,7 +580,7 @@ TEST_CASE("Opening the chapter's schema 1 database with kExisting migrates it to
   }
   SECTION("reopening leaves schema 2 as it is") {
     Store again(path, StoreOptions{}, OpenMode::kExisting);
-    CHECK(again.connection().QueryInt64("PRAGMA user_version") == 2);
+    CHECK(again.BeginRead().connection().QueryInt64("PRAGMA user_version") == 2);
     CHECK(again.Count().total == 3);
   }
 }
