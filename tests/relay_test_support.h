@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "outbox/clock.h"
 #include "outbox/event.h"
 #include "outbox/failpoint.h"
 #include "outbox/relay.h"
@@ -96,12 +97,11 @@ inline std::vector<std::int64_t> IdsOf(const std::vector<OutboundMessage>& messa
   return ids;
 }
 
-// A clock the test moves by hand; clock() plugs into RelayOptions::clock.
-struct FakeClock {
-  std::int64_t now_ms = kNowMs;
-  std::function<std::int64_t()> clock() {
-    return [this] { return now_ms; };
-  }
+// A clock the test moves by hand, starting at kNowMs: plugs into
+// StoreOptions::clock and RelayOptions::clock.
+class FakeClock : public ManualClock {
+ public:
+  FakeClock() : ManualClock(kNowMs) {}
 };
 
 // A FakePublisher that also fails every message whose outbox id is in

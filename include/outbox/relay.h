@@ -16,6 +16,7 @@
 #include <functional>
 #include <string>
 
+#include "outbox/clock.h"
 #include "outbox/publisher.h"
 #include "outbox/store.h"
 
@@ -45,7 +46,9 @@ struct RelayOptions {
   SettlePolicy settle;             // max attempts and backoff
   std::int64_t lease_ms = 30000;   // how long a claim holds, ms; must exceed the delivery timeout
   std::string owner;               // recorded with each claim, e.g. "relay-4242"
-  std::function<std::int64_t()> clock;  // epoch ms; system clock when empty
+  // Where claims, leases, backoffs and marks read the time. Not owned; must
+  // outlive the Relay. Null: the store's clock (Store::clock()).
+  Clock* clock = nullptr;
 };
 
 struct BatchReport {
@@ -83,6 +86,7 @@ class Relay {
   Store& store_;
   Publisher& publisher_;
   RelayOptions options_;
+  Clock& clock_;
   std::int64_t cursor_ = 0;
 };
 

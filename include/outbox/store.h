@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "outbox/clock.h"
 #include "outbox/event.h"
 #include "outbox/sqlite/connection.h"
 
@@ -33,6 +34,9 @@ struct StoreOptions {
   // sqlite3_busy_timeout: how long a write waits for another writer's lock
   // before failing with SQLITE_BUSY, in ms.
   int busy_timeout_ms = 5000;
+  // Where MarkPublished and PurgePublished read the time (published_at,
+  // archived_at). Not owned; must outlive the Store. Null: the system clock.
+  Clock* clock = nullptr;
 };
 
 enum class OpenMode {
@@ -189,7 +193,7 @@ class Store {
   // (keyset pagination through the partial index). Throws DbError.
   std::vector<OutboxRow> FetchUnpublished(std::int64_t after_id, std::int64_t limit);
 
-  // Marks row id published (published_at = now) in its own transaction (chapter 7.1, decision 3:
+  // Marks row id published (published_at = clock().EpochMs()) in its own transaction (chapter 7.1, decision 3:
   // the mark is a separate transaction after the broker's ack). Returns false
   // when the row does not exist or was already published. Throws DbError.
   bool MarkPublished(std::int64_t id);
@@ -244,17 +248,22 @@ class Store {
   // Deletes published rows with published_at (created_at for rows published
   // before schema 2) older than cutoff_ms, batch_size rows per transaction so
   // writers are never blocked for long; with archive, copies them into
-  // outbox_archive in the same transaction. Never touches unpublished or
+  // outbox_archive in the same transaction (archived_at = clock().EpochMs()). Never touches unpublished or
   // parked rows. Checkpoints the WAL afterwards (wal_checkpoint(TRUNCATE)) so
   // it does not grow with purged history. Throws DbError.
   PurgeReport PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_size, bool archive);
 
   // The database file this store opened.
   const std::string& path() const noexcept { return connection_.path(); }
+  // The clock of StoreOptions::clock, or the system clock. Relays use it
+  // unless given their own.
+  Clock& clock() const noexcept { return *clock_; }
 
  private:
   void Migrate();
 
+  SystemClock system_clock_;  // used when StoreOptions::clock is null
+  Clock* clock_;              // not owned
   sqlite::Connection connection_;
 };
 

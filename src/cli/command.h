@@ -12,6 +12,7 @@
 
 #include "cli/exit_code.h"
 #include "lab/history.h"
+#include "outbox/clock.h"
 #include "outbox/error.h"
 #include "outbox/kafka/handles.h"
 #include "outbox/store.h"
@@ -26,6 +27,8 @@ struct GlobalOptions {
   std::string synchronous = "full";
   int busy_timeout_ms = 5000;
   std::string history;  // JSON-lines history file to append to; empty: none
+  // The one clock of this process: every store, relay and history reads it.
+  std::shared_ptr<Clock> clock = std::make_shared<SystemClock>();
 
   StoreOptions MakeStoreOptions() const;
   // Parsed -X properties. Throws ConfigError.

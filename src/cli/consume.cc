@@ -20,7 +20,7 @@ ExitCode RunIdempotentConsumer(const GlobalOptions& global, const ConsumeOptions
     throw ConfigError("consume --dedupe needs --group G and --effects-db PATH");
   const auto report = lab::ConsumeIdempotently(
       {global.RequireBrokers(), global.topic, o.group, o.effects_db, global.ParsedProperties(),
-       o.timeout_ms},
+       o.timeout_ms, global.clock.get()},
       [](const lab::ConsumedRecord& r) {
         fmt::print("[consume] partition={} offset={} event={} {}\n", r.partition, r.offset,
                    r.event_id, r.applied ? "applied" : "duplicate: skipped");

@@ -47,6 +47,7 @@ StoreOptions GlobalOptions::MakeStoreOptions() const {
   StoreOptions options;
   options.synchronous = ParseSynchronous(synchronous);
   options.busy_timeout_ms = busy_timeout_ms;
+  options.clock = clock.get();
   return options;
 }
 
@@ -58,7 +59,7 @@ std::vector<kafka::Property> GlobalOptions::ParsedProperties() const {
 
 std::unique_ptr<lab::History> GlobalOptions::OpenHistory() const {
   if (history.empty()) return nullptr;
-  return std::make_unique<lab::History>(history);
+  return std::make_unique<lab::History>(history, *clock);
 }
 
 const std::string& GlobalOptions::RequireBrokers() const {

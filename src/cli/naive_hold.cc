@@ -13,7 +13,7 @@ Command AddNaiveHoldCommand(CLI::App& app, const GlobalOptions& global) {
       "sending; kill -9 it to orphan the row");
   return {sub, [&global]() -> ExitCode {
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
-            lab::Loan loan = lab::ChapterLoan(1001);  // L-2001, B-1101
+            lab::Loan loan = lab::ChapterLoan(1001, store->clock().EpochMs());  // L-2001, B-1101
             loan.book_id = "B-201";
             auto txn = store->BeginWrite();
             if (lab::LoanExists(txn.connection(), loan.loan_id))

@@ -26,7 +26,7 @@ Command AddPurgeCommand(CLI::App& app, const GlobalOptions& global) {
             if (o->batch_size <= 0)
               throw ConfigError(fmt::format("--batch-size {}: must be at least 1", o->batch_size));
             Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
-            const PurgeReport r = store.PurgePublished(lab::NowMs() - age_ms, o->batch_size, o->archive);
+            const PurgeReport r = store.PurgePublished(store.clock().EpochMs() - age_ms, o->batch_size, o->archive);
             fmt::print("[purge] deleted={} archived={} batches={}\n", r.deleted, r.archived, r.batches);
             return ExitCode::kOk;
           }};

@@ -24,7 +24,7 @@ Command AddRollbackCommand(CLI::App& app, const GlobalOptions& global) {
                                              "with; run write-hold first", global.db));
             const std::string existing_event_id = first->event_id;
 
-            lab::Loan loan = lab::ChapterLoan(2001);  // L-3001
+            lab::Loan loan = lab::ChapterLoan(2001, store->clock().EpochMs());  // L-3001
             loan.book_id = "B-301";
             OutboxEvent event = lab::LoanCreatedEvent(loan, 2001);
             event.event_id = existing_event_id;

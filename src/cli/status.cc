@@ -15,7 +15,7 @@ namespace {
 
 OutboxStatus ReadStatus(const GlobalOptions& global) {
   Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
-  return store.Status(lab::NowMs());
+  return store.Status(store.clock().EpochMs());
 }
 
 // Prometheus text exposition format, version 0.0.4.

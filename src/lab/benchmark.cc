@@ -28,7 +28,7 @@ namespace outbox::lab {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 constexpr int kBrokerStartTimeoutMs = 15000;
 constexpr int kChildStopTimeoutMs = 5000;
@@ -38,11 +38,11 @@ constexpr int kSlices = 10;
 constexpr int kFsyncProbes = 50;
 constexpr int kRssSampleIntervalMs = 10;
 
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
+double SecondsSince(SteadyClock::time_point start) {
+  return std::chrono::duration<double>(SteadyClock::now() - start).count();
 }
 
-double Micros(Clock::time_point from, Clock::time_point to) {
+double Micros(SteadyClock::time_point from, SteadyClock::time_point to) {
   return std::chrono::duration<double, std::micro>(to - from).count();
 }
 
@@ -240,8 +240,8 @@ class BrokerChild {
       : addr_file_(dir.File("broker.addr")),
         process_({options.lab_binary, "broker", "--addr-file", addr_file_, "--topic", topic},
                  dir.File("broker.out")) {
-    const auto deadline = Clock::now() + std::chrono::milliseconds(kBrokerStartTimeoutMs);
-    while (Clock::now() < deadline) {
+    const auto deadline = SteadyClock::now() + std::chrono::milliseconds(kBrokerStartTimeoutMs);
+    while (SteadyClock::now() < deadline) {
       std::ifstream in(addr_file_);
       if (in && std::getline(in, bootstrap_) && !bootstrap_.empty()) return;
       if (process_.TryWait())
@@ -264,10 +264,10 @@ class BrokerChild {
 };
 
 // The chapter's i-th loan event as its row: what the relays read back.
-OutboxRow RowFor(std::int64_t index) {
+OutboxRow RowFor(std::int64_t index, std::int64_t created_at_ms) {
   OutboxRow row;
   row.id = index;
-  row.event = LoanCreatedEvent(ChapterLoan(index), index);
+  row.event = LoanCreatedEvent(ChapterLoan(index, created_at_ms), index);
   return row;
 }
 
@@ -282,7 +282,9 @@ std::unique_ptr<Store> FreshDatabase(const std::string& path, const StoreOptions
 void Populate(Store& store, std::int64_t first, std::int64_t count, bool published) {
   store.BulkLoad(
       count,
-      [first](std::int64_t i) { return LoanCreatedEvent(ChapterLoan(first + i), first + i); },
+      [first, now = store.clock().EpochMs()](std::int64_t i) {
+        return LoanCreatedEvent(ChapterLoan(first + i, now), first + i);
+      },
       published);
 }
 
@@ -354,7 +356,7 @@ RelayFigures MeasureRelays(const BenchmarkOptions& options, const TempDir& dir,
     const auto run_chapter = [&] {
       const std::int64_t rows = SliceEnd(options.chapter_events, slice) - figures.chapter.events;
       if (rows <= 0) return;
-      const auto start = Clock::now();
+      const auto start = SteadyClock::now();
       const ChapterRelayReport report =
           RunChapterRelay(*chapter_store, chapter_publisher, {rows, /*mark=*/true}, nullptr);
       figures.chapter.seconds += SecondsSince(start);
@@ -364,7 +366,7 @@ RelayFigures MeasureRelays(const BenchmarkOptions& options, const TempDir& dir,
     };
     const auto run_relay = [&] {
       const std::int64_t until = SliceEnd(options.events, slice);
-      const auto start = Clock::now();
+      const auto start = SteadyClock::now();
       while (figures.relay.events < until) {
         const BatchReport batch = relay.RunBatch();
         if (batch.claimed == 0) break;
@@ -432,7 +434,7 @@ ThroughputFigure MeasureRaw(const BenchmarkOptions& options, const std::string& 
                             const std::string& topic) {
   std::vector<OutboundMessage> messages;
   messages.reserve(static_cast<std::size_t>(options.events));
-  for (std::int64_t i = 1; i <= options.events; ++i) messages.push_back(MessageForRow(RowFor(i)));
+  for (std::int64_t i = 1; i <= options.events; ++i) messages.push_back(MessageForRow(RowFor(i, options.store.clock->EpochMs())));
 
   // Declared before the producer, destroyed after it: reports write into it.
   RawDeliveries deliveries;
@@ -457,7 +459,7 @@ ThroughputFigure MeasureRaw(const BenchmarkOptions& options, const std::string& 
                      deliveries.first_error);
   deliveries = RawDeliveries{};
 
-  const auto start = Clock::now();
+  const auto start = SteadyClock::now();
   for (const OutboundMessage& message : messages) ProduceRaw(producer.get(), topic, message);
   const rd_kafka_resp_err_t flushed = rd_kafka_flush(producer.get(), options.delivery_timeout_ms + 5000);
   ThroughputFigure figure;
@@ -477,7 +479,7 @@ ThroughputFigure MeasureRaw(const BenchmarkOptions& options, const std::string& 
 // BEGIN IMMEDIATE + insert(s) + COMMIT. Returns the seconds they took.
 double RunWrites(Store& store, const std::vector<Loan>& loans, const std::vector<OutboxEvent>& events,
                  std::size_t first, std::size_t last, bool with_outbox) {
-  const auto start = Clock::now();
+  const auto start = SteadyClock::now();
   for (std::size_t i = first; i < last; ++i) {
     auto txn = store.BeginWrite();
     InsertLoan(txn.connection(), loans[i]);
@@ -496,7 +498,7 @@ WritePathFigure MeasureWritePath(const BenchmarkOptions& options, const TempDir&
   std::vector<Loan> loans;
   std::vector<OutboxEvent> events;
   for (std::int64_t i = 1; i <= options.write_txns; ++i) {
-    loans.push_back(ChapterLoan(i));
+    loans.push_back(ChapterLoan(i, options.store.clock->EpochMs()));
     events.push_back(LoanCreatedEvent(loans.back(), i));
   }
   for (std::int64_t round = 0; round < options.write_rounds; ++round) {
@@ -544,14 +546,14 @@ PollFigure MeasurePoll(const BenchmarkOptions& options, const std::string& path,
   request.limit = options.history_backlog;
   std::vector<double> has_claimable_us, claim_us, poll_us, release_us;
   for (std::int64_t rep = -kPollWarmupRepetitions; rep < options.poll_repetitions; ++rep) {
-    request.now_ms = NowMs();
-    const auto t0 = Clock::now();
+    request.now_ms = store->clock().EpochMs();
+    const auto t0 = SteadyClock::now();
     const bool claimable = store->HasClaimable(request);
-    const auto t1 = Clock::now();
+    const auto t1 = SteadyClock::now();
     const Claim claim = store->ClaimBatch(request);
-    const auto t2 = Clock::now();
+    const auto t2 = SteadyClock::now();
     store->ReleaseClaim(claim.token);
-    const auto t3 = Clock::now();
+    const auto t3 = SteadyClock::now();
     if (!claimable || static_cast<std::int64_t>(claim.rows.size()) != options.history_backlog)
       throw DbError(fmt::format("history poll on '{}': claimed {} of {} rows", path,
                                 claim.rows.size(), options.history_backlog),
@@ -604,7 +606,7 @@ RssFigure MeasureRss(const BenchmarkOptions& options, const TempDir& dir,
     args.push_back("-X");
     args.push_back(fmt::format("{}={}", name, value));
   }
-  const auto start = Clock::now();
+  const auto start = SteadyClock::now();
   ChildProcess child(args, dir.File("relay-rss.out"));
   const ChildExit exit = child.WaitTrackingPeakRss(kRssSampleIntervalMs);
   RssFigure figure;
@@ -634,9 +636,9 @@ double MeasureFsyncUs(const TempDir& dir) {
   for (int i = 0; i < kFsyncProbes; ++i) {
     if (pwrite(fd.get(), page.data(), page.size(), 0) != static_cast<ssize_t>(page.size()))
       ThrowSystemError(fmt::format("write '{}'", path));
-    const auto start = Clock::now();
+    const auto start = SteadyClock::now();
     if (fdatasync(fd.get()) != 0) ThrowSystemError(fmt::format("fdatasync '{}'", path));
-    samples.push_back(Micros(start, Clock::now()));
+    samples.push_back(Micros(start, SteadyClock::now()));
   }
   fd.Reset();
   std::error_code ec;
@@ -663,15 +665,19 @@ void ValidateBenchmarkOptions(const BenchmarkOptions& options) {
   RequirePositive("delivery timeout ms", options.delivery_timeout_ms);
 }
 
-BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
-  ValidateBenchmarkOptions(options);
+BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
+  ValidateBenchmarkOptions(given);
+  // Every figure reads the time from one clock: the caller's, or this one.
+  SystemClock system_clock;
+  BenchmarkOptions options = given;
+  if (!options.store.clock) options.store.clock = &system_clock;
   kafka::MakeConf(options.properties);  // an invalid -X fails before minutes of work
   auto progress = [&options](const std::string& line) {
     if (options.progress) options.progress(line);
   };
 
   BenchmarkResult result;
-  result.topic = options.topic.empty() ? fmt::format("outbox-bench-{}-{}", getpid(), NowMs())
+  result.topic = options.topic.empty() ? fmt::format("outbox-bench-{}-{}", getpid(), options.store.clock->EpochMs())
                                        : options.topic;
   // Destruction order: the broker child stops before its directory is removed.
   TempDir dir(options.work_parent);

@@ -61,7 +61,7 @@ struct BenchmarkOptions {
   // librdkafka properties applied after bootstrap.servers, acks=all and
   // message.timeout.ms to all three producers (and passed to the relay child).
   std::vector<kafka::Property> properties;
-  StoreOptions store;         // WAL always; synchronous and busy timeout from here
+  StoreOptions store;         // WAL always; synchronous, busy timeout and clock from here
   std::string synchronous = "full";  // the same setting spelled for the relay child's --synchronous
   // Parent of the temporary directory; empty means TMPDIR or /tmp. Put it on
   // the disk you want to measure: fsync cost dominates the write path.

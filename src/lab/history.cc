@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,7 +13,7 @@
 
 namespace outbox::lab {
 
-History::History(const std::string& path) {
+History::History(const std::string& path, Clock& clock) : clock_(clock) {
   fd_ = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) throw ConfigError(fmt::format("open history '{}': {}", path, std::strerror(errno)));
 }
@@ -23,10 +22,9 @@ History::~History() { close(fd_); }
 
 void History::Record(std::string_view type, std::string_view f, std::string_view value,
                      std::string_view error) {
-  using namespace std::chrono;
   nlohmann::ordered_json op;
   op["process"] = getpid();
-  op["time_ms"] = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+  op["time_ms"] = clock_.EpochMs();
   op["type"] = type;
   op["f"] = f;
   op["value"] = value;

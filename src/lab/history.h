@@ -11,12 +11,15 @@
 #include <string_view>
 #include <vector>
 
+#include "outbox/clock.h"
+
 namespace outbox::lab {
 
 class History {
  public:
-  // Opens path for appending (created if missing). Throws ConfigError.
-  explicit History(const std::string& path);
+  // Opens path for appending (created if missing); time_ms of each line comes
+  // from clock (not owned; must outlive the History). Throws ConfigError.
+  History(const std::string& path, Clock& clock);
   ~History();
   History(const History&) = delete;
   History& operator=(const History&) = delete;
@@ -28,6 +31,7 @@ class History {
 
  private:
   int fd_ = -1;
+  Clock& clock_;
 };
 
 // Records into history when it is not null.

@@ -14,7 +14,7 @@
 namespace outbox::lab {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 constexpr const char* kEffectsSchema = R"sql(
 CREATE TABLE IF NOT EXISTS processed_event (
@@ -28,14 +28,9 @@ CREATE TABLE IF NOT EXISTS loan_effect (
 );
 )sql";
 
-int RemainingMs(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+int RemainingMs(SteadyClock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
   return static_cast<int>(std::max<std::int64_t>(left.count(), 0));
-}
-
-std::int64_t EpochMs() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
 std::string HeaderOrPayloadEventId(const rd_kafka_message_t* msg, std::string& loan_id) {
@@ -58,10 +53,12 @@ std::string HeaderOrPayloadEventId(const rd_kafka_message_t* msg, std::string& l
 
 ConsumeReport ConsumeIdempotently(const IdempotentConsumerOptions& options,
                                   const std::function<void(const ConsumedRecord&)>& on_record) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
+  const auto deadline = SteadyClock::now() + std::chrono::milliseconds(options.timeout_ms);
   const std::string what =
       fmt::format("consume topic '{}' as group '{}' from '{}'", options.topic, options.group, options.brokers);
 
+  SystemClock system_clock;
+  Clock& clock = options.clock ? *options.clock : system_clock;
   sqlite::Connection effects(options.effects_db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX);
   effects.SetBusyTimeout(5000);
@@ -134,10 +131,10 @@ ConsumeReport ConsumeIdempotently(const IdempotentConsumerOptions& options,
     {
       // The effect and the dedup row share one transaction: both or neither.
       sqlite::Transaction txn(effects);
-      const std::int64_t now = EpochMs();
+      const std::int64_t now = clock.EpochMs();
       mark.Reset();
       mark.Bind(1, record.event_id).Bind(2, now).Run();
-      record.applied = sqlite3_changes(effects.get()) == 1;
+      record.applied = effects.Changes() == 1;
       if (record.applied) {
         apply.Reset();
         apply.Bind(1, record.event_id).Bind(2, loan_id).Bind(3, now).Run();

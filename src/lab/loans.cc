@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "outbox/error.h"
@@ -28,11 +27,6 @@ bool HasLoanTable(sqlite::Connection& connection) {
 
 }  // namespace
 
-std::int64_t NowMs() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
-
 std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptions& options) {
   auto store = std::make_unique<Store>(path, options, OpenMode::kExisting);
   bool has_loans = false;
@@ -56,9 +50,9 @@ std::unique_ptr<Store> ResetLabDatabase(const std::string& path, const StoreOpti
   return store;
 }
 
-Loan ChapterLoan(std::int64_t index) {
+Loan ChapterLoan(std::int64_t index, std::int64_t created_at_ms) {
   return Loan{fmt::format("L-{}", 1000 + index), fmt::format("B-{}", 100 + index), "M-1",
-              "BORROWED", NowMs()};
+              "BORROWED", created_at_ms};
 }
 
 OutboxEvent LoanCreatedEvent(const Loan& loan, std::int64_t index) {
@@ -71,7 +65,7 @@ OutboxEvent LoanCreatedEvent(const Loan& loan, std::int64_t index) {
 }
 
 WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* history) {
-  WrittenLoan written{ChapterLoan(index), {}};
+  WrittenLoan written{ChapterLoan(index, store.clock().EpochMs()), {}};
   written.event = LoanCreatedEvent(written.loan, index);
   Note(history, "invoke", "txn", written.event.event_id);
   try {

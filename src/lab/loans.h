@@ -31,8 +31,9 @@ std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptio
 // it is never overwritten).
 std::unique_ptr<Store> ResetLabDatabase(const std::string& path, const StoreOptions& options);
 
-// The chapter's i-th loan (i >= 1): L-(1000+i), book B-(100+i).
-Loan ChapterLoan(std::int64_t index);
+// The chapter's i-th loan (i >= 1): L-(1000+i), book B-(100+i), created at
+// created_at_ms (epoch ms, e.g. Store::clock().EpochMs()).
+Loan ChapterLoan(std::int64_t index, std::int64_t created_at_ms);
 // Its event: evt-(1000+i), type LoanCreated, payload
 // {"eventId":"evt-1001","loanId":"L-1001","bookId":"B-101"} (chapter's order of keys).
 OutboxEvent LoanCreatedEvent(const Loan& loan, std::int64_t index);
@@ -46,6 +47,7 @@ struct WrittenLoan {
 // LoanCreated event in one BEGIN IMMEDIATE transaction, with failpoints
 // write.before_commit and write.after_commit. Throws DbError (nothing of the
 // loan is committed then) or FailpointError.
+// created_at is store.clock().EpochMs().
 // history (may be null) gets an invoke before BEGIN and ok/fail after.
 WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* history = nullptr);
 
@@ -65,8 +67,5 @@ bool LoanExists(sqlite::Connection& connection, const std::string& loan_id);
 std::int64_t CountLoans(sqlite::Connection& connection);
 // Every loan id, sorted. Throws DbError.
 std::vector<std::string> LoanIds(sqlite::Connection& connection);
-
-// Current time, epoch ms.
-std::int64_t NowMs();
 
 }  // namespace outbox::lab

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 
 #include "outbox/chapter_relay.h"
 #include "outbox/error.h"
@@ -24,7 +23,10 @@ FailureMode ParseFailureMode(const std::string& text) {
 }
 
 Relay::Relay(Store& store, Publisher& publisher, RelayOptions options)
-    : store_(store), publisher_(publisher), options_(std::move(options)) {
+    : store_(store),
+      publisher_(publisher),
+      options_(std::move(options)),
+      clock_(options_.clock ? *options_.clock : store.clock()) {
   if (options_.batch_size <= 0)
     throw ConfigError(fmt::format("batch size {}: must be at least 1", options_.batch_size));
   if (options_.lease_ms <= 0)
@@ -33,11 +35,7 @@ Relay::Relay(Store& store, Publisher& publisher, RelayOptions options)
     throw ConfigError(fmt::format("max attempts {}: must be at least 1", options_.settle.max_attempts));
 }
 
-std::int64_t Relay::Now() const {
-  if (options_.clock) return options_.clock();
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
+std::int64_t Relay::Now() const { return clock_.EpochMs(); }
 
 ClaimRequest Relay::MakeClaimRequest(std::int64_t after_id) const {
   ClaimRequest request;

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 #include <limits>
 #include <system_error>
@@ -49,11 +48,6 @@ CREATE TABLE IF NOT EXISTS outbox_archive (
 );
 PRAGMA user_version = 2;
 )sql";
-
-std::int64_t SystemNowMs() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
 
 std::int64_t BackoffMs(std::int64_t attempts, const SettlePolicy& policy) {
   std::int64_t delay = policy.backoff_base_ms;
@@ -105,7 +99,8 @@ Synchronous ParseSynchronous(const std::string& text) {
 }
 
 Store::Store(const std::string& path, const StoreOptions& options, OpenMode mode)
-    : connection_(CheckPath(path, mode), OpenFlags(mode)) {
+    : clock_(options.clock ? options.clock : &system_clock_),
+      connection_(CheckPath(path, mode), OpenFlags(mode)) {
   connection_.SetBusyTimeout(options.busy_timeout_ms);
   // Read the schema before any pragma that writes (journal_mode=WAL does), so
   // a file without our schema is left exactly as it was.
@@ -251,7 +246,7 @@ bool Store::MarkPublished(std::int64_t id) {
   sqlite::Transaction txn(connection_);
   auto update = connection_.Prepare(
       "UPDATE outbox SET published = 1, published_at = ?2 WHERE id = ?1 AND published = 0");
-  update.Bind(1, id).Bind(2, SystemNowMs()).Run();
+  update.Bind(1, id).Bind(2, clock_->EpochMs()).Run();
   const bool changed = connection_.Changes() == 1;
   txn.Commit();
   return changed;
@@ -449,7 +444,7 @@ PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_siz
   if (batch_size <= 0)
     throw ConfigError(fmt::format("purge batch size {}: must be at least 1", batch_size));
   PurgeReport report;
-  const std::int64_t now_ms = SystemNowMs();
+  const std::int64_t now_ms = clock_->EpochMs();
   auto pick = connection_.Prepare(
       "SELECT id FROM outbox WHERE published <> 0 AND COALESCE(published_at, created_at) < ?1 "
       "ORDER BY id LIMIT ?2");

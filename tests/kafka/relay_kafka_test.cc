@@ -118,7 +118,7 @@ TEST_CASE("Relay with KafkaPublisher backs off while the broker is down and lose
   RelayOptions options;
   options.batch_size = 50;
   options.owner = "relay-kafka-test";
-  options.clock = clock.clock();
+  options.clock = &clock;
   Relay relay(store, publisher, options);
 
   rd_kafka_mock_broker_set_down(broker.cluster(), 1);
@@ -130,13 +130,13 @@ TEST_CASE("Relay with KafkaPublisher backs off while the broker is down and lose
   CHECK(down.settle.marked == 0);
   CHECK(down.settle.retried == 20);
   CHECK(store.Count().published == 0);
-  CHECK(store.Status(clock.now_ms).in_backoff == 20);
+  CHECK(store.Status(clock.EpochMs()).in_backoff == 20);
   CHECK(relay.RunBatch().claimed == 0);  // still in backoff
 
   rd_kafka_mock_broker_set_up(broker.cluster(), 1);
   std::int64_t batches_after_up = 0;
   for (int i = 0; i < 10 && store.PendingCount() > 0; ++i) {
-    clock.now_ms += options.settle.backoff_max_ms;  // every backoff has run out
+    clock.AdvanceMs(options.settle.backoff_max_ms);  // every backoff has run out
     relay.RunBatch();
     ++batches_after_up;
   }

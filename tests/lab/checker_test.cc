@@ -155,7 +155,7 @@ TEST_CASE("CheckRun reports a loan without an outbox row, and an event without a
   f.MarkAll();
 
   SECTION("naive-hold: business row L-2001 committed, no outbox row") {
-    outbox::lab::Loan loan = outbox::lab::ChapterLoan(1001);
+    outbox::lab::Loan loan = outbox::lab::ChapterLoan(1001, f.store->clock().EpochMs());
     loan.book_id = "B-201";
     {
       auto txn = f.store->BeginWrite();

@@ -100,7 +100,7 @@ TEST_CASE("TakeDbSnapshot counts loans and outbox rows and lists event ids in id
   auto store = outbox::lab::ResetLabDatabase(dir.File("lab.db"), outbox::StoreOptions{});
   for (int i = 1; i <= 3; ++i) {
     auto txn = store->BeginWrite();
-    const auto loan = outbox::lab::ChapterLoan(i);
+    const auto loan = outbox::lab::ChapterLoan(i, store->clock().EpochMs());
     outbox::lab::InsertLoan(txn.connection(), loan);
     store->Enqueue(txn, outbox::lab::LoanCreatedEvent(loan, i));
     txn.Commit();

@@ -65,7 +65,7 @@ TEST_CASE("ReadTopic returns every published record with key, value, offset and 
   for (int i = 1; i <= 3; ++i) {
     outbox::OutboxRow row;
     row.id = i;
-    row.event = outbox::lab::LoanCreatedEvent(outbox::lab::ChapterLoan(i), i);
+    row.event = outbox::lab::LoanCreatedEvent(outbox::lab::ChapterLoan(i, outbox::testing::MakeEvent(i).created_at_ms), i);
     messages.push_back(outbox::MessageForRow(row));
   }
   for (const auto& result : publisher.Publish(messages)) REQUIRE(result.ok);

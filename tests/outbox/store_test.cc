@@ -129,7 +129,7 @@ TEST_CASE("A duplicate event id rolls back the business row written in the same 
           "[store]") {
   TempDir dir;
   auto store = outbox::lab::ResetLabDatabase(dir.File("lab.db"), StoreOptions{});
-  const auto loan1 = outbox::lab::ChapterLoan(1);
+  const auto loan1 = outbox::lab::ChapterLoan(1, store->clock().EpochMs());
   {
     auto txn = store->BeginWrite();
     outbox::lab::InsertLoan(txn.connection(), loan1);
@@ -137,7 +137,7 @@ TEST_CASE("A duplicate event id rolls back the business row written in the same 
     txn.Commit();
   }
 
-  const auto loan2 = outbox::lab::ChapterLoan(2);
+  const auto loan2 = outbox::lab::ChapterLoan(2, store->clock().EpochMs());
   auto duplicate = outbox::lab::LoanCreatedEvent(loan2, 2);
   duplicate.event_id = outbox::lab::LoanCreatedEvent(loan1, 1).event_id;  // evt-1001 again
   {
@@ -166,7 +166,7 @@ TEST_CASE("A duplicate loan id throws SQLITE_CONSTRAINT_PRIMARYKEY and writes no
           "[store]") {
   TempDir dir;
   auto store = outbox::lab::ResetLabDatabase(dir.File("lab.db"), StoreOptions{});
-  const auto loan = outbox::lab::ChapterLoan(1);
+  const auto loan = outbox::lab::ChapterLoan(1, store->clock().EpochMs());
   {
     auto txn = store->BeginWrite();
     outbox::lab::InsertLoan(txn.connection(), loan);
