@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/duration.h"
 #include "lab/checker.h"
 #include "lab/loans.h"
 
@@ -25,7 +26,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
       "not check. Duplicates never invalidate (at-least-once)");
   struct Options {
     bool json = false;
-    int timeout_ms = 10000;
+    std::int64_t timeout_ms = 10000;  // --read-timeout
     std::vector<std::string> histories;
   };
   auto o = std::make_shared<Options>();
@@ -34,13 +35,11 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                   "History files written with --history by writers and relays (repeatable); adds "
                   "attempts, acknowledged, recovered and unexpected")
       ->check(CLI::ExistingFile);
-  sub->add_option("--timeout-ms", o->timeout_ms, "Bound on reading the topic, ms")
-      ->check(PositiveInteger())
-      ->capture_default_str();
+  AddReadTimeoutOption(*sub, o->timeout_ms);
   Command command{sub, [&global, o]() -> ExitCode {
                     auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
                     const auto records = lab::ReadTopic(
-                        {global.RequireBrokers(), global.topic, global.ParsedProperties(), o->timeout_ms});
+                        {global.RequireBrokers(), global.topic, global.ParsedProperties(), static_cast<int>(o->timeout_ms)});
                     std::vector<lab::HistoryOp> ops;
                     std::int64_t malformed = 0;
                     if (!o->histories.empty()) ops = lab::ReadHistories(o->histories, &malformed);

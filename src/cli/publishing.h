@@ -12,8 +12,15 @@ namespace outbox::cli {
 
 struct PublishOptions {
   std::int64_t count = 0;           // N: rows to send at most
-  int delivery_timeout_ms = 10000;  // librdkafka message.timeout.ms
+  std::int64_t delivery_timeout_ms = 10000;  // --delivery-timeout: librdkafka message.timeout.ms
 };
+
+// The longest --delivery-timeout: 1h.
+inline constexpr std::int64_t kMaxDeliveryTimeoutMs = 3'600'000;
+
+// --delivery-timeout DURATION into ms, in [1ms, 1h]; the hidden
+// --delivery-timeout-ms N still works.
+CLI::Option* AddDeliveryTimeoutOption(CLI::App& sub, std::int64_t& ms);
 
 void AddPublishOptions(CLI::App& sub, PublishOptions& options);
 

@@ -85,11 +85,10 @@ Command AddMetricsCommand(CLI::App& app, const GlobalOptions& global) {
             {
               std::ofstream out(tmp, std::ios::trunc);
               out << text;
-              if (!out.flush()) throw ConfigError(fmt::format("write '{}': cannot write", tmp));
+              if (!out.flush()) ThrowSystemError(fmt::format("write '{}'", tmp), errno);
             }
             if (std::rename(tmp.c_str(), textfile->c_str()) != 0)
-              throw ConfigError(fmt::format("rename '{}' to '{}': {}", tmp, *textfile,
-                                            std::strerror(errno)));
+              ThrowSystemError(fmt::format("rename '{}' to '{}'", tmp, *textfile), errno);
             return ExitCode::kOk;
           }};
 }

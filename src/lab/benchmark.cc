@@ -62,7 +62,7 @@ double Ratio(double numerator, double denominator) {
 }
 
 [[noreturn]] void ThrowSystemError(const std::string& what) {
-  throw Error(fmt::format("{}: {}", what, std::strerror(errno)));
+  outbox::ThrowSystemError(what, errno);
 }
 
 // A directory made with mkdtemp and removed, with everything in it, on scope exit.
@@ -72,7 +72,7 @@ class TempDir {
     fs::path base = parent.empty() ? fs::temp_directory_path() : fs::path(parent);
     std::string pattern = (base / "outbox-bench-XXXXXX").string();
     if (!mkdtemp(pattern.data()))  // a bad --work-dir: configuration, not a bug
-      throw ConfigError(fmt::format("create directory '{}': {}", pattern, std::strerror(errno)));
+      outbox::ThrowSystemError(fmt::format("create directory '{}'", pattern), errno);
     path_ = pattern;
   }
   ~TempDir() {
@@ -597,11 +597,11 @@ RssFigure MeasureRss(const BenchmarkOptions& options, const TempDir& dir,
   std::vector<std::string> args = {
       options.lab_binary, "relay", "--until-empty", "--quiet",
       "--batch-size", std::to_string(options.batch_size),
-      "--send-timeout", fmt::format("{}ms", options.delivery_timeout_ms),
+      "--delivery-timeout", fmt::format("{}ms", options.delivery_timeout_ms),
       "--lease", fmt::format("{}ms", std::max(30000, 3 * options.delivery_timeout_ms)),
       "--db", path, "--brokers", brokers, "--topic", topic,
       "--synchronous", options.synchronous,
-      "--busy-timeout-ms", std::to_string(options.store.busy_timeout_ms)};
+      "--busy-timeout", fmt::format("{}ms", options.store.busy_timeout_ms)};
   for (const auto& [name, value] : options.properties) {
     args.push_back("-X");
     args.push_back(fmt::format("{}={}", name, value));

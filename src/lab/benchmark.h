@@ -148,8 +148,9 @@ void ValidateBenchmarkOptions(const BenchmarkOptions& options);
 // Runs every figure in the order above. Takes minutes at the defaults.
 // Throws ConfigError (invalid options or properties), KafkaError when the
 // embedded broker does not start within 15 s or a figure's deliveries fail,
-// DbError from SQLite, and Error when a child process cannot be started or
-// the relay child exits with a non-zero status or leaves rows pending.
+// DbError from SQLite, SystemError when the work directory or a child process
+// cannot be created, and Error when the relay child exits with a non-zero
+// status or leaves rows pending.
 BenchmarkResult RunBenchmark(const BenchmarkOptions& options);
 
 }  // namespace outbox::lab

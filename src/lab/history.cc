@@ -15,7 +15,7 @@ namespace outbox::lab {
 
 History::History(const std::string& path, Clock& clock) : clock_(clock) {
   fd_ = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw ConfigError(fmt::format("open history '{}': {}", path, std::strerror(errno)));
+  if (fd_ < 0) ThrowSystemError(fmt::format("open history '{}'", path), errno);
 }
 
 History::~History() { close(fd_); }
@@ -38,7 +38,7 @@ std::vector<HistoryOp> ReadHistories(const std::vector<std::string>& paths, std:
   std::vector<HistoryOp> ops;
   for (const std::string& path : paths) {
     std::ifstream in(path);
-    if (!in) throw ConfigError(fmt::format("read history '{}': {}", path, std::strerror(errno)));
+    if (!in) ThrowSystemError(fmt::format("read history '{}'", path), errno);
     for (std::string line; std::getline(in, line);) {
       const auto json = nlohmann::json::parse(line, nullptr, false);
       if (!json.is_object() || !json.contains("type") || !json.contains("f") || !json.contains("value") ||

@@ -18,7 +18,7 @@ namespace outbox::lab {
 class History {
  public:
   // Opens path for appending (created if missing); time_ms of each line comes
-  // from clock (not owned; must outlive the History). Throws ConfigError.
+  // from clock (not owned; must outlive the History). Throws SystemError.
   History(const std::string& path, Clock& clock);
   ~History();
   History(const History&) = delete;
@@ -49,7 +49,7 @@ struct HistoryOp {
 };
 
 // Reads every complete line of every file; a malformed line is skipped and
-// counted in *malformed. Throws ConfigError when a file cannot be read.
+// counted in *malformed. Throws SystemError when a file cannot be read.
 std::vector<HistoryOp> ReadHistories(const std::vector<std::string>& paths, std::int64_t* malformed);
 
 }  // namespace outbox::lab

@@ -3,13 +3,13 @@
 #include <fmt/format.h>
 
 #include <array>
-#include <charconv>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "lab/loans.h"
 #include "outbox/error.h"
+#include "outbox/parse_integer.h"
 
 namespace outbox::lab {
 namespace {
@@ -71,11 +71,10 @@ std::map<std::string, std::int64_t> ParseExpectations(const std::string& text) {
           "expectation '{}': unknown key; use business, outbox, published, unpublished, "
           "kafka_records, kafka_distinct, kafka_duplicates, kafka_missing, kafka_unexpected",
           key));
-    std::int64_t number = -1;
-    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
-    if (ec != std::errc() || ptr != value.data() + value.size() || number < 0)
+    const auto number = ParseInteger(value, 0);
+    if (!number)
       throw ConfigError(fmt::format("expectation '{}': '{}' is not a non-negative integer", key, value));
-    expected[key] = number;
+    expected[key] = *number;
   }
   if (expected.empty()) throw ConfigError(fmt::format("expectations '{}': none given", text));
   return expected;

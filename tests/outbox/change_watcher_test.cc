@@ -147,11 +147,11 @@ TEST_CASE("ChangeWatcher Drain forgets the changes queued so far", "[relay]") {
   CHECK(relay_store.PendingCount() == 4);
 }
 
-TEST_CASE("ChangeWatcher throws ConfigError naming a directory that cannot be watched", "[relay]") {
+TEST_CASE("ChangeWatcher throws SystemError naming a directory that cannot be watched", "[relay]") {
   TempDir dir;
   const std::string path = (dir.path() / "missing-dir" / "lab.db").string();
   const auto error =
-      outbox::testing::CaptureThrow<outbox::ConfigError>([&] { ChangeWatcher watcher(path, -1); });
+      outbox::testing::CaptureThrow<outbox::SystemError>([&] { ChangeWatcher watcher(path, -1); });
   REQUIRE(error.has_value());
   CHECK_THAT(error->what(), Catch::Contains("missing-dir"));
 }
