@@ -133,13 +133,13 @@ class RowFailingPublisher : public FakePublisher {
   std::set<std::int64_t> failing;
 };
 
-// An IdleWaiter that never blocks: counts Drain and Wait calls, runs on_wait
+// An IdleWaiter that never blocks: counts ForgetWakeups and Wait calls, runs on_wait
 // (e.g. to move a FakeClock by the timeout), and reports a stop once stop is
 // set. After max_waits waits it requests a stop itself, so a loop that would
 // wait forever ends and the test can see it (stopped == true).
 class FakeWaiter : public IdleWaiter {
  public:
-  void Drain() override { ++drains; }
+  void ForgetWakeups() override { ++forgets; }
   Wake Wait(int timeout_ms) override {
     ++waits;
     timeouts_ms.push_back(timeout_ms);
@@ -149,7 +149,7 @@ class FakeWaiter : public IdleWaiter {
   }
   bool StopRequested() override { return stop; }
 
-  int drains = 0;
+  int forgets = 0;
   int waits = 0;
   int max_waits = 1000;
   std::vector<int> timeouts_ms;

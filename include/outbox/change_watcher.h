@@ -22,7 +22,7 @@ class ChangeWatcher : public IdleWaiter {
   ChangeWatcher(const ChangeWatcher&) = delete;
   ChangeWatcher& operator=(const ChangeWatcher&) = delete;
 
-  void Drain() override;
+  void ForgetWakeups() override;
   Wake Wait(int timeout_ms) override;
   bool StopRequested() override;
 

@@ -96,8 +96,8 @@ class IdleWaiter {
  public:
   enum class Wake { kTimeout, kChanged, kStop };
   virtual ~IdleWaiter() = default;
-  // Forgets changes seen so far.
-  virtual void Drain() = 0;
+  // Discards the wake-ups (changes) seen so far, so the next Wait blocks until a new one.
+  virtual void ForgetWakeups() = 0;
   // Blocks up to timeout_ms; returns early on a change or a stop request.
   virtual Wake Wait(int timeout_ms) = 0;
   // True once a stop was requested (e.g. SIGTERM); never blocks.

@@ -113,9 +113,13 @@ struct SettleReport {
 };
 
 // Everything status and metrics report, read in one transaction.
+// "unpublished" means one thing everywhere (verify, status, Count): not yet
+// published, parked rows included. "pending" is the part a relay still works
+// on: unpublished and not parked (PendingCount).
 struct OutboxStatus {
-  std::int64_t unpublished = 0;     // not published, not parked
-  std::int64_t oldest_unpublished_age_ms = 0;  // now - oldest created_at, >= 0; 0 when none
+  std::int64_t unpublished = 0;     // not published: pending + parked
+  std::int64_t pending = 0;         // not published, not parked
+  std::int64_t oldest_pending_age_ms = 0;  // now - oldest pending created_at, >= 0; 0 when none
   std::int64_t in_backoff = 0;      // unpublished rows whose next attempt is in the future
   std::int64_t parked = 0;
   std::int64_t claimed = 0;         // unpublished rows under an unexpired claim

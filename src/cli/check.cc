@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 
@@ -8,15 +9,6 @@
 #include "lab/loans.h"
 
 namespace outbox::cli {
-namespace {
-
-std::string Join(const std::vector<std::string>& items) {
-  std::string text;
-  for (const auto& item : items) text += (text.empty() ? "" : ", ") + item;
-  return text;
-}
-
-}  // namespace
 
 Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
   CLI::App* sub = app.add_subcommand(
@@ -86,10 +78,10 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                                  r.ok, r.lost.size(), r.duplicated.size(), r.phantom.size(),
                                  r.atomicity.size(), r.lost_after_mark.size(), r.stuck.size(),
                                  r.order_violations.size());
-                      if (!r.lost.empty()) fmt::print("[check] lost: {}\n", Join(r.lost));
-                      if (!r.phantom.empty()) fmt::print("[check] phantom: {}\n", Join(r.phantom));
-                      if (!r.atomicity.empty()) fmt::print("[check] atomicity: {}\n", Join(r.atomicity));
-                      if (!r.stuck.empty()) fmt::print("[check] stuck: {}\n", Join(r.stuck));
+                      if (!r.lost.empty()) fmt::print("[check] lost: {}\n", fmt::join(r.lost, ", "));
+                      if (!r.phantom.empty()) fmt::print("[check] phantom: {}\n", fmt::join(r.phantom, ", "));
+                      if (!r.atomicity.empty()) fmt::print("[check] atomicity: {}\n", fmt::join(r.atomicity, ", "));
+                      if (!r.stuck.empty()) fmt::print("[check] stuck: {}\n", fmt::join(r.stuck, ", "));
                       fmt::print("[check] {}\n", r.valid() ? "valid" : "INVALID");
                     }
                     return r.valid() ? ExitCode::kOk : ExitCode::kExpectationFailed;

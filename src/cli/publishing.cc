@@ -30,7 +30,7 @@ std::unique_ptr<kafka::KafkaPublisher> MakePublisher(const GlobalOptions& global
   return std::make_unique<kafka::KafkaPublisher>(publisher_options);
 }
 
-void PrintDeliveryFailure(const char* tag, const ChapterRelayStep& step,
+void PrintDeliveryFailure(const char* tag, const PerRowRelayStep& step,
                           const kafka::KafkaPublisher& publisher) {
   const std::string client_error = publisher.LastClientError();
   fmt::print("[{}] outboxId={} key={} delivery FAILED: {}{}; left unpublished\n", tag, step.row.id,

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "cli/command.h"
-#include "outbox/chapter_relay.h"
+#include "outbox/per_row_relay.h"
 #include "outbox/kafka/kafka_publisher.h"
 
 namespace outbox::cli {
@@ -30,7 +30,7 @@ std::unique_ptr<kafka::KafkaPublisher> MakePublisher(const GlobalOptions& global
 
 // "[tag] outboxId=1 key=evt-1001 delivery FAILED: ...; left unpublished", to stdout,
 // with librdkafka's last client error (e.g. connection refused) when it has one.
-void PrintDeliveryFailure(const char* tag, const ChapterRelayStep& step,
+void PrintDeliveryFailure(const char* tag, const PerRowRelayStep& step,
                           const kafka::KafkaPublisher& publisher);
 
 }  // namespace outbox::cli

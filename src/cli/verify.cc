@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -20,10 +21,9 @@ struct VerifyOptions {
 
 std::string DuplicateList(const lab::KafkaReconciliation& kafka) {
   if (kafka.duplicates.empty()) return "none";
-  std::string text;
-  for (const auto& [id, count] : kafka.duplicates)
-    text += fmt::format("{}{} x{}", text.empty() ? "" : ", ", id, count);
-  return text;
+  std::vector<std::string> items;
+  for (const auto& [id, count] : kafka.duplicates) items.push_back(fmt::format("{} x{}", id, count));
+  return fmt::format("{}", fmt::join(items, ", "));
 }
 
 void PrintText(const lab::DbSnapshot& db, const std::optional<lab::KafkaReconciliation>& kafka,

@@ -19,7 +19,7 @@
 
 #include "lab/loans.h"
 #include "outbox/change_watcher.h"
-#include "outbox/chapter_relay.h"
+#include "outbox/per_row_relay.h"
 #include "outbox/error.h"
 #include "outbox/kafka/kafka_publisher.h"
 #include "outbox/relay.h"
@@ -357,8 +357,8 @@ RelayFigures MeasureRelays(const BenchmarkOptions& options, const TempDir& dir,
       const std::int64_t rows = SliceEnd(options.chapter_events, slice) - figures.chapter.events;
       if (rows <= 0) return;
       const auto start = SteadyClock::now();
-      const ChapterRelayReport report =
-          RunChapterRelay(*chapter_store, chapter_publisher, {rows, /*mark=*/true}, nullptr);
+      const PerRowRelayReport report =
+          RunPerRowRelay(*chapter_store, chapter_publisher, {rows, /*mark=*/true}, nullptr);
       figures.chapter.seconds += SecondsSince(start);
       figures.chapter.events += report.marked;
       if (report.marked != rows)

@@ -46,7 +46,7 @@ bool ChangeWatcher::ReadEvents() {
   }
 }
 
-void ChangeWatcher::Drain() { ReadEvents(); }
+void ChangeWatcher::ForgetWakeups() { ReadEvents(); }
 
 bool ChangeWatcher::StopRequested() {
   if (stop_fd_ < 0) return false;

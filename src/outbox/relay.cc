@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "outbox/chapter_relay.h"
+#include "outbox/per_row_relay.h"
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
 
@@ -139,9 +139,9 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
     // Nothing to do and nothing that time alone would change: rows still pending
     // are blocked behind a parked row and need `unpark`.
     if (options.mode == LoopMode::kUntilEmpty && relay.CanOnlyWaitForever()) break;
-    // Drain, then look once more: a commit before the drain is seen by the
+    // Forget the wake-ups so far, then look once more: a commit before this is seen by the
     // look, one after it wakes the wait.
-    waiter.Drain();
+    waiter.ForgetWakeups();
     if (relay.HasClaimable()) continue;
     const IdleWaiter::Wake wake = waiter.Wait(idle_ms);
     if (wake == IdleWaiter::Wake::kChanged)

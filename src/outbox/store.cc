@@ -407,13 +407,14 @@ FROM outbox
 )sql");
     select.Bind(1, now_ms);
     select.Step();
-    status.unpublished = select.ColumnInt64(0);
+    status.pending = select.ColumnInt64(0);
     if (!select.ColumnIsNull(1))
-      status.oldest_unpublished_age_ms = std::max<std::int64_t>(0, now_ms - select.ColumnInt64(1));
+      status.oldest_pending_age_ms = std::max<std::int64_t>(0, now_ms - select.ColumnInt64(1));
     status.in_backoff = select.ColumnInt64(2);
     status.parked = select.ColumnInt64(3);
     status.claimed = select.ColumnInt64(4);
     status.published = select.ColumnInt64(5);
+    status.unpublished = status.pending + status.parked;
     status.archived = connection_.QueryInt64("SELECT COUNT(*) FROM outbox_archive");
   }
   return status;

@@ -8,7 +8,7 @@
 #include "lab/embedded_broker.h"
 #include "lab/loans.h"
 #include "lab/topic_reader.h"
-#include "outbox/chapter_relay.h"
+#include "outbox/per_row_relay.h"
 #include "outbox/error.h"
 #include "outbox/kafka/handles.h"
 #include "outbox/kafka/kafka_publisher.h"

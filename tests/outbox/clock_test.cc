@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "outbox/chapter_relay.h"
+#include "outbox/per_row_relay.h"
 #include "outbox/relay.h"
 #include "outbox/store.h"
 #include "relay_test_support.h"
@@ -89,9 +89,9 @@ TEST_CASE("One clock moved by the test stamps the relay's claims and marks and t
   // The chapter's per-row relay marks through MarkPublished: the same clock.
   EnqueueRange(store, 4, 4);
   clock.AdvanceMs(50);
-  outbox::ChapterRelayOptions chapter;
+  outbox::PerRowRelayOptions chapter;
   chapter.limit = 10;
-  REQUIRE(outbox::RunChapterRelay(store, publisher, chapter, nullptr).marked == 1);
+  REQUIRE(outbox::RunPerRowRelay(store, publisher, chapter, nullptr).marked == 1);
   CHECK(IntColumn(store, "published_at", 4) == kNowMs + 150);
 
   // A day later, a purge of rows older than an hour archives all four, stamped now.

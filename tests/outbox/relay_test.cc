@@ -282,7 +282,7 @@ TEST_CASE("A poison row is parked after max_attempts while rows of other aggrega
   CHECK_FALSE(IsPublished(f.store, 1));
   const auto status = f.store.Status(f.clock.EpochMs());
   CHECK(status.parked == 1);
-  CHECK(status.unpublished == 0);
+  CHECK(status.pending == 0);
   CHECK(f.store.PendingCount() == 0);
 }
 
@@ -543,7 +543,7 @@ TEST_CASE("RunRelayLoop until empty waits out a backoff instead of ending early"
   CHECK(publisher.calls.size() == 2);
   CHECK(f.PublishedIds() == Ids{1, 2});
   CHECK(waited_ms >= 300);
-  CHECK(waiter.drains >= waiter.waits);
+  CHECK(waiter.forgets >= waiter.waits);
   // Idle waits double from idle_min_ms up to idle_max_ms.
   REQUIRE(waiter.timeouts_ms.size() >= 6);
   CHECK(std::vector<int>(waiter.timeouts_ms.begin(), waiter.timeouts_ms.begin() + 6) ==

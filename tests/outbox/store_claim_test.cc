@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "outbox/chapter_relay.h"
+#include "outbox/per_row_relay.h"
 #include "outbox/error.h"
 #include "outbox/sqlite/connection.h"
 #include "outbox/store.h"
@@ -318,7 +318,7 @@ TEST_CASE("SettleBatch backs a failing row off by base, 2*base, 4*base... up to 
   CHECK(f.store.ClaimBatch(Request(far_future)).rows.empty());
   const auto status = f.store.Status(far_future);
   CHECK(status.parked == 1);
-  CHECK(status.unpublished == 0);
+  CHECK(status.pending == 0);
   CHECK(status.in_backoff == 0);
   CHECK(f.store.PendingCount() == 0);
 }
@@ -376,8 +376,8 @@ TEST_CASE("Status counts unpublished, in-backoff, parked, claimed and published 
   StoreFixture f;
   SECTION("an empty outbox") {
     const auto status = f.store.Status(kNowMs);
-    CHECK(status.unpublished == 0);
-    CHECK(status.oldest_unpublished_age_ms == 0);
+    CHECK(status.pending == 0);
+    CHECK(status.oldest_pending_age_ms == 0);
     CHECK(status.in_backoff == 0);
     CHECK(status.parked == 0);
     CHECK(status.claimed == 0);
@@ -393,9 +393,10 @@ TEST_CASE("Status counts unpublished, in-backoff, parked, claimed and published 
     REQUIRE(IdsOf(f.store.ClaimBatch(Request(kNowMs, 1, 3)).rows) == Ids{4});  // until +30000
 
     const auto status = f.store.Status(kNowMs);
-    CHECK(status.unpublished == 4);  // rows 3, 4, 5, 6
-    // The oldest unpublished, unparked row is row 3.
-    CHECK(status.oldest_unpublished_age_ms == kNowMs - MakeEvent(3).created_at_ms);
+    CHECK(status.pending == 4);  // rows 3, 4, 5, 6
+    CHECK(status.unpublished == 5);  // and the parked row 2
+    // The oldest pending (unpublished, unparked) row is row 3.
+    CHECK(status.oldest_pending_age_ms == kNowMs - MakeEvent(3).created_at_ms);
     CHECK(status.in_backoff == 1);
     CHECK(status.parked == 1);
     CHECK(status.claimed == 1);
@@ -408,9 +409,9 @@ TEST_CASE("Status counts unpublished, in-backoff, parked, claimed and published 
     CHECK(f.store.Status(kNowMs + 29999).claimed == 1);
     CHECK(f.store.Status(kNowMs + 30000).claimed == 0);
     // A clock behind every created_at gives age 0, never a negative age.
-    CHECK(f.store.Status(MakeEvent(1).created_at_ms - 5000).oldest_unpublished_age_ms == 0);
-    CHECK(f.store.Status(MakeEvent(3).created_at_ms).oldest_unpublished_age_ms == 0);
-    CHECK(f.store.Status(MakeEvent(3).created_at_ms + 1).oldest_unpublished_age_ms == 1);
+    CHECK(f.store.Status(MakeEvent(1).created_at_ms - 5000).oldest_pending_age_ms == 0);
+    CHECK(f.store.Status(MakeEvent(3).created_at_ms).oldest_pending_age_ms == 0);
+    CHECK(f.store.Status(MakeEvent(3).created_at_ms + 1).oldest_pending_age_ms == 1);
   }
 }
 
@@ -486,7 +487,7 @@ TEST_CASE("PurgePublished deletes published rows older than the cutoff in ceil(n
   const auto status = f.store.Status(kNowMs + 20);
   CHECK(status.published == 1);
   CHECK(status.parked == 1);
-  CHECK(status.unpublished == 1);
+  CHECK(status.pending == 1);
   CHECK(status.archived == (archive ? 7 : 0));
   if (archive) {
     auto txn = f.store.BeginRead();
@@ -563,9 +564,9 @@ TEST_CASE("Opening the chapter's schema 1 database with kExisting migrates it to
   }
   SECTION("the chapter's relay works") {
     FakePublisher publisher;
-    outbox::ChapterRelayOptions options;
+    outbox::PerRowRelayOptions options;
     options.limit = 10;
-    const auto report = outbox::RunChapterRelay(store, publisher, options, nullptr);
+    const auto report = outbox::RunPerRowRelay(store, publisher, options, nullptr);
     CHECK(report.sent == 2);
     CHECK(report.marked == 2);
     CHECK(publisher.SentKeys() == std::vector<std::string>{"evt-1002", "evt-1003"});

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "outbox/chapter_relay.h"
+#include "outbox/per_row_relay.h"
 #include "outbox/error.h"
 #include "outbox/sqlite/connection.h"
 #include "outbox/store.h"
@@ -13,8 +13,8 @@
 
 namespace {
 
-using outbox::ChapterRelayOptions;
-using outbox::ChapterRelayStep;
+using outbox::PerRowRelayOptions;
+using outbox::PerRowRelayStep;
 using outbox::OpenMode;
 using outbox::Store;
 using outbox::StoreOptions;
@@ -37,12 +37,12 @@ class RelayFixture {
     }
   }
 
-  outbox::ChapterRelayReport Run(outbox::Publisher& publisher, std::int64_t limit, bool mark = true) {
-    ChapterRelayOptions options;
+  outbox::PerRowRelayReport Run(outbox::Publisher& publisher, std::int64_t limit, bool mark = true) {
+    PerRowRelayOptions options;
     options.limit = limit;
     options.mark = mark;
-    return outbox::RunChapterRelay(store, publisher, options,
-                                   [this](const ChapterRelayStep& step) { steps.push_back(step); });
+    return outbox::RunPerRowRelay(store, publisher, options,
+                                   [this](const PerRowRelayStep& step) { steps.push_back(step); });
   }
 
   Ids UnpublishedIds() {
@@ -53,7 +53,7 @@ class RelayFixture {
 
   TempDir dir;
   Store store;
-  std::vector<ChapterRelayStep> steps;
+  std::vector<PerRowRelayStep> steps;
 };
 
 std::vector<std::string> EventIds(int from, int to) {
