@@ -86,10 +86,13 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
       fmt::format("{:.0f}", r.write.with_outbox_median_tps));
   row("write ratio (business+outbox / business-only)", fmt::format("{:.3f}", r.write.ratio),
       fmt::format(">= {:g}", checks[2].target), verdict(2));
-  row("poll latency, 0 published rows (us)", fmt::format("{:.0f}", r.history.without_history.poll_us));
-  row(fmt::format("poll latency, {} published rows (us)",
+  row("poll latency, 0 published rows (us, median / p99)",
+      fmt::format("{:.0f} / {:.0f}", r.history.without_history.poll_us,
+                  r.history.without_history.poll_p99_us));
+  row(fmt::format("poll latency, {} published rows (us, median / p99)",
                   Grouped(r.history.with_history.retained_published)),
-      fmt::format("{:.0f}", r.history.with_history.poll_us));
+      fmt::format("{:.0f} / {:.0f}", r.history.with_history.poll_us,
+                  r.history.with_history.poll_p99_us));
   row("poll latency ratio (with / without history)", fmt::format("{:.2f}", r.history.ratio),
       fmt::format("<= {:g}", checks[3].target), verdict(3));
   row(fmt::format("relay peak RSS draining {} (MiB)", Grouped(r.rss.events)),
@@ -115,6 +118,7 @@ nlohmann::ordered_json PollJson(const lab::PollFigure& p) {
           {"has_claimable_us", p.has_claimable_us},
           {"claim_us", p.claim_us},
           {"poll_us", p.poll_us},
+          {"poll_p99_us", p.poll_p99_us},
           {"release_us", p.release_us}};
 }
 

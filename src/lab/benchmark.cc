@@ -18,6 +18,8 @@
 #include <thread>
 
 #include "lab/loans.h"
+#include "lab/statistics.h"
+#include "lab/subprocess.h"
 #include "outbox/change_watcher.h"
 #include "outbox/per_row_relay.h"
 #include "outbox/error.h"
@@ -31,7 +33,6 @@ namespace fs = std::filesystem;
 using SteadyClock = std::chrono::steady_clock;
 
 constexpr int kBrokerStartTimeoutMs = 15000;
-constexpr int kChildStopTimeoutMs = 5000;
 constexpr int kPollWarmupRepetitions = 10;
 // Interleaved slices per compared pair of figures (see MeasureRelays).
 constexpr int kSlices = 10;
@@ -44,21 +45,6 @@ double SecondsSince(SteadyClock::time_point start) {
 
 double Micros(SteadyClock::time_point from, SteadyClock::time_point to) {
   return std::chrono::duration<double, std::micro>(to - from).count();
-}
-
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const std::size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
-}
-
-double Rate(std::int64_t count, double seconds) {
-  return seconds > 0 ? static_cast<double>(count) / seconds : 0;
-}
-
-double Ratio(double numerator, double denominator) {
-  return denominator > 0 ? numerator / denominator : 0;
 }
 
 [[noreturn]] void ThrowSystemError(const std::string& what) {
@@ -88,149 +74,6 @@ class TempDir {
  private:
   fs::path path_;
 };
-
-struct ChildExit {
-  int status = 0;         // as from waitpid
-  long peak_rss_kib = 0;  // VmHWM of the child's own image, KiB
-};
-
-// VmHWM (peak resident set of the current image) from /proc/PID/status, KiB;
-// 0 when the process is gone.
-long ReadPeakRssKib(pid_t pid) {
-  std::ifstream status(fmt::format("/proc/{}/status", pid));
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
-  return 0;
-}
-
-// Owns one file descriptor.
-class UniqueFd {
- public:
-  explicit UniqueFd(int fd = -1) noexcept : fd_(fd) {}
-  ~UniqueFd() { Reset(); }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  int get() const noexcept { return fd_; }
-  void Reset() noexcept {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_;
-};
-
-// A child process started with fork/exec. It gets PR_SET_PDEATHSIG(SIGTERM),
-// so it dies with us even when we are killed with -9. The destructor stops a
-// child still running: SIGTERM, then SIGKILL after kChildStopTimeoutMs.
-class ChildProcess {
- public:
-  // Runs args[0] with args; stdout goes to stdout_path (created), stdin comes
-  // from /dev/null, stderr is ours. Throws Error when the program cannot be
-  // executed.
-  ChildProcess(const std::vector<std::string>& args, const std::string& stdout_path) {
-    std::vector<char*> argv;
-    for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-    argv.push_back(nullptr);
-    UniqueFd out(open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (out.get() < 0) ThrowSystemError(fmt::format("open '{}'", stdout_path));
-    UniqueFd in(open("/dev/null", O_RDONLY | O_CLOEXEC));
-    if (in.get() < 0) ThrowSystemError("open '/dev/null'");
-    // exec failure is reported through this close-on-exec pipe: EOF means exec succeeded.
-    int ends[2] = {-1, -1};
-    if (pipe2(ends, O_CLOEXEC) != 0) ThrowSystemError("pipe2");
-    UniqueFd report_read(ends[0]);
-    UniqueFd report_write(ends[1]);
-    const pid_t parent = getpid();
-    pid_ = fork();
-    if (pid_ < 0) ThrowSystemError(fmt::format("start '{}'", args[0]));
-    if (pid_ == 0) {
-      // Only async-signal-safe calls from here to exec: other threads may hold locks.
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != parent) _exit(127);  // the parent died before prctl
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      dup2(in.get(), STDIN_FILENO);
-      dup2(out.get(), STDOUT_FILENO);
-      execv(argv[0], argv.data());
-      const int err = errno;
-      [[maybe_unused]] const ssize_t ignored = write(report_write.get(), &err, sizeof err);
-      _exit(127);
-    }
-    report_write.Reset();  // so read() sees EOF once the child has exec'd
-    int exec_errno = 0;
-    ssize_t n;
-    while ((n = read(report_read.get(), &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
-    }
-    if (n == static_cast<ssize_t>(sizeof exec_errno)) {
-      Wait();
-      errno = exec_errno;
-      ThrowSystemError(fmt::format("execute '{}'", args[0]));
-    }
-  }
-  ~ChildProcess() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    for (int waited_ms = 0; waited_ms < kChildStopTimeoutMs; waited_ms += 10) {
-      if (TryWait()) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    kill(pid_, SIGKILL);
-    Wait();
-  }
-  ChildProcess(const ChildProcess&) = delete;
-  ChildProcess& operator=(const ChildProcess&) = delete;
-
-  // Blocks until the child exits.
-  ChildExit Wait() {
-    ChildExit exit;
-    if (pid_ <= 0) return exit;
-    while (waitpid(pid_, &exit.status, 0) < 0 && errno == EINTR) {
-    }
-    last_status_ = exit.status;
-    pid_ = -1;
-    return exit;
-  }
-
-  // Waits for the child, reading its VmHWM every interval_ms; the last read
-  // before exit is its peak (VmHWM never falls). Not wait4's ru_maxrss: Linux
-  // folds the forked copy of our own image into it at exec, so it reports
-  // at least our RSS at fork time.
-  ChildExit WaitTrackingPeakRss(int interval_ms) {
-    ChildExit exit;
-    while (pid_ > 0) {
-      exit.peak_rss_kib = std::max(exit.peak_rss_kib, ReadPeakRssKib(pid_));
-      if (TryWait()) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
-    }
-    exit.status = last_status_;
-    return exit;
-  }
-
-  // True (and reaped) when the child has exited.
-  bool TryWait() {
-    if (pid_ <= 0) return true;
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
-    last_status_ = status;
-    pid_ = -1;
-    return true;
-  }
-
-  int last_status() const noexcept { return last_status_; }
-
- private:
-  pid_t pid_ = -1;
-  int last_status_ = 0;
-};
-
-std::string DescribeStatus(int status) {
-  if (WIFEXITED(status)) return fmt::format("exit status {}", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return fmt::format("signal {}", WTERMSIG(status));
-  return fmt::format("wait status {}", status);
-}
 
 // The embedded broker in its own process (outbox-lab broker), reachable once
 // it has written its address file.
@@ -569,6 +412,7 @@ PollFigure MeasurePoll(const BenchmarkOptions& options, const std::string& path,
   figure.has_claimable_us = Median(has_claimable_us);
   figure.claim_us = Median(claim_us);
   figure.poll_us = Median(poll_us);
+  figure.poll_p99_us = Percentile(poll_us, 99);
   figure.release_us = Median(release_us);
   return figure;
 }

@@ -106,6 +106,7 @@ struct PollFigure {
   double has_claimable_us = 0;          // median, µs
   double claim_us = 0;                  // median, µs
   double poll_us = 0;                   // median of has_claimable + claim, µs
+  double poll_p99_us = 0;               // 99th percentile of the same, µs
   double release_us = 0;                // median, µs; not in poll_us
 };
 
