@@ -257,19 +257,8 @@ void OnRawDelivery(rd_kafka_t*, const rd_kafka_message_t* msg, void* opaque) noe
 // Produces m as KafkaPublisher does (same key, value and headers), waiting
 // for room when the local queue is full.
 void ProduceRaw(rd_kafka_t* producer, const std::string& topic, const OutboundMessage& m) {
-  for (;;) {
-    const rd_kafka_resp_err_t err = rd_kafka_producev(
-        producer, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_KEY(m.key.data(), m.key.size()),
-        RD_KAFKA_V_VALUE(const_cast<char*>(m.payload.data()), m.payload.size()),
-        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-        RD_KAFKA_V_HEADER("event_id", m.event_id.data(), static_cast<ssize_t>(m.event_id.size())),
-        RD_KAFKA_V_HEADER("event_type", m.event_type.data(),
-                          static_cast<ssize_t>(m.event_type.size())),
-        RD_KAFKA_V_HEADER("outbox_id", std::to_string(m.outbox_id).c_str(), -1), RD_KAFKA_V_END);
-    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) break;
-    if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) kafka::ThrowKafkaError("raw produce", err);
-    rd_kafka_poll(producer, 50);  // serve delivery reports to make room
-  }
+  const rd_kafka_resp_err_t err = kafka::ProduceOutboundMessage(producer, topic, m, nullptr);
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) kafka::ThrowKafkaError("raw produce", err);
   rd_kafka_poll(producer, 0);
 }
 
