@@ -86,10 +86,10 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
       fmt::format("{:.0f}", r.write.with_outbox_median_tps));
   row("write ratio (business+outbox / business-only)", fmt::format("{:.3f}", r.write.ratio),
       fmt::format(">= {:g}", checks[2].target), verdict(2));
-  row("poll latency, 0 published rows (us, median / p99)",
+  row("poll, 0 published rows (us, median / p99)",
       fmt::format("{:.0f} / {:.0f}", r.history.without_history.poll_us,
                   r.history.without_history.poll_p99_us));
-  row(fmt::format("poll latency, {} published rows (us, median / p99)",
+  row(fmt::format("poll, {} published rows (us, median / p99)",
                   Grouped(r.history.with_history.retained_published)),
       fmt::format("{:.0f} / {:.0f}", r.history.with_history.poll_us,
                   r.history.with_history.poll_p99_us));
