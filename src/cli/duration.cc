@@ -31,7 +31,7 @@ CLI::Option* AddDurationOption(CLI::App& app, const std::string& name, std::int6
   if (!legacy_ms_name.empty())
     app.add_option(legacy_ms_name, ms, fmt::format("Same as {}, in plain ms (deprecated)", name))
         ->check(CLI::Range(min_ms, max_ms))
-        ->group("");
+        ->group("Deprecated");
   return option;
 }
 

@@ -18,7 +18,7 @@ struct PublishOptions {
 // The longest --delivery-timeout: 1h.
 inline constexpr std::int64_t kMaxDeliveryTimeoutMs = 3'600'000;
 
-// --delivery-timeout DURATION into ms, in [1ms, 1h]; the hidden
+// --delivery-timeout DURATION into ms, in [1ms, 1h]; the deprecated
 // --delivery-timeout-ms N still works.
 CLI::Option* AddDeliveryTimeoutOption(CLI::App& sub, std::int64_t& ms);
 
