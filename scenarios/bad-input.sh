@@ -139,7 +139,7 @@ expect_refused 3 "-X no.such.prop=1 write-hold 1"
 run verify -X no.such.prop=1 --no-kafka
 expect_refused 3 "verify -X no.such.prop=1"
 run verify --no-kafka --expect no_such_key=1
-expect_refused 3 "verify --expect no_such_key=1"
+expect_refused 2 "verify --expect no_such_key=1"
 run publish 1
 expect_refused 3 "publish with no broker configured"
 expect_verify business=2,outbox=2,published=0,unpublished=2

@@ -120,7 +120,7 @@ expect_eq "evt-9001 0 1 3,evt-9002 0 0 0" "$state" \
 expect_line '^\[relay\] batch token=[0-9]+ claimed=21 acked=20 failed=1 marked=20 retried=1 parked=0 fenced=0$' "$OUT"
 expect_line '^\[relay\] batch .* failed=1 .*parked=1 ' "$OUT"
 expect_line '^\[relay\] done: batches=[0-9]+ acked=20 marked=20 failed=3 parked=1 fenced=0 pending=1$' "$OUT"
-expect_status_json parked=1 published=20 unpublished=1 claimed=0
+expect_status_json parked=1 published=20 pending=1 claimed=0
 last_error=$(sqlite3 "$DB" "SELECT last_error FROM outbox WHERE event_id = 'evt-9001'")
 echo "evt-9001 last_error: $last_error"
 case "$last_error" in *MSG_SIZE_TOO_LARGE*) ;; *) fail "evt-9001 last_error is '$last_error', not MSG_SIZE_TOO_LARGE" ;; esac
@@ -149,7 +149,7 @@ RUN_TIMEOUT_S=15 run "${POISON_LIMIT[@]}" relay --until-empty --key aggregate-id
 expect_rc 0 "relay --until-empty with a row blocked behind a parked row"
 expect_line '^\[relay\] batch token=[0-9]+ claimed=11 acked=10 failed=1 marked=10 retried=0 parked=1 fenced=0$' "$OUT"
 expect_line '^\[relay\] done: batches=2 acked=20 marked=20 failed=1 parked=1 fenced=0 pending=1$' "$OUT"
-expect_status_json parked=1 published=20 unpublished=1 claimed=0
+expect_status_json parked=1 published=20 pending=1 claimed=0
 expect_eq "evt-9001 0 1 1,evt-9002 0 0 0" "$(l9001_state)" "L-9001 events (event published parked attempts)"
 
 step "skip: evt-9002 flows past the parked evt-9001"
@@ -158,7 +158,7 @@ RUN_TIMEOUT_S=15 run "${POISON_LIMIT[@]}" relay --until-empty --key aggregate-id
   "${RELAY_RETRY[@]}"
 expect_rc 0 "relay --until-empty --on-failure skip"
 expect_line '^\[relay\] done: batches=[0-9]+ acked=21 marked=21 failed=3 parked=1 fenced=0 pending=0$' "$OUT"
-expect_status_json parked=1 published=21 unpublished=0 claimed=0
+expect_status_json parked=1 published=21 pending=0 claimed=0
 expect_eq "evt-9001 0 1 3,evt-9002 1 0 0" "$(l9001_state)" "L-9001 events after the skip relay"
 expect_check_json 1 "skip: only the parked poison missing" \
   '.lost == ["evt-9001"]' '.stuck == ["evt-9001"]' '.kafka_records == 21' \

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "outbox/clock.h"
 #include "outbox/publisher.h"
 #include "outbox/store.h"
 
@@ -55,7 +56,9 @@ struct RelayOptions {
   SettlePolicy settle;             // max attempts and backoff
   std::int64_t lease_ms = 30000;   // how long a claim holds, ms; must exceed the delivery timeout
   std::string owner;               // recorded with each claim, e.g. "relay-4242"
-  std::function<std::int64_t()> clock;  // epoch ms; system clock when empty
+  // Where claims, leases, backoffs and marks read the time. Not owned; must
+  // outlive the Relay. Null: the store's clock (Store::clock()).
+  Clock* clock = nullptr;
   // Called right after each settle commits and before the relay.after_mark
   // failpoint (so a kill there leaves the record); may be empty. Must not
   // throw: the batch is already settled.
@@ -97,6 +100,7 @@ class Relay {
   Store& store_;
   Publisher& publisher_;
   RelayOptions options_;
+  Clock& clock_;
   std::int64_t cursor_ = 0;
 };
 
@@ -106,8 +110,8 @@ class IdleWaiter {
  public:
   enum class Wake { kTimeout, kChanged, kStop };
   virtual ~IdleWaiter() = default;
-  // Forgets changes seen so far.
-  virtual void Drain() = 0;
+  // Discards the wake-ups (changes) seen so far, so the next Wait blocks until a new one.
+  virtual void ForgetWakeups() = 0;
   // Blocks up to timeout_ms; returns early on a change or a stop request.
   virtual Wake Wait(int timeout_ms) = 0;
   // True once a stop was requested (e.g. SIGTERM); never blocks.

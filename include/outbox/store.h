@@ -1,14 +1,20 @@
-// Store: the outbox table in an SQLite file.
+// Store: the outbox table in an SQLite file, and the only code that reads or
+// writes the outbox tables (outbox, outbox_fence, outbox_archive).
 //
 // The business transaction and the outbox insert share one local transaction
-// on connection() (chapter 7.1, "同库同事务"): both rows commit or neither does.
+// (chapter 7.1, "同库同事务"): the caller begins it with BeginWrite(), runs its
+// own business SQL on txn.connection(), adds the event with
+// Enqueue(txn, event) and commits both or neither. The caller's SQL touches
+// its own tables only; everything on the outbox tables is a Store operation.
 // The store owns its connection; one Store per thread.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "outbox/clock.h"
 #include "outbox/event.h"
 #include "outbox/sqlite/connection.h"
 
@@ -28,6 +34,9 @@ struct StoreOptions {
   // sqlite3_busy_timeout: how long a write waits for another writer's lock
   // before failing with SQLITE_BUSY, in ms.
   int busy_timeout_ms = 5000;
+  // Where MarkPublished and PurgePublished read the time (published_at,
+  // archived_at). Not owned; must outlive the Store. Null: the system clock.
+  Clock* clock = nullptr;
 };
 
 enum class OpenMode {
@@ -39,6 +48,24 @@ struct OutboxCounts {
   std::int64_t total = 0;
   std::int64_t published = 0;
   std::int64_t unpublished = 0;
+};
+
+// One outbox row as the checker and reconciliation see it.
+struct SnapshotRow {
+  std::int64_t id = 0;
+  std::string event_id;
+  std::string aggregate_id;
+  bool published = false;  // true for every archived row
+  bool parked = false;     // unpublished and parked after max attempts
+  bool archived = false;   // moved to outbox_archive by PurgePublished(archive = true)
+};
+
+// Every outbox and archive row, read in one read transaction.
+struct OutboxSnapshot {
+  std::vector<SnapshotRow> rows;  // outbox and archive rows together, in id order
+
+  // Counts over the rows still in the outbox table (archived rows excluded).
+  OutboxCounts Counts() const;
 };
 
 // The schema version kept in PRAGMA user_version. 1 is the chapter's table;
@@ -90,9 +117,13 @@ struct SettleReport {
 };
 
 // Everything status and metrics report, read in one transaction.
+// "unpublished" means one thing everywhere (verify, status, Count): not yet
+// published, parked rows included. "pending" is the part a relay still works
+// on: unpublished and not parked (PendingCount).
 struct OutboxStatus {
-  std::int64_t unpublished = 0;     // not published, not parked
-  std::int64_t oldest_unpublished_age_ms = 0;  // now - oldest created_at, >= 0; 0 when none
+  std::int64_t unpublished = 0;     // not published: pending + parked
+  std::int64_t pending = 0;         // not published, not parked
+  std::int64_t oldest_pending_age_ms = 0;  // now - oldest pending created_at, >= 0; 0 when none
   std::int64_t in_backoff = 0;      // unpublished rows whose next attempt is in the future
   std::int64_t parked = 0;
   std::int64_t claimed = 0;         // unpublished rows under an unexpired claim
@@ -126,17 +157,51 @@ class Store {
   // True when the outbox table exists.
   bool HasSchema();
 
-  // Inserts event into the outbox. Call inside the caller's
-  // sqlite::Transaction on connection(), after the business insert.
-  // Returns the new row id. Throws DbError, e.g. SQLITE_CONSTRAINT_UNIQUE when
-  // event_id already exists (the caller's transaction must then roll back).
-  std::int64_t Enqueue(const OutboxEvent& event);
+  // Begins a write transaction (BEGIN IMMEDIATE) on the store's database for
+  // the caller's business rows and Enqueue. Commit with txn.Commit(); the
+  // destructor rolls back otherwise. Throws DbError (SQLITE_BUSY past the busy
+  // timeout).
+  sqlite::Transaction BeginWrite();
+  // Begins a read transaction: the caller's reads of its own tables through
+  // txn.connection() and Snapshot(txn) see one and the same snapshot.
+  // Throws DbError.
+  sqlite::ReadTransaction BeginRead();
+
+  // Inserts event into the outbox inside txn, the caller's transaction from
+  // BeginWrite(), after (or before) the business insert: both commit together
+  // or neither does. Returns the new row id.
+  // Throws ConfigError when txn is not on this store's connection; DbError,
+  // e.g. SQLITE_CONSTRAINT_UNIQUE when event_id already exists (the caller's
+  // transaction must then roll back).
+  std::int64_t Enqueue(sqlite::Transaction& txn, const OutboxEvent& event);
+
+  // Inserts count events, make_event(0) .. make_event(count - 1), in ONE
+  // transaction, then checkpoints the WAL (wal_checkpoint(TRUNCATE)) so
+  // later work starts from an empty log. With published, every row is
+  // inserted published with published_at = its created_at_ms. For loading
+  // backlogs and history (bench); count >= 0. Returns the rows inserted.
+  // Throws DbError (e.g. SQLITE_CONSTRAINT_UNIQUE on a repeated event_id: then
+  // nothing is inserted).
+  std::int64_t BulkLoad(std::int64_t count,
+                        const std::function<OutboxEvent(std::int64_t)>& make_event,
+                        bool published);
+
+  // The id the next Enqueue will get when no other writer comes first: one
+  // past the highest id ever assigned (sqlite_sequence), so numbering
+  // continues after purges and rolled-back inserts never reuse it. Throws DbError.
+  std::int64_t NextId();
+
+  // Every outbox and archive row, read in txn (from BeginRead()), so that the
+  // caller's own reads in txn describe the same instant. Throws DbError.
+  OutboxSnapshot Snapshot(sqlite::ReadTransaction& txn);
+  // The same in a read transaction of its own. Throws DbError.
+  OutboxSnapshot Snapshot();
 
   // Unpublished rows with id > after_id, in id order, at most limit rows
   // (keyset pagination through the partial index). Throws DbError.
   std::vector<OutboxRow> FetchUnpublished(std::int64_t after_id, std::int64_t limit);
 
-  // Marks row id published (published_at = now) in its own transaction (chapter 7.1, decision 3:
+  // Marks row id published (published_at = clock().EpochMs()) in its own transaction (chapter 7.1, decision 3:
   // the mark is a separate transaction after the broker's ack). Returns false
   // when the row does not exist or was already published. Throws DbError.
   bool MarkPublished(std::int64_t id);
@@ -191,16 +256,22 @@ class Store {
   // Deletes published rows with published_at (created_at for rows published
   // before schema 2) older than cutoff_ms, batch_size rows per transaction so
   // writers are never blocked for long; with archive, copies them into
-  // outbox_archive in the same transaction. Never touches unpublished or
+  // outbox_archive in the same transaction (archived_at = clock().EpochMs()). Never touches unpublished or
   // parked rows. Checkpoints the WAL afterwards (wal_checkpoint(TRUNCATE)) so
   // it does not grow with purged history. Throws DbError.
   PurgeReport PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_size, bool archive);
 
-  sqlite::Connection& connection() noexcept { return connection_; }
+  // The database file this store opened.
+  const std::string& path() const noexcept { return connection_.path(); }
+  // The clock of StoreOptions::clock, or the system clock. Relays use it
+  // unless given their own.
+  Clock& clock() const noexcept { return *clock_; }
 
  private:
   void Migrate();
 
+  SystemClock system_clock_;  // used when StoreOptions::clock is null
+  Clock* clock_;              // not owned
   sqlite::Connection connection_;
 };
 

@@ -1,22 +1,15 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/duration.h"
 #include "lab/checker.h"
 #include "lab/loans.h"
 #include "lab/reconciliation.h"
 
 namespace outbox::cli {
-namespace {
-
-std::string Join(const std::vector<std::string>& items) {
-  std::string text;
-  for (const auto& item : items) text += (text.empty() ? "" : ", ") + item;
-  return text;
-}
-
-}  // namespace
 
 Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
   CLI::App* sub = app.add_subcommand(
@@ -27,7 +20,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
       "expectation holds, 1 when one does not");
   struct Options {
     bool json = false;
-    int timeout_ms = 10000;
+    std::int64_t timeout_ms = 10000;  // --read-timeout
     std::vector<std::string> histories;
     std::string expect;
   };
@@ -40,9 +33,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--expect", o->expect,
                   "Exit 0 only if these hold, e.g. valid=1,ok=5,lost=0,duplicated=3 (keys: the "
                   "report's numbers; a list counts its entries; history_* need --history)");
-  sub->add_option("--timeout-ms", o->timeout_ms, "Bound on reading the topic, ms")
-      ->check(PositiveInteger())
-      ->capture_default_str();
+  AddReadTimeoutOption(*sub, o->timeout_ms);
   Command command{sub, [&global, o]() -> ExitCode {
                     // Parse expectations first: a typo must not cost a topic read.
                     std::map<std::string, std::int64_t> expected;
@@ -55,7 +46,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                     }
                     auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
                     const auto records = lab::ReadTopic(
-                        {global.RequireBrokers(), global.topic, global.ParsedProperties(), o->timeout_ms});
+                        {global.RequireBrokers(), global.topic, global.ParsedProperties(), static_cast<int>(o->timeout_ms)});
                     std::vector<lab::HistoryOp> ops;
                     std::int64_t malformed = 0;
                     if (!o->histories.empty()) ops = lab::ReadHistories(o->histories, &malformed);
@@ -115,16 +106,16 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                                    h.fenced_duplicates.size());
                       if (!h.marked_without_ack.empty())
                         fmt::print("[check] marked without an ack (lost-after-mark evidence): {}\n",
-                                   Join(h.marked_without_ack));
+                                   fmt::join(h.marked_without_ack, ", "));
                       fmt::print("[check] ok={} lost={} duplicated={} phantom={} atomicity={} "
                                  "lost-after-mark={} stuck={} order-violations={}\n",
                                  r.ok, r.lost.size(), r.duplicated.size(), r.phantom.size(),
                                  r.atomicity.size(), r.lost_after_mark.size(), r.stuck.size(),
                                  r.order_violations.size());
-                      if (!r.lost.empty()) fmt::print("[check] lost: {}\n", Join(r.lost));
-                      if (!r.phantom.empty()) fmt::print("[check] phantom: {}\n", Join(r.phantom));
-                      if (!r.atomicity.empty()) fmt::print("[check] atomicity: {}\n", Join(r.atomicity));
-                      if (!r.stuck.empty()) fmt::print("[check] stuck: {}\n", Join(r.stuck));
+                      if (!r.lost.empty()) fmt::print("[check] lost: {}\n", fmt::join(r.lost, ", "));
+                      if (!r.phantom.empty()) fmt::print("[check] phantom: {}\n", fmt::join(r.phantom, ", "));
+                      if (!r.atomicity.empty()) fmt::print("[check] atomicity: {}\n", fmt::join(r.atomicity, ", "));
+                      if (!r.stuck.empty()) fmt::print("[check] stuck: {}\n", fmt::join(r.stuck, ", "));
                       fmt::print("[check] {}\n", r.valid() ? "valid" : "INVALID");
                       for (const auto& line : mismatches) fmt::print("[check] MISMATCH {}\n", line);
                       if (!expected.empty() && mismatches.empty())

@@ -52,6 +52,8 @@ int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOpt
     return Fail(ExitCode::kBrokerUnavailable, e.what());
   } catch (const outbox::FailpointError& e) {
     return Fail(ExitCode::kFailpoint, e.what());
+  } catch (const outbox::SystemError& e) {
+    return Fail(ExitCode::kSystem, e.what());
   } catch (const outbox::ConfigError& e) {
     return Fail(ExitCode::kConfig, e.what());
   } catch (const std::exception& e) {

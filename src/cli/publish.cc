@@ -4,7 +4,7 @@
 #include "cli/publishing.h"
 #include "lab/loans.h"
 #include "lab/recording_publisher.h"
-#include "outbox/chapter_relay.h"
+#include "outbox/per_row_relay.h"
 
 namespace outbox::cli {
 
@@ -21,9 +21,9 @@ Command AddPublishCommand(CLI::App& app, const GlobalOptions& global) {
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(*publisher, history.get());
             std::int64_t marked_so_far = 0;
-            const auto report = RunChapterRelay(
+            const auto report = RunPerRowRelay(
                 *store, recording, {options->count, /*mark=*/true},
-                [&](const ChapterRelayStep& step) {
+                [&](const PerRowRelayStep& step) {
                   if (step.marked) lab::Note(history.get(), "ok", "mark", step.row.event.event_id);
                   if (step.delivery.ok)
                     fmt::print("[publish] outboxId={} key={} offset={} marked={}\n", step.row.id,

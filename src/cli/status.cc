@@ -15,7 +15,7 @@ namespace {
 
 OutboxStatus ReadStatus(const GlobalOptions& global) {
   Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
-  return store.Status(lab::NowMs());
+  return store.Status(store.clock().EpochMs());
 }
 
 // Prometheus text exposition format, version 0.0.4.
@@ -24,10 +24,11 @@ std::string PrometheusText(const OutboxStatus& s) {
   auto gauge = [&out](const char* name, const char* help, double value) {
     out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, value);
   };
-  gauge("outbox_unpublished_rows", "Rows not yet published and not parked.", s.unpublished);
-  gauge("outbox_oldest_unpublished_age_seconds",
-        "Age of the oldest unpublished row; alert on this, not on the row count.",
-        static_cast<double>(s.oldest_unpublished_age_ms) / 1000.0);
+  gauge("outbox_unpublished_rows", "Rows not yet published, parked rows included.", s.unpublished);
+  gauge("outbox_pending_rows", "Rows not yet published and not parked.", s.pending);
+  gauge("outbox_oldest_pending_age_seconds",
+        "Age of the oldest pending row; alert on this, not on the row count.",
+        static_cast<double>(s.oldest_pending_age_ms) / 1000.0);
   gauge("outbox_backoff_rows", "Unpublished rows waiting for their next attempt.", s.in_backoff);
   gauge("outbox_parked_rows", "Rows parked after max attempts; need outbox-lab unpark.", s.parked);
   gauge("outbox_claimed_rows", "Unpublished rows under an unexpired relay claim.", s.claimed);
@@ -41,8 +42,8 @@ std::string PrometheusText(const OutboxStatus& s) {
 
 Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
   CLI::App* sub = app.add_subcommand(
-      "status", "Backlog of the outbox: unpublished, oldest unpublished age, backoff, parked, "
-                "claimed, published");
+      "status", "Backlog of the outbox: unpublished (pending + parked), pending, oldest pending "
+                "age, backoff, parked, claimed, published");
   auto json = std::make_shared<bool>(false);
   sub->add_flag("--json", *json, "Print one JSON object");
   return {sub, [&global, json]() -> ExitCode {
@@ -50,7 +51,8 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
             if (*json) {
               nlohmann::ordered_json out;
               out["unpublished"] = s.unpublished;
-              out["oldest_unpublished_age_ms"] = s.oldest_unpublished_age_ms;
+              out["pending"] = s.pending;
+              out["oldest_pending_age_ms"] = s.oldest_pending_age_ms;
               out["in_backoff"] = s.in_backoff;
               out["parked"] = s.parked;
               out["claimed"] = s.claimed;
@@ -58,10 +60,10 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
               out["archived"] = s.archived;
               fmt::print("{}\n", out.dump());
             } else {
-              fmt::print("[status] unpublished={} oldest-unpublished-age-ms={} in-backoff={} "
-                         "parked={} claimed={} published={} archived={}\n",
-                         s.unpublished, s.oldest_unpublished_age_ms, s.in_backoff, s.parked,
-                         s.claimed, s.published, s.archived);
+              fmt::print("[status] unpublished={} pending={} oldest-pending-age-ms={} "
+                         "in-backoff={} parked={} claimed={} published={} archived={}\n",
+                         s.unpublished, s.pending, s.oldest_pending_age_ms, s.in_backoff,
+                         s.parked, s.claimed, s.published, s.archived);
             }
             return ExitCode::kOk;
           }};
@@ -85,11 +87,10 @@ Command AddMetricsCommand(CLI::App& app, const GlobalOptions& global) {
             {
               std::ofstream out(tmp, std::ios::trunc);
               out << text;
-              if (!out.flush()) throw ConfigError(fmt::format("write '{}': cannot write", tmp));
+              if (!out.flush()) ThrowSystemError(fmt::format("write '{}'", tmp), errno);
             }
             if (std::rename(tmp.c_str(), textfile->c_str()) != 0)
-              throw ConfigError(fmt::format("rename '{}' to '{}': {}", tmp, *textfile,
-                                            std::strerror(errno)));
+              ThrowSystemError(fmt::format("rename '{}' to '{}'", tmp, *textfile), errno);
             return ExitCode::kOk;
           }};
 }

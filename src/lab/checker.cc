@@ -6,6 +6,8 @@
 #include <set>
 #include <unordered_map>
 
+#include "lab/loans.h"
+
 namespace outbox::lab {
 namespace {
 
@@ -73,30 +75,23 @@ void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, co
 CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
                      const std::vector<HistoryOp>* history) {
   CheckResult result;
-  auto& db = store.connection();
   std::unordered_map<std::string, OutboxEntry> outbox;
   std::vector<std::string> outbox_order;
+  std::set<std::string> loans;
   {
+    // One read transaction: the loans and the outbox rows of one instant.
+    auto txn = store.BeginRead();
     // Archived rows (purge --archive) were published: they still count.
-    auto select = db.Prepare(
-        "SELECT id, event_id, aggregate_id, published FROM outbox UNION ALL "
-        "SELECT id, event_id, aggregate_id, 1 FROM outbox_archive ORDER BY 1");
-    while (select.Step()) {
-      const std::string event_id = select.ColumnText(1);
-      outbox[event_id] = {select.ColumnInt64(0), event_id, select.ColumnText(2),
-                          select.ColumnInt64(3) != 0};
-      outbox_order.push_back(event_id);
+    for (const SnapshotRow& row : store.Snapshot(txn).rows) {
+      outbox[row.event_id] = {row.id, row.event_id, row.aggregate_id, row.published};
+      outbox_order.push_back(row.event_id);
     }
+    for (std::string& loan : LoanIds(txn.connection())) loans.insert(std::move(loan));
   }
   result.outbox_rows = static_cast<std::int64_t>(outbox_order.size());
   result.kafka_records = static_cast<std::int64_t>(records.size());
 
   // Atomicity: the lab's aggregate is the loan; one LoanCreated event per loan.
-  std::set<std::string> loans;
-  {
-    auto select = db.Prepare("SELECT loan_id FROM business_loan ORDER BY loan_id");
-    while (select.Step()) loans.insert(select.ColumnText(0));
-  }
   result.business_rows = static_cast<std::int64_t>(loans.size());
   std::set<std::string> aggregates;
   for (const auto& [event_id, entry] : outbox) aggregates.insert(entry.aggregate_id);

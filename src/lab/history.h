@@ -20,14 +20,17 @@
 #include <string_view>
 #include <vector>
 
+#include "outbox/clock.h"
+
 namespace outbox::lab {
 
 class History {
  public:
-  // Opens path for appending (created if missing). With a non-empty
+  // Opens path for appending (created if missing); time_ms of each line comes
+  // from clock (not owned; must outlive the History). With a non-empty
   // process_name (the subcommand, e.g. "publish-hold") it records the
-  // process's invoke now and its completion in the destructor. Throws ConfigError.
-  explicit History(const std::string& path, std::string process_name = {});
+  // process's invoke now and its completion in the destructor. Throws SystemError.
+  History(const std::string& path, Clock& clock, std::string process_name = {});
   ~History();
   History(const History&) = delete;
   History& operator=(const History&) = delete;
@@ -40,6 +43,7 @@ class History {
 
  private:
   int fd_ = -1;
+  Clock& clock_;
   std::string process_name_;
 };
 
@@ -72,7 +76,7 @@ void RecordSettle(History* history, std::int64_t token, const std::vector<std::s
 // Reads every complete line of every file, in file order. A line that is not a
 // JSON object with string "type" and "f" and a "value" is skipped and counted
 // in *malformed (a line with bytes that are not UTF-8 is one). Throws
-// ConfigError when a file cannot be read.
+// SystemError when a file cannot be read.
 std::vector<HistoryOp> ReadHistories(const std::vector<std::string>& paths, std::int64_t* malformed);
 
 }  // namespace outbox::lab

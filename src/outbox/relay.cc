@@ -3,10 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <unordered_map>
 
-#include "outbox/chapter_relay.h"
+#include "outbox/per_row_relay.h"
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
 
@@ -25,7 +24,10 @@ FailureMode ParseFailureMode(const std::string& text) {
 }
 
 Relay::Relay(Store& store, Publisher& publisher, RelayOptions options)
-    : store_(store), publisher_(publisher), options_(std::move(options)) {
+    : store_(store),
+      publisher_(publisher),
+      options_(std::move(options)),
+      clock_(options_.clock ? *options_.clock : store.clock()) {
   if (options_.batch_size <= 0)
     throw ConfigError(fmt::format("batch size {}: must be at least 1", options_.batch_size));
   if (options_.lease_ms <= 0)
@@ -34,11 +36,7 @@ Relay::Relay(Store& store, Publisher& publisher, RelayOptions options)
     throw ConfigError(fmt::format("max attempts {}: must be at least 1", options_.settle.max_attempts));
 }
 
-std::int64_t Relay::Now() const {
-  if (options_.clock) return options_.clock();
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
+std::int64_t Relay::Now() const { return clock_.EpochMs(); }
 
 ClaimRequest Relay::MakeClaimRequest(std::int64_t after_id) const {
   ClaimRequest request;
@@ -154,9 +152,9 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
     // Nothing to do and nothing that time alone would change: rows still pending
     // are blocked behind a parked row and need `unpark`.
     if (options.mode == LoopMode::kUntilEmpty && relay.CanOnlyWaitForever()) break;
-    // Drain, then look once more: a commit before the drain is seen by the
+    // Forget the wake-ups so far, then look once more: a commit before this is seen by the
     // look, one after it wakes the wait.
-    waiter.Drain();
+    waiter.ForgetWakeups();
     if (relay.HasClaimable()) continue;
     const IdleWaiter::Wake wake = waiter.Wait(idle_ms);
     if (wake == IdleWaiter::Wake::kChanged)

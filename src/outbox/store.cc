@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 #include <limits>
 #include <system_error>
@@ -49,11 +48,6 @@ CREATE TABLE IF NOT EXISTS outbox_archive (
 );
 PRAGMA user_version = 2;
 )sql";
-
-std::int64_t SystemNowMs() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
 
 std::int64_t BackoffMs(std::int64_t attempts, const SettlePolicy& policy) {
   std::int64_t delay = policy.backoff_base_ms;
@@ -105,7 +99,8 @@ Synchronous ParseSynchronous(const std::string& text) {
 }
 
 Store::Store(const std::string& path, const StoreOptions& options, OpenMode mode)
-    : connection_(CheckPath(path, mode), OpenFlags(mode)) {
+    : clock_(options.clock ? options.clock : &system_clock_),
+      connection_(CheckPath(path, mode), OpenFlags(mode)) {
   connection_.SetBusyTimeout(options.busy_timeout_ms);
   // Read the schema before any pragma that writes (journal_mode=WAL does), so
   // a file without our schema is left exactly as it was.
@@ -140,7 +135,15 @@ void Store::ResetSchema() {
   txn.Commit();
 }
 
-std::int64_t Store::Enqueue(const OutboxEvent& event) {
+sqlite::Transaction Store::BeginWrite() { return sqlite::Transaction(connection_); }
+
+sqlite::ReadTransaction Store::BeginRead() { return sqlite::ReadTransaction(connection_); }
+
+std::int64_t Store::Enqueue(sqlite::Transaction& txn, const OutboxEvent& event) {
+  if (&txn.connection() != &connection_)
+    throw ConfigError(fmt::format("enqueue event '{}' into '{}': the transaction is not on this "
+                                  "store's connection; begin it with Store::BeginWrite()",
+                                  event.event_id, connection_.path()));
   auto insert = connection_.Prepare(
       "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at) "
       "VALUES(?1, ?2, ?3, ?4, ?5)");
@@ -150,7 +153,74 @@ std::int64_t Store::Enqueue(const OutboxEvent& event) {
       .Bind(4, event.payload)
       .Bind(5, event.created_at_ms);
   insert.Run();
-  return sqlite3_last_insert_rowid(connection_.get());
+  return connection_.LastInsertRowid();
+}
+
+std::int64_t Store::BulkLoad(std::int64_t count,
+                             const std::function<OutboxEvent(std::int64_t)>& make_event,
+                             bool published) {
+  sqlite::Transaction txn(connection_);
+  auto insert = connection_.Prepare(
+      "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at, published, "
+      "published_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  for (std::int64_t i = 0; i < count; ++i) {
+    const OutboxEvent event = make_event(i);
+    insert.Reset();
+    insert.Bind(1, event.event_id)
+        .Bind(2, event.aggregate_id)
+        .Bind(3, event.event_type)
+        .Bind(4, event.payload)
+        .Bind(5, event.created_at_ms)
+        .Bind(6, std::int64_t{published ? 1 : 0});
+    if (published) insert.Bind(7, event.created_at_ms); else insert.BindNull(7);
+    insert.Run();
+  }
+  txn.Commit();
+  connection_.Exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  return std::max<std::int64_t>(count, 0);
+}
+
+std::int64_t Store::NextId() {
+  return 1 + connection_.QueryInt64(
+                 "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)");
+}
+
+OutboxCounts OutboxSnapshot::Counts() const {
+  OutboxCounts counts;
+  for (const SnapshotRow& row : rows) {
+    if (row.archived) continue;
+    ++counts.total;
+    if (row.published) ++counts.published;
+  }
+  counts.unpublished = counts.total - counts.published;
+  return counts;
+}
+
+OutboxSnapshot Store::Snapshot(sqlite::ReadTransaction& txn) {
+  if (&txn.connection() != &connection_)
+    throw ConfigError(fmt::format("snapshot of '{}': the transaction is not on this store's "
+                                  "connection; begin it with Store::BeginRead()",
+                                  connection_.path()));
+  OutboxSnapshot snapshot;
+  auto select = connection_.Prepare(
+      "SELECT id, event_id, aggregate_id, published <> 0, parked_at IS NOT NULL, 0 FROM outbox "
+      "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 1 FROM outbox_archive ORDER BY 1");
+  while (select.Step()) {
+    SnapshotRow row;
+    row.id = select.ColumnInt64(0);
+    row.event_id = select.ColumnText(1);
+    row.aggregate_id = select.ColumnText(2);
+    row.published = select.ColumnInt64(3) != 0;
+    row.parked = !row.published && select.ColumnInt64(4) != 0;
+    row.archived = select.ColumnInt64(5) != 0;
+    snapshot.rows.push_back(std::move(row));
+  }
+  return snapshot;
+}
+
+OutboxSnapshot Store::Snapshot() {
+  sqlite::ReadTransaction txn(connection_);
+  return Snapshot(txn);
 }
 
 std::vector<OutboxRow> Store::FetchUnpublished(std::int64_t after_id, std::int64_t limit) {
@@ -176,8 +246,8 @@ bool Store::MarkPublished(std::int64_t id) {
   sqlite::Transaction txn(connection_);
   auto update = connection_.Prepare(
       "UPDATE outbox SET published = 1, published_at = ?2 WHERE id = ?1 AND published = 0");
-  update.Bind(1, id).Bind(2, SystemNowMs()).Run();
-  const bool changed = sqlite3_changes(connection_.get()) == 1;
+  update.Bind(1, id).Bind(2, clock_->EpochMs()).Run();
+  const bool changed = connection_.Changes() == 1;
   txn.Commit();
   return changed;
 }
@@ -283,7 +353,7 @@ SettleReport Store::SettleBatch(std::int64_t token, const std::vector<std::int64
   for (std::int64_t id : acked) {
     mark.Reset();
     mark.Bind(1, id).Bind(2, token).Bind(3, now_ms).Run();
-    if (sqlite3_changes(connection_.get()) == 1) {
+    if (connection_.Changes() == 1) {
       ++report.marked;
       report.marked_ids.push_back(id);
     } else {
@@ -334,9 +404,9 @@ void Store::ReleaseClaim(std::int64_t token) {
 
 OutboxStatus Store::Status(std::int64_t now_ms) {
   // A read transaction: every count comes from the same snapshot.
-  connection_.Exec("BEGIN");
+  sqlite::ReadTransaction txn(connection_);
   OutboxStatus status;
-  try {
+  {
     auto select = connection_.Prepare(R"sql(
 SELECT
   COALESCE(SUM(published = 0 AND parked_at IS NULL), 0),
@@ -349,19 +419,16 @@ FROM outbox
 )sql");
     select.Bind(1, now_ms);
     select.Step();
-    status.unpublished = select.ColumnInt64(0);
+    status.pending = select.ColumnInt64(0);
     if (!select.ColumnIsNull(1))
-      status.oldest_unpublished_age_ms = std::max<std::int64_t>(0, now_ms - select.ColumnInt64(1));
+      status.oldest_pending_age_ms = std::max<std::int64_t>(0, now_ms - select.ColumnInt64(1));
     status.in_backoff = select.ColumnInt64(2);
     status.parked = select.ColumnInt64(3);
     status.claimed = select.ColumnInt64(4);
     status.published = select.ColumnInt64(5);
+    status.unpublished = status.pending + status.parked;
     status.archived = connection_.QueryInt64("SELECT COUNT(*) FROM outbox_archive");
-  } catch (...) {
-    sqlite3_exec(connection_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
-    throw;
   }
-  connection_.Exec("COMMIT");
   return status;
 }
 
@@ -371,7 +438,7 @@ bool Store::Unpark(std::int64_t id) {
       "UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = 0 "
       "WHERE id = ?1 AND published = 0 AND parked_at IS NOT NULL");
   update.Bind(1, id).Run();
-  const bool changed = sqlite3_changes(connection_.get()) == 1;
+  const bool changed = connection_.Changes() == 1;
   txn.Commit();
   return changed;
 }
@@ -381,7 +448,7 @@ std::int64_t Store::UnparkAll() {
   connection_.Exec(
       "UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = 0 "
       "WHERE published = 0 AND parked_at IS NOT NULL");
-  const std::int64_t changed = sqlite3_changes(connection_.get());
+  const std::int64_t changed = connection_.Changes();
   txn.Commit();
   return changed;
 }
@@ -390,7 +457,7 @@ PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_siz
   if (batch_size <= 0)
     throw ConfigError(fmt::format("purge batch size {}: must be at least 1", batch_size));
   PurgeReport report;
-  const std::int64_t now_ms = SystemNowMs();
+  const std::int64_t now_ms = clock_->EpochMs();
   auto pick = connection_.Prepare(
       "SELECT id FROM outbox WHERE published <> 0 AND COALESCE(published_at, created_at) < ?1 "
       "ORDER BY id LIMIT ?2");
@@ -415,7 +482,7 @@ PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_siz
       }
       remove.Reset();
       remove.Bind(1, id).Run();
-      report.deleted += sqlite3_changes(connection_.get());
+      report.deleted += connection_.Changes();
     }
     HitFailpoint("purge.mid_batch");
     txn.Commit();

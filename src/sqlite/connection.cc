@@ -116,6 +116,12 @@ std::int64_t Connection::QueryInt64(std::string_view sql) {
 
 void Connection::SetBusyTimeout(int timeout_ms) { sqlite3_busy_timeout(db_.get(), timeout_ms); }
 
+std::int64_t Connection::Changes() const noexcept { return sqlite3_changes64(db_.get()); }
+
+std::int64_t Connection::LastInsertRowid() const noexcept {
+  return sqlite3_last_insert_rowid(db_.get());
+}
+
 Transaction::Transaction(Connection& connection) : connection_(connection) {
   connection_.Exec("BEGIN IMMEDIATE");
 }
@@ -127,6 +133,14 @@ Transaction::~Transaction() {
 void Transaction::Commit() {
   connection_.Exec("COMMIT");
   done_ = true;
+}
+
+ReadTransaction::ReadTransaction(Connection& connection) : connection_(connection) {
+  connection_.Exec("BEGIN");
+}
+
+ReadTransaction::~ReadTransaction() {
+  sqlite3_exec(connection_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
 }
 
 }  // namespace outbox::sqlite
