@@ -27,6 +27,7 @@ struct GlobalOptions {
   int busy_timeout_ms = 5000;
   std::string history;  // JSON-lines history file to append to; empty: none
   std::string process_name;  // the chosen subcommand, set by main after parsing; names history lanes
+  std::string vfs = "unix";  // "powerloss": SQLite I/O goes through the power-loss shim
 
   StoreOptions MakeStoreOptions() const;
   // Parsed -X properties. Throws ConfigError.
@@ -89,5 +90,6 @@ Command AddPurgeCommand(CLI::App& app, const GlobalOptions& global);
 Command AddUnparkCommand(CLI::App& app, const GlobalOptions& global);
 Command AddBenchCommand(CLI::App& app, const GlobalOptions& global);
 Command AddReportCommand(CLI::App& app, const GlobalOptions& global);
+Command AddPowerCutCommand(CLI::App& app, const GlobalOptions& global);
 
 }  // namespace outbox::cli

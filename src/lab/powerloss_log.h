@@ -1,0 +1,133 @@
+// The power-loss side log: an append-only file next to a database
+// (`<db>-powerloss`) in which the power-loss VFS shim (powerloss_vfs.h) keeps,
+// for every write, truncate and delete of the database, its WAL and its
+// rollback journal, the bytes before and after the change, until that file's
+// next successful xSync makes the change durable. `power-cut` (power_cut.h)
+// reads it to put each file back to its last-synced content.
+//
+// Format: records of a fixed header, the file's path, the old bytes and the
+// new bytes, then a 64-bit FNV-1a checksum over all of it. A record is written
+// with one write(2) to an O_APPEND descriptor while holding flock(LOCK_EX) on
+// the log, so several processes can append at once; a reader stops at the
+// first record that is short or fails its checksum (a torn tail).
+//
+// The log models the page cache, not the disk: it is never fsynced and is
+// assumed to survive the simulated power cut, as a test oracle must.
+//
+// Not thread-safe: one SideLog per open file per thread, as SQLite uses files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace outbox::lab {
+
+// A file descriptor that closes itself.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) noexcept : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd();
+
+  int get() const noexcept { return fd_; }
+  int release() noexcept;
+  explicit operator bool() const noexcept { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+enum class LogRecordType : std::uint32_t {
+  // A write or a truncate: offset, old bytes from offset (the part that
+  // existed), old_size; new bytes (for a write) and new_size.
+  kChange = 1,
+  // The file was deleted: old bytes are its whole content (offset 0).
+  kDelete = 2,
+  // xSync of path succeeded: every change of path logged before log position
+  // `offset` is durable.
+  kSynced = 3,
+  // xSync of path failed: changes of path logged before position `offset`
+  // may have been dropped by the kernel (Linux clears the error after
+  // reporting it once), so no later successful sync makes them durable.
+  kSyncFailed = 4,
+};
+
+struct LogRecord {
+  LogRecordType type = LogRecordType::kChange;
+  std::int64_t position = 0;  // where the record starts in the log, bytes (set by Read)
+  std::int32_t pid = 0;       // the process that logged it
+  std::string path;           // the database file, WAL or journal, as SQLite named it
+  std::int64_t offset = 0;    // bytes into the file (kSynced/kSyncFailed: log position)
+  std::int64_t old_size = 0;  // file size before the change, bytes
+  std::int64_t new_size = 0;  // file size after the change, bytes
+  std::string old_bytes;      // content of [offset, min(offset + len, old_size)) before
+  std::string new_bytes;      // what a write wrote at offset (empty for truncate, delete)
+};
+
+// What Read found.
+struct LogContents {
+  std::vector<LogRecord> records;
+  std::int64_t ignored_tail_bytes = 0;  // after the first short or bad record
+};
+
+class SideLog {
+ public:
+  // Opens (creating, mode 0644) the log at path for appending. Throws
+  // SystemError-like outbox::Error "open power-loss log '<path>': <strerror>".
+  explicit SideLog(const std::string& path);
+
+  // flock(LOCK_EX) on the log for the scope: appends and the file change they
+  // describe happen under it, so a sync in another process cannot slip in
+  // between and declare a change durable that was not yet made.
+  class Lock {
+   public:
+    explicit Lock(const SideLog& log);  // blocks; throws outbox::Error if flock fails
+    ~Lock();
+    Lock(const Lock&) = delete;
+    Lock& operator=(const Lock&) = delete;
+
+   private:
+    int fd_;  // not owned
+  };
+
+  // Appends record (its position is ignored). Call under a Lock. Throws
+  // outbox::Error on a failed or short write.
+  void Append(const LogRecord& record) const;
+  // Current size of the log, bytes: the position the next record gets.
+  std::int64_t Size() const;
+  // Reads every whole record. Throws outbox::Error when the log cannot be read.
+  LogContents Read() const;
+  // Truncates the log to nothing (every change in it is durable). Call under a Lock.
+  void Clear() const;
+
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
+  UniqueFd fd_;
+};
+
+// The side log of a database: "<db_path>-powerloss".
+std::string SideLogPath(const std::string& db_path);
+
+// A kChange or kDelete record and whether it is durable: covered by a later
+// kSynced of its path and not pinned by a kSyncFailed before that (Linux
+// fsync-after-error: the failed sync's pages were dropped, so no later sync
+// writes them; a later write of the same bytes is durable on its own).
+struct Change {
+  LogRecord record;
+  bool durable = false;
+};
+
+// Every kChange and kDelete of records, in log order, with its durability.
+std::vector<Change> ClassifyChanges(const std::vector<LogRecord>& records);
+
+// The changes of ClassifyChanges that are not durable, in log order.
+std::vector<LogRecord> UnsyncedChanges(const std::vector<LogRecord>& records);
+
+}  // namespace outbox::lab
