@@ -51,14 +51,18 @@ TOPIC_BASE=$TOPIC
 CASE_FAILURES=()
 case_fail() { CASE_FAILURES+=("$1"); }
 
-# _all_published: the relay published all LOANS rows (a poll condition for wait_for).
+# _all_published: the relay published all LOANS rows (a poll condition for wait_for). Through the
+# shim at the cell's level too: a process on the database without it would make its own syncs
+# (a checkpoint at close) durable behind the side log's back.
 _all_published() {
-  "$LAB_BIN" --db "$DB" verify --no-kafka 2>/dev/null | grep -q "outbox=$LOANS published=$LOANS "
+  "$LAB_BIN" --db "$DB" --vfs powerloss --synchronous "$CELL_SYNC" verify --no-kafka 2>/dev/null |
+    grep -q "outbox=$LOANS published=$LOANS "
 }
 
 # cell S P K: one run; sets CELL_ROW and the counters.
 cell() {
   local sync=$1 point=$2 kind=$3
+  CELL_SYNC=$sync
   DB=$TMP/$sync-$point-$kind.db
   TOPIC=$TOPIC_BASE.$sync.$point.$kind
   local history=$TMP/$sync-$point-$kind.history
