@@ -7,13 +7,18 @@
 #          --vfs powerloss (OUTBOX_FAILPOINTS='P=<N-1>*off->1*error'). The other commands of the
 #          workload run before it without failpoints. Recovery: no failpoint; write the loans
 #          still missing, relay --until-empty, consume --dedupe again, purge again.
-# Expects: the command exits 0 (SQLite absorbed the error, say a failed checkpoint at close) or
+# Expects: the command exits 0 (SQLite absorbed the error, say a failed checkpoint at close, or
+#          the relay retried it: relay --until-empty retries up to 5 failed batches in a row) or
 #          11 with one `outbox-lab: error:` line naming the SQLite code of the operation
 #          (SQLITE_IOERR_READ|WRITE|FSYNC|TRUNCATE) and the file and failpoint that failed; then
 #          check --history valid (no acknowledged event lost, none phantom, no row marked
 #          published without its ack; purge archives, so its rows still count) and the consumer
 #          applied each event once. Every point must fire (exit 11) in some case (vfs.truncate:
 #          purge ends with PRAGMA wal_checkpoint(TRUNCATE)).
+# Then a relay running forever (--idle-max 50ms): with vfs.write=1*error it retries after its idle
+#          backoff, publishes all 20, prints `retried 1 batches after an I/O error` and exits 0 on
+#          SIGTERM; with vfs.write=error it gives up after 5 failed batches in a row with exit 11
+#          and the error line, nothing marked published.
 # Prints a table and `N cases: F fired, P passed, X failed`.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -137,6 +142,42 @@ done
 for point in "${POINTS[@]}"; do
   [ -n "${FIRED_AT[$point]:-}" ] || fail "$point never fired (no exit 11): the sweep no longer reaches it"
 done
+
+step "a relay running forever: a transient I/O error is retried, a persistent one ends it"
+# _relay_published_all: every loan of the forever case is published (a poll condition).
+_relay_published_all() {
+  "$LAB_BIN" --db "$DB" verify --no-kafka 2>/dev/null | grep -q "outbox=$LOANS published=$LOANS "
+}
+forever_case() {
+  local kind=$1 spec=$2
+  DB=$TMP/forever-$kind.db
+  TOPIC=$TOPIC_BASE.forever.$kind
+  local history=$TMP/forever-$kind.history
+  run reset
+  run write "$LOANS" --quiet --history "$history"
+  OUTBOX_FAILPOINTS=$spec start_bg "relay-$kind" relay --idle-max 50ms --vfs powerloss --history "$history"
+  local pid=$BG_PID log=$BG_LOG
+  if [ "$kind" = transient ]; then
+    wait_for 30 "$pid" "relay publishes all $LOANS after a transient error" _relay_published_all
+    kill -TERM "$pid"
+    wait_exit "$pid" 15 "relay after SIGTERM"
+    cat "$log"
+    expect_eq 0 "$BG_RC" "relay (forever, $spec) after SIGTERM: exit"
+    expect_line '^\[relay\] retried 1 batches after an I/O error$' "$log"
+    run check --json --history "$history"
+    [ "$(json_get "$OUT" '$.valid')" = 1 ] || fail "check after the transient error: $(cat "$OUT")"
+  else
+    wait_exit "$pid" 30 "relay with a persistent I/O error"
+    cat "$log"
+    expect_eq 11 "$BG_RC" "relay (forever, $spec): exit"
+    expect_line "^outbox-lab: error: .*\(SQLITE_IOERR_WRITE\): write '.*': I/O error injected by failpoint vfs.write$" "$log"
+    run verify --no-kafka --json
+    expect_eq "$LOANS 0" "$(json_get "$OUT" '$.outbox') $(json_get "$OUT" '$.published')" \
+      "outbox, published after the persistent error"
+  fi
+}
+forever_case transient "vfs.write=1*error"
+forever_case persistent "vfs.write=error"
 
 step "summary ($((($(_now_us) - START) / 1000000))s)"
 echo "$HEADER"
