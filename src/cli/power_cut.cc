@@ -21,8 +21,13 @@ Command AddPowerCutCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--seed", o->seed,
                   "Keep a random subset of unsynced writes, drawn from this seed (replayable)");
   return {sub, [&global, o] {
-            const lab::PowerCutReport r =
-                lab::PowerCut(global.db, {o->torn, o->seed});
+            lab::PowerCutReport r;
+            try {
+              r = lab::PowerCut(global.db, {o->torn, o->seed});
+            } catch (const Error& e) {
+              // A file that cannot be read or rewritten: not a bug, an unusable database.
+              throw CommandError(ExitCode::kDbUnavailable, e.what());
+            }
             if (!r.log_found)
               fmt::print("[power-cut] no power-loss log for {}: nothing was written through "
                          "--vfs powerloss since the last cut\n",

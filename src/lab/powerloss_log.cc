@@ -46,24 +46,6 @@ constexpr std::uint64_t kFnvBasis = 14695981039346656037ULL;
 
 }  // namespace
 
-UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = other.release();
-  }
-  return *this;
-}
-
-UniqueFd::~UniqueFd() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-int UniqueFd::release() noexcept {
-  const int fd = fd_;
-  fd_ = -1;
-  return fd;
-}
-
 std::string SideLogPath(const std::string& db_path) { return db_path + "-powerloss"; }
 
 SideLog::SideLog(const std::string& path)

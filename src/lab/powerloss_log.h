@@ -21,26 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "lab/unique_fd.h"
+
 namespace outbox::lab {
-
-// A file descriptor that closes itself.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) noexcept : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd();
-
-  int get() const noexcept { return fd_; }
-  int release() noexcept;
-  explicit operator bool() const noexcept { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
 
 enum class LogRecordType : std::uint32_t {
   // A write or a truncate: offset, old bytes from offset (the part that
@@ -78,7 +61,7 @@ struct LogContents {
 class SideLog {
  public:
   // Opens (creating, mode 0644) the log at path for appending. Throws
-  // SystemError-like outbox::Error "open power-loss log '<path>': <strerror>".
+  // outbox::Error "open power-loss log '<path>': <strerror>" when it cannot.
   explicit SideLog(const std::string& path);
 
   // flock(LOCK_EX) on the log for the scope: appends and the file change they
