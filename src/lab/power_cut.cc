@@ -20,7 +20,8 @@ namespace {
 constexpr std::int64_t kSectorSize = 4096;  // SQLITE_DEFAULT_SECTOR_SIZE
 
 [[noreturn]] void Fail(const std::string& what, const std::string& path) {
-  throw Error(fmt::format("power cut: {} '{}': {}", what, path, std::strerror(errno)));
+  const int error = errno;
+  throw SystemError(fmt::format("power cut: {} '{}': {}", what, path, std::strerror(error)), error);
 }
 
 std::int64_t SizeOf(const std::string& path) {

@@ -55,7 +55,7 @@ struct PowerCutReport {
   std::int64_t ignored_log_bytes = 0;  // torn tail of the side log, skipped
 };
 
-// Cuts the power under db_path. Throws outbox::Error when a file cannot be
+// Cuts the power under db_path. Throws SystemError when a file cannot be
 // read or written (the files may then be partly restored).
 PowerCutReport PowerCut(const std::string& db_path, const PowerCutOptions& options);
 

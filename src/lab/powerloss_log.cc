@@ -41,7 +41,8 @@ std::uint64_t Fnv1a(std::uint64_t hash, const char* data, std::size_t size) {
 constexpr std::uint64_t kFnvBasis = 14695981039346656037ULL;
 
 [[noreturn]] void Fail(const std::string& what, const std::string& path) {
-  throw Error(fmt::format("{} '{}': {}", what, path, std::strerror(errno)));
+  const int error = errno;
+  throw SystemError(fmt::format("{} '{}': {}", what, path, std::strerror(error)), error);
 }
 
 }  // namespace
@@ -81,7 +82,7 @@ void SideLog::Append(const LogRecord& record) const {
   const ssize_t written = ::write(fd_.get(), buffer.data(), buffer.size());
   if (written < 0) Fail("append to power-loss log", path_);
   if (static_cast<std::size_t>(written) != buffer.size())
-    throw Error(fmt::format("append to power-loss log '{}': short write ({} of {} bytes)", path_,
+    throw SystemError(fmt::format("append to power-loss log '{}': short write ({} of {} bytes)", path_,
                             written, buffer.size()));
 }
 

@@ -61,7 +61,7 @@ struct LogContents {
 class SideLog {
  public:
   // Opens (creating, mode 0644) the log at path for appending. Throws
-  // outbox::Error "open power-loss log '<path>': <strerror>" when it cannot.
+  // SystemError "open power-loss log '<path>': <strerror>" when it cannot.
   explicit SideLog(const std::string& path);
 
   // flock(LOCK_EX) on the log for the scope: appends and the file change they
@@ -69,7 +69,7 @@ class SideLog {
   // between and declare a change durable that was not yet made.
   class Lock {
    public:
-    explicit Lock(const SideLog& log);  // blocks; throws outbox::Error if flock fails
+    explicit Lock(const SideLog& log);  // blocks; throws SystemError if flock fails
     ~Lock();
     Lock(const Lock&) = delete;
     Lock& operator=(const Lock&) = delete;
@@ -79,11 +79,11 @@ class SideLog {
   };
 
   // Appends record (its position is ignored). Call under a Lock. Throws
-  // outbox::Error on a failed or short write.
+  // SystemError on a failed or short write.
   void Append(const LogRecord& record) const;
   // Current size of the log, bytes: the position the next record gets.
   std::int64_t Size() const;
-  // Reads every whole record. Throws outbox::Error when the log cannot be read.
+  // Reads every whole record. Throws SystemError when the log cannot be read.
   LogContents Read() const;
   // Truncates the log to nothing (every change in it is durable). Call under a Lock.
   void Clear() const;

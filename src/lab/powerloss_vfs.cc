@@ -325,14 +325,20 @@ void LogDelete(const std::string& path) {
   record.path = path;
   record.old_size = st.st_size;
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) throw Error(fmt::format("open '{}' before delete: {}", path, std::strerror(errno)));
+  if (!fd) {
+    const int error = errno;
+    throw SystemError(fmt::format("open '{}' before delete: {}", path, std::strerror(error)), error);
+  }
   record.old_bytes.resize(static_cast<std::size_t>(st.st_size));
   std::size_t done = 0;
   while (done < record.old_bytes.size()) {
     const ssize_t n = ::pread(fd.get(), record.old_bytes.data() + done,
                               record.old_bytes.size() - done, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw Error(fmt::format("read '{}' before delete: {}", path, std::strerror(errno)));
+    if (n <= 0) {
+      const int error = n < 0 ? errno : EIO;
+      throw SystemError(fmt::format("read '{}' before delete: {}", path, std::strerror(error)), error);
+    }
     done += static_cast<std::size_t>(n);
   }
   log.Append(record);

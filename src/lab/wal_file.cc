@@ -38,8 +38,9 @@ WalSummary ReadWalSummary(const std::string& path) {
   WalSummary summary;
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    if (errno == ENOENT) return summary;
-    throw Error(fmt::format("read WAL '{}': {}", path, std::strerror(errno)));
+    const int error = errno;
+    if (error == ENOENT) return summary;
+    throw SystemError(fmt::format("read WAL '{}': {}", path, std::strerror(error)), error);
   }
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto* data = reinterpret_cast<const unsigned char*>(text.data());

@@ -17,7 +17,7 @@ struct WalSummary {
 };
 
 // Reads the WAL at path. A missing or short file, or a bad header, gives
-// present = false. Throws outbox::Error when the file exists but cannot be read.
+// present = false. Throws SystemError when the file exists but cannot be read.
 WalSummary ReadWalSummary(const std::string& path);
 
 }  // namespace outbox::lab
