@@ -59,6 +59,23 @@ _all_published() {
     grep -q "outbox=$LOANS published=$LOANS "
 }
 
+# hold_bg NAME ARGS...: the lab in the background until its own HOLD line; adds it to `live`. A
+# miss fails the cell, never the whole script: lib.sh's die would exit inside the cell's
+# redirected output, and its reason would vanish with the cell's log.
+hold_bg() {
+  local name=$1
+  shift
+  start_bg "$name" "$@"
+  if wait_for 30 "$BG_PID" "HOLD line of '$*'" _has_line 'HOLD' "$BG_LOG"; then
+    cat "$BG_LOG"
+    live+=("$BG_PID")
+    return 0
+  fi
+  case_fail "'$*' never reached its HOLD point: $(tail -n 3 "$BG_LOG" | tr '\n' ' ')"
+  if kill -0 "$BG_PID" 2>/dev/null; then live+=("$BG_PID"); else wait_exit "$BG_PID" 5 "$name"; fi
+  return 1
+}
+
 # cell S P K: one run; sets CELL_ROW and the counters.
 cell() {
   local sync=$1 point=$2 kind=$3
@@ -92,8 +109,7 @@ cell() {
   local relay_pid=$BG_PID relay_log=$BG_LOG
   live+=("$relay_pid")
   if [ -n "$writer_spec" ]; then
-    OUTBOX_FAILPOINTS=$writer_spec start_hold writer write "$loans" --quiet "${w[@]}"
-    live+=("$HOLD_PID")
+    OUTBOX_FAILPOINTS=$writer_spec hold_bg writer write "$loans" --quiet "${w[@]}"
   else
     run write "$loans" --quiet "${w[@]}"
     [ "$RC" -eq 0 ] || case_fail "write: exit $RC"
@@ -106,9 +122,8 @@ cell() {
     purge.mid_batch)
       wait_for 30 "$relay_pid" "relay published all $LOANS" _all_published ||
         case_fail "relay did not publish all $LOANS"
-      OUTBOX_FAILPOINTS="purge.mid_batch=1*off->hold" start_hold purge purge --older-than 0s \
+      OUTBOX_FAILPOINTS="purge.mid_batch=1*off->hold" hold_bg purge purge --older-than 0s \
         --archive --batch-size 7 "${w[@]}"
-      live+=("$HOLD_PID")
       ;;
   esac
 
