@@ -86,16 +86,27 @@ void SideLog::Append(const LogRecord& record) const {
                             written, buffer.size()));
 }
 
-std::int64_t SideLog::Size() const {
+std::int64_t SideLog::PhysicalSize() const {
   struct stat st {};
   if (::fstat(fd_.get(), &st) != 0) Fail("stat power-loss log", path_);
   return st.st_size;
 }
 
+std::int64_t SideLog::Base() const {
+  Header header{};
+  const ssize_t n = ::pread(fd_.get(), &header, sizeof header, 0);
+  if (n < 0) Fail("read power-loss log", path_);
+  const bool base = static_cast<std::size_t>(n) == sizeof header && header.magic == kMagic &&
+                    header.type == static_cast<std::uint32_t>(LogRecordType::kBase);
+  return base ? header.offset : 0;
+}
+
+std::int64_t SideLog::Size() const { return Base() + PhysicalSize(); }
+
 LogContents SideLog::Read() const {
   std::string data;
   {
-    const std::int64_t size = Size();
+    const std::int64_t size = PhysicalSize();
     data.resize(static_cast<std::size_t>(size));
     std::size_t done = 0;
     while (done < data.size()) {
@@ -109,6 +120,7 @@ LogContents SideLog::Read() const {
     data.resize(done);
   }
   LogContents contents;
+  std::int64_t base = 0;
   std::size_t at = 0;
   while (at < data.size()) {
     Header header{};
@@ -121,9 +133,11 @@ LogContents SideLog::Read() const {
     std::uint64_t sum = 0;
     std::memcpy(&sum, data.data() + at + payload, sizeof sum);
     if (sum != Fnv1a(kFnvBasis, data.data() + at, payload)) break;
+    if (at == 0 && header.type == static_cast<std::uint32_t>(LogRecordType::kBase))
+      base = header.offset;
     LogRecord record;
     record.type = static_cast<LogRecordType>(header.type);
-    record.position = static_cast<std::int64_t>(at);
+    record.position = base + static_cast<std::int64_t>(at);
     record.pid = header.pid;
     record.offset = header.offset;
     record.old_size = header.old_size;
@@ -142,7 +156,12 @@ LogContents SideLog::Read() const {
 }
 
 void SideLog::Clear() const {
+  LogRecord base;
+  base.type = LogRecordType::kBase;
+  base.pid = static_cast<std::int32_t>(::getpid());
+  base.offset = Size();
   if (::ftruncate(fd_.get(), 0) != 0) Fail("truncate power-loss log", path_);
+  Append(base);  // O_APPEND: at offset 0 of the emptied file
 }
 
 std::vector<Change> ClassifyChanges(const std::vector<LogRecord>& records) {
@@ -169,6 +188,7 @@ std::vector<Change> ClassifyChanges(const std::vector<LogRecord>& records) {
         for (std::size_t i : waiting)
           if (changes[i].record.position < record.offset) pinned[i] = true;
         break;
+      case LogRecordType::kBase: break;
     }
   }
   return changes;

@@ -38,11 +38,16 @@ enum class LogRecordType : std::uint32_t {
   // may have been dropped by the kernel (Linux clears the error after
   // reporting it once), so no later successful sync makes them durable.
   kSyncFailed = 4,
+  // First record after a compaction (Clear): positions continue from
+  // `offset`, so they never go back and a sync in flight during a compaction
+  // cannot cover changes logged after it.
+  kBase = 5,
 };
 
 struct LogRecord {
   LogRecordType type = LogRecordType::kChange;
-  std::int64_t position = 0;  // where the record starts in the log, bytes (set by Read)
+  std::int64_t position = 0;  // where the record starts in the log, bytes, never decreasing
+                              // across compactions (set by Read)
   std::int32_t pid = 0;       // the process that logged it
   std::string path;           // the database file, WAL or journal, as SQLite named it
   std::int64_t offset = 0;    // bytes into the file (kSynced/kSyncFailed: log position)
@@ -81,16 +86,21 @@ class SideLog {
   // Appends record (its position is ignored). Call under a Lock. Throws
   // SystemError on a failed or short write.
   void Append(const LogRecord& record) const;
-  // Current size of the log, bytes: the position the next record gets.
+  // The position the next record gets, bytes (counting what compactions dropped).
   std::int64_t Size() const;
   // Reads every whole record. Throws SystemError when the log cannot be read.
   LogContents Read() const;
-  // Truncates the log to nothing (every change in it is durable). Call under a Lock.
+  // Drops every record (every change in it is durable), keeping positions
+  // going up. Call under a Lock. A kill -9 inside it can restart positions at
+  // 0; the shim only compacts when nothing in the log is unsynced.
   void Clear() const;
 
   const std::string& path() const noexcept { return path_; }
 
  private:
+  std::int64_t PhysicalSize() const;  // bytes in the file now
+  std::int64_t Base() const;          // position of the file's first byte
+
   std::string path_;
   UniqueFd fd_;
 };

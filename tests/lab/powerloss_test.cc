@@ -229,6 +229,30 @@ TEST_CASE("The side log reads back what was appended and ignores a torn tail", "
   CHECK(UnsyncedChanges(contents.records).empty());
 }
 
+TEST_CASE("A sync that began before a compaction does not cover changes logged after it",
+          "[powerloss]") {
+  TempDir dir;
+  SideLog log(dir.File("x.db-powerloss"));
+  SideLog::Lock lock(log);
+  LogRecord change;
+  change.path = dir.File("x.db-wal");
+  change.new_bytes = "a";
+  log.Append(change);
+  const std::int64_t upto = log.Size();  // process A starts an fsync here
+  log.Clear();                           // process B's sync found nothing unsynced
+  CHECK(log.Size() >= upto);
+  change.new_bytes = "b";
+  log.Append(change);                    // process C writes after the compaction
+  LogRecord synced;                      // A's fsync returns
+  synced.type = LogRecordType::kSynced;
+  synced.path = change.path;
+  synced.offset = upto;
+  log.Append(synced);
+  const auto unsynced = UnsyncedChanges(log.Read().records);
+  REQUIRE(unsynced.size() == 1);
+  CHECK(unsynced[0].new_bytes == "b");
+}
+
 TEST_CASE("A failed sync pins the changes before it even after a later sync", "[powerloss]") {
   std::vector<LogRecord> records(4);
   records[0].position = 0;
