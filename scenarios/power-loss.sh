@@ -66,12 +66,22 @@ hold_bg() {
   local name=$1
   shift
   start_bg "$name" "$@"
-  if wait_for 30 "$BG_PID" "HOLD line of '$*'" _has_line 'HOLD' "$BG_LOG"; then
+  # Polls the process's own output; it has exited only when kill -0 fails twice in a row.
+  local begin deadline gone=0 why='not within 30 s'
+  begin=$(_now_us)
+  deadline=$((begin + 30000000))
+  until _has_line 'HOLD' "$BG_LOG"; do
+    if kill -0 "$BG_PID" 2>/dev/null; then gone=0; else gone=$((gone + 1)); fi
+    [ "$gone" -ge 2 ] && { why='it exited first'; break; }
+    [ "$(_now_us)" -le "$deadline" ] || break
+    sleep 0.05
+  done
+  if _has_line 'HOLD' "$BG_LOG"; then
     cat "$BG_LOG"
     live+=("$BG_PID")
     return 0
   fi
-  case_fail "'$*' never reached its HOLD point: $(tail -n 3 "$BG_LOG" | tr '\n' ' ')"
+  case_fail "'$*' never reached its HOLD point ($why, after $((($(_now_us) - begin) / 1000)) ms): $(tail -n 3 "$BG_LOG" | tr '\n' ' ')"
   if kill -0 "$BG_PID" 2>/dev/null; then live+=("$BG_PID"); else wait_exit "$BG_PID" 5 "$name"; fi
   return 1
 }
