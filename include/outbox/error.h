@@ -54,7 +54,7 @@ class KafkaError : public Error {
 // keeps the number (0 when the failure had none, e.g. a short write).
 class SystemError : public Error {
  public:
-  SystemError(const std::string& message, int errno_value)
+  explicit SystemError(const std::string& message, int errno_value = 0)
       : Error(message), errno_value_(errno_value) {}
   int errno_value() const noexcept { return errno_value_; }
 

@@ -129,6 +129,12 @@ struct LoopOptions {
   LoopMode mode = LoopMode::kForever;
   int idle_min_ms = 5;     // first idle wait, ms
   int idle_max_ms = 1000;  // idle waits double up to this, ms
+  // Batches in a row that may fail with an I/O error (SQLITE_IOERR_*,
+  // SQLITE_FULL) before the error is taken as persistent and thrown; each is
+  // retried after the idle backoff. A disk error can pass (space freed, a
+  // flaky path); the settle is one transaction, so a failed one marks nothing
+  // and the claim's rows are re-sent after the lease: duplicates, not losses.
+  int max_io_errors = 5;
 };
 
 struct LoopReport {
@@ -139,14 +145,16 @@ struct LoopReport {
   std::int64_t parked = 0;
   std::int64_t fenced = 0;
   bool stopped = false;  // ended by a stop request
+  std::int64_t io_errors = 0;  // batches that failed with an I/O error and were retried
 };
 
 // Runs relay.RunBatch() per mode. A stop request is honoured between batches:
 // the batch in flight finishes (its deliveries are bounded by the delivery
 // timeout) and is settled first, so every acked row is marked.
 // on_batch is called after each non-empty batch. SQLITE_BUSY (another writer
-// held the lock past the busy timeout) counts as an empty poll, except in
-// kOnce mode. Throws what RunBatch throws otherwise.
+// held the lock past the busy timeout) counts as an empty poll, and an I/O
+// error is retried up to max_io_errors times in a row, except in kOnce mode.
+// Throws what RunBatch throws otherwise.
 LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter,
                         const LoopOptions& options,
                         const std::function<void(const BatchReport&)>& on_batch);

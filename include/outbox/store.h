@@ -197,6 +197,12 @@ class Store {
   // The same in a read transaction of its own. Throws DbError.
   OutboxSnapshot Snapshot();
 
+  // PRAGMA integrity_check (https://www.sqlite.org/pragma.html#pragma_integrity_check)
+  // over the whole file: "ok", or its findings joined with "; " (after a
+  // power cut with a torn sector, say). Throws DbError when the check itself
+  // cannot run.
+  std::string IntegrityCheck();
+
   // Unpublished rows with id > after_id, in id order, at most limit rows
   // (keyset pagination through the partial index). Throws DbError.
   std::vector<OutboxRow> FetchUnpublished(std::int64_t after_id, std::int64_t limit);

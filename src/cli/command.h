@@ -30,6 +30,7 @@ struct GlobalOptions {
   // The one clock of this process: every store, relay and history reads it.
   std::shared_ptr<Clock> clock = std::make_shared<SystemClock>();
   std::string process_name;  // the chosen subcommand, set by main after parsing; names history lanes
+  std::string vfs = "unix";  // "powerloss": SQLite I/O goes through the power-loss shim
 
   StoreOptions MakeStoreOptions() const;
   // Parsed -X properties. Throws ConfigError.
@@ -93,5 +94,6 @@ Command AddPurgeCommand(CLI::App& app, const GlobalOptions& global);
 Command AddUnparkCommand(CLI::App& app, const GlobalOptions& global);
 Command AddBenchCommand(CLI::App& app, const GlobalOptions& global);
 Command AddReportCommand(CLI::App& app, const GlobalOptions& global);
+Command AddPowerCutCommand(CLI::App& app, const GlobalOptions& global);
 
 }  // namespace outbox::cli

@@ -27,6 +27,12 @@ void AddGlobalOptions(CLI::App& app, GlobalOptions& global) {
                  "Append a JSON-lines history of business transactions, sends and marks here "
                  "(for `check --history`)")
       ->envname("OUTBOX_HISTORY");
+  app.add_option("--vfs", global.vfs,
+                 "SQLite VFS: unix, or powerloss to log unsynced writes for `power-cut` and take "
+                 "the vfs.* failpoints")
+      ->envname("OUTBOX_VFS")
+      ->check(CLI::IsMember({"unix", "powerloss"}))
+      ->capture_default_str();
   AddDurationOption(app, "--busy-timeout", global.busy_timeout_ms,
                     "How long to wait for another writer's lock (sqlite3_busy_timeout)", 0,
                     3'600'000, "--busy-timeout-ms");

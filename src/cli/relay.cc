@@ -178,10 +178,12 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                   {"batches", report.batches}, {"acked", report.acked},
                   {"marked", report.marked}, {"failed", report.failed},
                   {"parked", report.parked}, {"fenced", report.fenced},
-                  {"pending", store.PendingCount()}};
+                  {"pending", store.PendingCount()}, {"io_errors", report.io_errors}};
               fmt::print("{}\n", final_report.dump());
               return ExitCode::kOk;
             }
+            if (report.io_errors > 0)
+              fmt::print("[relay] retried {} batches after an I/O error\n", report.io_errors);
             fmt::print("[relay] {} batches={} acked={} marked={} failed={} parked={} fenced={} "
                        "pending={}\n",
                        report.stopped ? "stopped on signal:" : "done:", report.batches,

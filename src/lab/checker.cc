@@ -27,12 +27,13 @@ void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, co
   std::set<std::string> phantom(result.phantom.begin(), result.phantom.end());
   for (const auto& [event_id, outcome] : txn_outcome) {
     const bool in_kafka = seen.count(event_id) > 0;
+    const bool gone = !outbox.count(event_id);
     if (outcome == "ok") {
       ++h.acknowledged;
       if (in_kafka) ++h.ok;
-      else if (lost.insert(event_id).second) result.lost.push_back(event_id);
-      if (!outbox.count(event_id))
-        result.atomicity.push_back(fmt::format("acknowledged event {} has no outbox row", event_id));
+      // Acknowledged, now without an outbox row: the commit was undone (a power cut).
+      if (gone) result.undone.push_back(event_id);
+      else if (!in_kafka && lost.insert(event_id).second) result.lost.push_back(event_id);
     } else if (outcome == "fail") {
       ++h.failed;
       if (in_kafka && phantom.insert(event_id).second) result.phantom.push_back(event_id);
@@ -40,6 +41,7 @@ void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, co
       ++h.indeterminate;
       if (in_kafka) ++h.recovered;
     }
+    if (outcome != "fail" && gone && in_kafka) result.undone_phantom.push_back(event_id);
   }
   for (const std::string& id : first_seen)
     if (!txn_outcome.count(id)) h.unexpected.push_back(id);
@@ -75,6 +77,10 @@ void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, co
 CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
                      const std::vector<HistoryOp>* history) {
   CheckResult result;
+  {
+    const std::string answer = store.IntegrityCheck();
+    if (answer != "ok") result.corrupt = answer;
+  }
   std::unordered_map<std::string, OutboxEntry> outbox;
   std::vector<std::string> outbox_order;
   std::set<std::string> loans;

@@ -124,18 +124,25 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
                         const std::function<void(const BatchReport&)>& on_batch) {
   LoopReport loop;
   int idle_ms = options.idle_min_ms;
+  int io_errors_in_a_row = 0;
   while (!waiter.StopRequested()) {
     BatchReport batch;
     try {
       batch = relay.RunBatch();
     } catch (const DbError& e) {
       // Another writer held the lock past the busy timeout: a busy poll is an
-      // empty poll; try again after an idle wait.
-      if (e.primary_code() != SQLITE_BUSY || options.mode == LoopMode::kOnce) throw;
+      // empty poll; try again after an idle wait. An I/O error may pass: the
+      // same, until max_io_errors in a row say it is persistent.
+      const int code = e.primary_code();
+      const bool io_error = code == SQLITE_IOERR || code == SQLITE_FULL;
+      if ((code != SQLITE_BUSY && !io_error) || options.mode == LoopMode::kOnce) throw;
+      if (io_error && ++io_errors_in_a_row > options.max_io_errors) throw;
+      if (io_error) ++loop.io_errors;
       waiter.Wait(idle_ms);
       idle_ms = std::min(idle_ms * 2, options.idle_max_ms);
       continue;
     }
+    io_errors_in_a_row = 0;
     if (batch.claimed > 0) {
       ++loop.batches;
       loop.acked += batch.acked;

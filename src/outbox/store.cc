@@ -223,6 +223,13 @@ OutboxSnapshot Store::Snapshot() {
   return Snapshot(txn);
 }
 
+std::string Store::IntegrityCheck() {
+  auto check = connection_.Prepare("PRAGMA integrity_check");
+  std::string answer;
+  while (check.Step()) answer += (answer.empty() ? "" : "; ") + check.ColumnText(0);
+  return answer;
+}
+
 std::vector<OutboxRow> Store::FetchUnpublished(std::int64_t after_id, std::int64_t limit) {
   auto select = connection_.Prepare(
       "SELECT id, event_id, aggregate_id, event_type, payload, created_at FROM outbox "

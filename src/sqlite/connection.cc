@@ -24,6 +24,12 @@ std::string ResultCodeName(int rc) {
     case SQLITE_CONSTRAINT_NOTNULL: return "SQLITE_CONSTRAINT_NOTNULL";
     case SQLITE_BUSY_SNAPSHOT: return "SQLITE_BUSY_SNAPSHOT";
     case SQLITE_ERROR: return "SQLITE_ERROR";
+    case SQLITE_IOERR_READ: return "SQLITE_IOERR_READ";
+    case SQLITE_IOERR_SHORT_READ: return "SQLITE_IOERR_SHORT_READ";
+    case SQLITE_IOERR_WRITE: return "SQLITE_IOERR_WRITE";
+    case SQLITE_IOERR_FSYNC: return "SQLITE_IOERR_FSYNC";
+    case SQLITE_IOERR_TRUNCATE: return "SQLITE_IOERR_TRUNCATE";
+    case SQLITE_IOERR_DELETE: return "SQLITE_IOERR_DELETE";
     default: return fmt::format("SQLITE_{}", rc);
   }
 }
