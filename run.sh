@@ -30,7 +30,7 @@ die() {
 usage() {
   cat <<EOF
 Usage: ./run.sh [-Doutbox.db=PATH] [OutboxLab] SUBCOMMAND [ARGS...]
-       ./run.sh demo | stop-broker | broker-status | --help
+       ./run.sh demo | report-screenshot | stop-broker | broker-status | --help
 
 Builds build/outbox-lab if needed (first use also runs scripts/install-deps.sh; build output
 goes to $state/build.log and is shown only on failure), then execs it,
@@ -48,7 +48,12 @@ reset stops that broker, so the next experiment starts on an empty topic and its
 match the chapter's (0, 1, 2, ...).
 
   ./run.sh demo           the chapter's experiment (two kill -9s) end to end, with the final
-                          reconciliation (scenarios/outbox-crash.sh; own broker, own temp db)
+                          reconciliation (scenarios/outbox-crash.sh; own broker, own temp db),
+                          and its HTML report, $state/report/outbox-crash.html
+  ./run.sh report-screenshot
+                          the demo's report opened in headless Chromium and checked
+                          (scenarios/report-browser.sh); its screenshot replaces
+                          docs/report-chapter.png
   ./run.sh stop-broker    stop the embedded broker (SIGTERM by PID) and remove its state files
   ./run.sh broker-status  print its address and PID, or "not running" (exit 3)
 
@@ -196,7 +201,14 @@ case "${1:-}" in
   demo)
     build
     export OUTBOX_LAB_BIN=$bin
-    exec bash "$repo/scenarios/outbox-crash.sh"
+    ensure_state_dir
+    exec bash "$repo/scenarios/outbox-crash.sh" --report "$state/report"
+    ;;
+  report-screenshot)
+    build
+    export OUTBOX_LAB_BIN=$bin
+    mkdir -p "$repo/docs"
+    exec bash "$repo/scenarios/report-browser.sh" --screenshot "$repo/docs/report-chapter.png"
     ;;
 esac
 

@@ -99,7 +99,8 @@ die() {
 
 # finish: the verdict line, then exit 0 only if every assertion held.
 finish() {
-  FINISHED=1
+  # leave_report is defined at the end of this file: a die before that has no report to write.
+  [ "$FINISHED" -eq 1 ] || { FINISHED=1; ! declare -F leave_report >/dev/null || leave_report; }
   echo
   if [ "${#FAILURES[@]}" -eq 0 ]; then
     echo "PASS $SCENARIO"
@@ -330,4 +331,47 @@ expect_rc() {
 # expect_eq EXPECTED ACTUAL WHAT
 expect_eq() {
   [ "$1" = "$2" ] || fail "$3: got '$2', expected '$1'"
+}
+
+# --- the HTML report (issue 11) ------------------------------------------------------------------
+
+# Any scenario leaves the HTML report of its run when given `--report DIR` (or
+# OUTBOX_LAB_REPORT_DIR=DIR): `finish` writes DIR/<scenario>.html with `outbox-lab report`, while
+# the scenario's broker still runs, from its database, its topic and its history ($OUTBOX_HISTORY,
+# or the one this file starts for the report). The option is taken out of the scenario's own
+# arguments here.
+REPORT_DIR=${OUTBOX_LAB_REPORT_DIR:-}
+_scenario_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --report)
+      [ $# -ge 2 ] || die "--report needs a directory"
+      REPORT_DIR=$2
+      shift 2
+      ;;
+    --report=*) REPORT_DIR=${1#--report=}; shift ;;
+    *) _scenario_args+=("$1"); shift ;;
+  esac
+done
+set -- "${_scenario_args[@]}"
+# With a report asked for, every lab process records a history for its timeline (a scenario that
+# keeps its own, like outbox-crash.sh, sets OUTBOX_HISTORY after this and wins).
+if [ -n "$REPORT_DIR" ]; then export OUTBOX_HISTORY=$TMP/report-history.jsonl; fi
+
+# leave_report: write the report if one was asked for; a report that cannot be written fails the
+# scenario (it was asked for). Called by finish.
+leave_report() {
+  [ -n "${REPORT_DIR:-}" ] || return 0
+  if [ -z "$BROKER" ]; then
+    fail "--report: this scenario has no broker to read the topic from"
+    return 0
+  fi
+  mkdir -p "$REPORT_DIR" || { fail "--report: cannot create $REPORT_DIR"; return 0; }
+  REPORT_HTML=$(cd "$REPORT_DIR" && pwd)/$SCENARIO.html
+  local history=()
+  [ -s "${OUTBOX_HISTORY:-}" ] && history=(--history "$OUTBOX_HISTORY")
+  step "the HTML report of this run"
+  run report --html "$REPORT_HTML" --title "outbox-lab: $SCENARIO" "${history[@]}"
+  expect_rc 0 "report"
+  echo "report: $REPORT_HTML"
 }

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs outbox-lab's build and test dependencies from Debian 12 packages, only those missing.
+#   --with-browser  also the optional group "browser": chromium (and the font the report's CSS
+#                   names) for scenarios/report-browser.sh; scripts/test.sh passes it
 set -euo pipefail
 
 packages=(
@@ -8,6 +10,12 @@ packages=(
   libcli11-dev libfmt-dev nlohmann-json3-dev catch2
   kcat
 )
+for arg in "$@"; do
+  case "$arg" in
+    --with-browser) packages+=(chromium fonts-dejavu-core) ;;
+    *) echo "outbox-lab: error: install-deps.sh: unknown argument '$arg' (known: --with-browser)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

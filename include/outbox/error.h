@@ -56,4 +56,16 @@ class ConfigError : public Error {
   using Error::Error;
 };
 
+// An operating-system call failed (a socket, a file, inotify). code() is the
+// errno value, or 0 when there is none.
+class SystemError : public Error {
+ public:
+  explicit SystemError(const std::string& message, int errno_value = 0)
+      : Error(message), code_(errno_value) {}
+  int code() const noexcept { return code_; }
+
+ private:
+  int code_;
+};
+
 }  // namespace outbox

@@ -6,7 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "lab/bench_report.h"
 #include "lab/benchmark.h"
+#include "lab/report.h"
 #include "outbox/error.h"
 
 namespace outbox::cli {
@@ -14,6 +16,7 @@ namespace {
 
 struct BenchCliOptions {
   bool json = false;
+  std::string html;
   bool quick = false;
   std::int64_t chapter_events = 2000;
   std::int64_t events = 200000;
@@ -40,13 +43,7 @@ std::string Grouped(std::int64_t n) {
   return n < 0 ? "-" + out : out;
 }
 
-struct Check {
-  const char* name;
-  double value;
-  double target;
-  bool at_least;  // value >= target passes; otherwise value <= target
-  bool pass() const { return at_least ? value >= target : value <= target; }
-};
+using Check = lab::BenchmarkCheck;
 
 std::vector<Check> Checks(const lab::BenchmarkResult& r, const lab::BenchmarkTargets& t) {
   return {
@@ -185,6 +182,9 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
       "databases; takes minutes (--quick: seconds)");
   auto o = std::make_shared<BenchCliOptions>();
   sub->add_flag("--json", o->json, "Print one JSON object with every number and the parameters");
+  sub->add_option("--html", o->html,
+                  "Also write the figures as one self-contained HTML page of bar charts, each "
+                  "ratio beside its target (replaced if it exists)");
   sub->add_flag("--quick", o->quick,
                 "Divide every count not given explicitly by 10 (a smoke run, not a measurement)");
   auto* chapter = sub->add_option("--chapter-events", o->chapter_events,
@@ -252,6 +252,8 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
               PrintJson(options, result, checks);
             else
               PrintTable(options, result, checks);
+            if (!o->html.empty())
+              lab::WriteFileAtomically(o->html, lab::RenderBenchmarkHtml(options, result, checks));
             return ExitCode::kOk;
           }};
 }

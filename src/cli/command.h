@@ -29,13 +29,15 @@ struct GlobalOptions {
   std::string history;  // JSON-lines history file to append to; empty: none
   // The one clock of this process: every store, relay and history reads it.
   std::shared_ptr<Clock> clock = std::make_shared<SystemClock>();
+  std::string process_name;  // the chosen subcommand, set by main after parsing; names history lanes
 
   StoreOptions MakeStoreOptions() const;
   // Parsed -X properties. Throws ConfigError.
   std::vector<kafka::Property> ParsedProperties() const;
   // Throws ConfigError when no broker is configured.
   const std::string& RequireBrokers() const;
-  // The --history file opened for appending, or null. Throws ConfigError.
+  // The --history file opened for appending (recording this process as
+  // process_name), or null. Throws ConfigError.
   std::unique_ptr<lab::History> OpenHistory() const;
 };
 
@@ -89,5 +91,6 @@ Command AddMetricsCommand(CLI::App& app, const GlobalOptions& global);
 Command AddPurgeCommand(CLI::App& app, const GlobalOptions& global);
 Command AddUnparkCommand(CLI::App& app, const GlobalOptions& global);
 Command AddBenchCommand(CLI::App& app, const GlobalOptions& global);
+Command AddReportCommand(CLI::App& app, const GlobalOptions& global);
 
 }  // namespace outbox::cli

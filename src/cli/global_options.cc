@@ -59,7 +59,7 @@ std::vector<kafka::Property> GlobalOptions::ParsedProperties() const {
 
 std::unique_ptr<lab::History> GlobalOptions::OpenHistory() const {
   if (history.empty()) return nullptr;
-  return std::make_unique<lab::History>(history, *clock);
+  return std::make_unique<lab::History>(history, *clock, process_name);
 }
 
 const std::string& GlobalOptions::RequireBrokers() const {

@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
       AddFailpointsCommand(app, global),  AddCheckCommand(app, global),
       AddStatusCommand(app, global),      AddMetricsCommand(app, global),
       AddPurgeCommand(app, global),       AddUnparkCommand(app, global),
-      AddBenchCommand(app, global),
+      AddBenchCommand(app, global),       AddReportCommand(app, global),
   };
 
   try {
@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
   for (const Command& command : commands)
     if (command.app->parsed()) chosen = &command;
   if (!chosen) return Fail(ExitCode::kUsage, "no subcommand given; see --help");
+  global.process_name = chosen->app->get_name();
   const int code = RunCommand(*chosen, global);
   // check: 0 valid, 1 invalid, anything else "could not check".
   if (chosen->error_exit && code != 0 && code != static_cast<int>(ExitCode::kExpectationFailed))

@@ -39,6 +39,7 @@ Command AddPublishHoldCommand(CLI::App& app, const GlobalOptions& global) {
               throw CommandError(ExitCode::kDeliveryFailed,
                                  "publish-hold: a delivery failed (see above); nothing was marked");
             }
+            lab::Note(history.get(), "info", "hold", "before mark");
             lab::HoldUntilKilled(fmt::format(
                 "[publish-hold] sent={}, NOT marked published; HOLD before mark; kill -9 me",
                 report.sent));

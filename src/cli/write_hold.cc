@@ -29,6 +29,7 @@ Command AddWriteHoldCommand(CLI::App& app, const GlobalOptions& global) {
                          store->Count().total);
               std::fflush(stdout);
             }
+            lab::Note(history.get(), "info", "hold", "before publish");
             lab::HoldUntilKilled("[write] committed all, HOLD before publish; kill -9 me");
           }};
 }

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
 
@@ -10,6 +14,7 @@ namespace {
 
 constexpr int kFlushMarginMs = 5000;
 constexpr int kQueueFullPollMs = 50;
+constexpr int kReportPollMaxMs = 100;  // one poll's cap; it returns early on a report
 
 }  // namespace
 
@@ -33,9 +38,11 @@ KafkaPublisher::KafkaPublisher(const KafkaPublisherOptions& options)
   producer_ = MakeClient(RD_KAFKA_PRODUCER, std::move(conf));
 }
 
-void KafkaPublisher::OnDelivery(rd_kafka_t*, const rd_kafka_message_t* msg, void*) noexcept {
+void KafkaPublisher::OnDelivery(rd_kafka_t*, const rd_kafka_message_t* msg, void* opaque) noexcept {
+  auto* self = static_cast<KafkaPublisher*>(opaque);
   auto* result = static_cast<DeliveryResult*>(msg->_private);
   if (!result) return;
+  if (self->reports_pending_ > 0) --self->reports_pending_;
   result->partition = msg->partition;
   result->offset = msg->offset;
   result->ok = msg->err == RD_KAFKA_RESP_ERR_NO_ERROR;
@@ -66,6 +73,7 @@ std::string KafkaPublisher::LastClientError() const {
 std::vector<DeliveryResult> KafkaPublisher::Publish(const std::vector<OutboundMessage>& messages) {
   // Sized once: delivery reports hold pointers into it until flush returns.
   std::vector<DeliveryResult> results(messages.size());
+  reports_pending_ = 0;
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const OutboundMessage& m = messages[i];
     DeliveryResult& slot = results[i];
@@ -81,7 +89,10 @@ std::vector<DeliveryResult> KafkaPublisher::Publish(const std::vector<OutboundMe
                             static_cast<ssize_t>(m.event_type.size())),
           RD_KAFKA_V_HEADER("outbox_id", std::to_string(m.outbox_id).c_str(), -1),
           RD_KAFKA_V_OPAQUE(&slot), RD_KAFKA_V_END);
-      if (err == RD_KAFKA_RESP_ERR_NO_ERROR) break;
+      if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        ++reports_pending_;
+        break;
+      }
       if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
         rd_kafka_poll(producer_.get(), kQueueFullPollMs);  // serve reports to make room
         continue;
@@ -91,7 +102,14 @@ std::vector<DeliveryResult> KafkaPublisher::Publish(const std::vector<OutboundMe
     }
   }
   HitFailpoint("relay.after_produce");
-  if (rd_kafka_flush(producer_.get(), delivery_timeout_ms_ + kFlushMarginMs) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::milliseconds(delivery_timeout_ms_ + kFlushMarginMs);
+  while (reports_pending_ > 0 && Clock::now() < deadline) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    rd_kafka_poll(producer_.get(), static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, kReportPollMaxMs)));
+  }
+  if (reports_pending_ > 0) {
     // Never return while a report could still write into results.
     rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     rd_kafka_flush(producer_.get(), -1);

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -37,6 +38,9 @@ constexpr int kPollWarmupRepetitions = 10;
 constexpr int kSlices = 10;
 constexpr int kFsyncProbes = 50;
 constexpr int kRssSampleIntervalMs = 10;
+// How often the drain's progress (records on the topic) is sampled, and the bound on one sample.
+constexpr int kProgressIntervalMs = 250;
+constexpr int kWatermarkTimeoutMs = 1000;
 
 double SecondsSince(SteadyClock::time_point start) {
   return std::chrono::duration<double>(SteadyClock::now() - start).count();
@@ -198,10 +202,12 @@ class ChildProcess {
   // before exit is its peak (VmHWM never falls). Not wait4's ru_maxrss: Linux
   // folds the forked copy of our own image into it at exec, so it reports
   // at least our RSS at fork time.
-  ChildExit WaitTrackingPeakRss(int interval_ms) {
+  // on_sample (may be empty) runs after each read.
+  ChildExit WaitTrackingPeakRss(int interval_ms, const std::function<void()>& on_sample = {}) {
     ChildExit exit;
     while (pid_ > 0) {
       exit.peak_rss_kib = std::max(exit.peak_rss_kib, ReadPeakRssKib(pid_));
+      if (on_sample) on_sample();
       if (TryWait()) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
     }
@@ -587,6 +593,47 @@ HistoryFigure MeasureHistory(const BenchmarkOptions& options, const TempDir& dir
   return figure;
 }
 
+// Records on the topic now, summed over its partitions (high watermarks): a read of the broker's
+// metadata only, so sampling it does not slow the relay it watches. -1 when the broker does not
+// answer within kWatermarkTimeoutMs.
+class TopicSize {
+ public:
+  TopicSize(const BenchmarkOptions& options, const std::string& brokers, const std::string& topic)
+      : topic_(topic) {
+    std::vector<kafka::Property> properties = {{"bootstrap.servers", brokers}, {"log_level", "2"}};
+    properties.insert(properties.end(), options.properties.begin(), options.properties.end());
+    client_ = kafka::MakeClient(RD_KAFKA_PRODUCER, kafka::MakeConf(properties));
+  }
+
+  std::int64_t Records() {
+    if (partitions_.empty()) {
+      const rd_kafka_metadata_t* raw = nullptr;
+      const rd_kafka_resp_err_t err =
+          rd_kafka_metadata(client_.get(), 1, nullptr, &raw, kWatermarkTimeoutMs);
+      kafka::MetadataHandle metadata(raw);
+      if (err) return -1;
+      for (int t = 0; t < metadata->topic_cnt; ++t)
+        if (topic_ == metadata->topics[t].topic)
+          for (int p = 0; p < metadata->topics[t].partition_cnt; ++p)
+            partitions_.push_back(metadata->topics[t].partitions[p].id);
+    }
+    std::int64_t total = 0;
+    for (const std::int32_t partition : partitions_) {
+      int64_t low = 0, high = 0;
+      if (rd_kafka_query_watermark_offsets(client_.get(), topic_.c_str(), partition, &low, &high,
+                                           kWatermarkTimeoutMs))
+        return -1;
+      total += high;
+    }
+    return total;
+  }
+
+ private:
+  std::string topic_;
+  kafka::KafkaHandle client_;
+  std::vector<std::int32_t> partitions_;
+};
+
 RssFigure MeasureRss(const BenchmarkOptions& options, const TempDir& dir,
                      const std::string& brokers, const std::string& topic) {
   const std::string path = dir.File("rss.db");
@@ -606,10 +653,18 @@ RssFigure MeasureRss(const BenchmarkOptions& options, const TempDir& dir,
     args.push_back("-X");
     args.push_back(fmt::format("{}={}", name, value));
   }
-  const auto start = SteadyClock::now();
-  ChildProcess child(args, dir.File("relay-rss.out"));
-  const ChildExit exit = child.WaitTrackingPeakRss(kRssSampleIntervalMs);
+  TopicSize topic_size(options, brokers, topic);
+  const std::int64_t records_before = topic_size.Records();
   RssFigure figure;
+  const auto start = SteadyClock::now();
+  auto next_sample = start;
+  ChildProcess child(args, dir.File("relay-rss.out"));
+  const ChildExit exit = child.WaitTrackingPeakRss(kRssSampleIntervalMs, [&] {
+    if (records_before < 0 || SteadyClock::now() < next_sample) return;
+    next_sample += std::chrono::milliseconds(kProgressIntervalMs);
+    const std::int64_t records = topic_size.Records();
+    if (records >= 0) figure.progress.push_back({SecondsSince(start), records - records_before});
+  });
   figure.seconds = SecondsSince(start);
   if (!WIFEXITED(exit.status) || WEXITSTATUS(exit.status) != 0)
     throw Error(fmt::format("relay child '{} relay --until-empty' on '{}': {}", options.lab_binary,

@@ -115,11 +115,20 @@ struct HistoryFigure {
   double ratio = 0;  // with_history.poll_us ÷ without_history.poll_us
 };
 
+struct DrainSample {
+  double seconds = 0;         // since the relay child was spawned, steady_clock
+  std::int64_t records = 0;   // records it had put on the topic by then (high watermarks)
+};
+
 struct RssFigure {
   std::int64_t events = 0;
   double peak_rss_mib = 0;  // VmHWM of the relay child, MiB
   double seconds = 0;       // from spawn to exit, steady_clock
   double events_per_s = 0;
+  // The drain's progress, sampled every 250 ms from the broker's watermarks
+  // (not from the database, which the relay is writing); empty when the
+  // broker did not answer.
+  std::vector<DrainSample> progress;
 };
 
 struct BenchmarkResult {

@@ -11,12 +11,6 @@
 namespace outbox::lab {
 namespace {
 
-struct OutboxEntry {
-  std::int64_t id = 0;
-  std::string aggregate_id;
-  bool published = false;
-};
-
 template <typename OutboxMap, typename SeenMap>
 void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, const SeenMap& seen,
                   const std::vector<std::string>& first_seen, CheckResult& result) {
@@ -64,7 +58,7 @@ CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
     auto txn = store.BeginRead();
     // Archived rows (purge --archive) were published: they still count.
     for (const SnapshotRow& row : store.Snapshot(txn).rows) {
-      outbox[row.event_id] = {row.id, row.aggregate_id, row.published};
+      outbox[row.event_id] = {row.id, row.event_id, row.aggregate_id, row.published};
       outbox_order.push_back(row.event_id);
     }
     for (std::string& loan : LoanIds(txn.connection())) loans.insert(std::move(loan));
@@ -84,8 +78,9 @@ CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
 
   std::unordered_map<std::string, std::int64_t> seen;
   std::vector<std::string> first_seen;
-  // Per partition, per aggregate: the outbox id of the last first-sighting.
-  std::map<std::pair<std::int32_t, std::string>, std::int64_t> last_id_by_aggregate;
+  // Per partition, per aggregate: the highest outbox id first seen so far, and its record.
+  std::map<std::pair<std::int32_t, std::string>, std::pair<std::int64_t, const TopicRecord*>>
+      last_id_by_aggregate;
   for (const TopicRecord& record : records) {
     if (seen[record.event_id]++ > 0) continue;
     first_seen.push_back(record.event_id);
@@ -95,10 +90,13 @@ CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
       continue;
     }
     auto& last = last_id_by_aggregate[{record.partition, found->second.aggregate_id}];
-    if (found->second.id < last)
+    if (found->second.id < last.first) {
       result.order_violations.push_back(fmt::format("{} (aggregate {}) after a later event",
                                                     record.event_id, found->second.aggregate_id));
-    last = std::max(last, found->second.id);
+      result.order_pairs.push_back(
+          {found->second.aggregate_id, *last.second, last.first, record, found->second.id});
+    }
+    if (found->second.id > last.first) last = {found->second.id, &record};
   }
   for (const auto& id : first_seen)
     if (seen[id] > 1) result.duplicated.emplace_back(id, seen[id]);
@@ -112,6 +110,7 @@ CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
     result.lost.push_back(event_id);
     if (entry.published) result.lost_after_mark.push_back(event_id);
   }
+  for (const auto& event_id : outbox_order) result.outbox.push_back(outbox[event_id]);
   if (history) JudgeHistory(*history, outbox, seen, first_seen, result);
   return result;
 }

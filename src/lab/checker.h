@@ -28,6 +28,25 @@ struct HistoryVerdict {
   std::int64_t malformed_lines = 0;
 };
 
+// An outbox row as the checker read it; archived rows count as published.
+struct OutboxEntry {
+  std::int64_t id = 0;
+  std::string event_id;
+  std::string aggregate_id;
+  bool published = false;
+};
+
+// The two records of one order violation, in topic order: `first` is the
+// first sighting of an aggregate's newer event (higher outbox id), `second`
+// the first sighting of an older event of the same aggregate after it.
+struct OrderViolation {
+  std::string aggregate_id;
+  TopicRecord first;
+  std::int64_t first_outbox_id = 0;
+  TopicRecord second;
+  std::int64_t second_outbox_id = 0;
+};
+
 struct CheckResult {
   HistoryVerdict history;
   std::int64_t business_rows = 0;
@@ -43,6 +62,8 @@ struct CheckResult {
   std::vector<std::string> lost_after_mark;  // marked published, yet not in Kafka
   std::vector<std::string> stuck;    // still unpublished (or parked) when checked
   std::vector<std::string> order_violations;  // per aggregate, first sightings out of id order
+  std::vector<OrderViolation> order_pairs;    // the same violations, with both records
+  std::vector<OutboxEntry> outbox;            // every row read, in outbox id order
   bool valid() const {
     return lost.empty() && phantom.empty() && atomicity.empty() && lost_after_mark.empty() &&
            stuck.empty() && history.unexpected.empty();

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -13,12 +14,23 @@
 
 namespace outbox::lab {
 
-History::History(const std::string& path, Clock& clock) : clock_(clock) {
+History::History(const std::string& path, Clock& clock, std::string process_name)
+    : clock_(clock), process_name_(std::move(process_name)) {
   fd_ = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) throw ConfigError(fmt::format("open history '{}': {}", path, std::strerror(errno)));
+  if (!process_name_.empty()) Record("invoke", "process", process_name_);
 }
 
-History::~History() { close(fd_); }
+History::~History() {
+  // Best effort like every record, and a destructor must not throw: a history that cannot be
+  // written must not change how the run ends.
+  try {
+    if (!process_name_.empty())
+      Record(std::uncaught_exceptions() > 0 ? "fail" : "ok", "process", process_name_);
+  } catch (const std::exception&) {
+  }
+  close(fd_);
+}
 
 void History::Record(std::string_view type, std::string_view f, std::string_view value,
                      std::string_view error) {
@@ -40,17 +52,26 @@ std::vector<HistoryOp> ReadHistories(const std::vector<std::string>& paths, std:
     std::ifstream in(path);
     if (!in) throw ConfigError(fmt::format("read history '{}': {}", path, std::strerror(errno)));
     for (std::string line; std::getline(in, line);) {
-      const auto json = nlohmann::json::parse(line, nullptr, false);
+      auto json = nlohmann::json::parse(line, nullptr, false);
       if (!json.is_object() || !json.contains("type") || !json.contains("f") || !json.contains("value") ||
-          !json["type"].is_string() || !json["f"].is_string() || !json["value"].is_string()) {
+          !json["type"].is_string() || !json["f"].is_string()) {
         if (malformed && !line.empty()) ++*malformed;
         continue;
       }
       HistoryOp op;
-      op.process = json.value("process", std::int64_t{0});
+      if (json.contains("process") && json["process"].is_number_integer())
+        op.process = json["process"].get<std::int64_t>();
+      if (json.contains("time_ms") && json["time_ms"].is_number_integer())
+        op.time_ms = json["time_ms"].get<std::int64_t>();
       op.type = json["type"].get<std::string>();
       op.f = json["f"].get<std::string>();
-      op.value = json["value"].get<std::string>();
+      const auto& value = json["value"];
+      op.value = value.is_string() ? value.get<std::string>()
+                                   : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      if (json.contains("error") && json["error"].is_string()) op.error = json["error"].get<std::string>();
+      for (const char* known : {"process", "time_ms", "type", "f", "value", "error"}) json.erase(known);
+      if (!json.empty())
+        op.details = json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       ops.push_back(std::move(op));
     }
   }

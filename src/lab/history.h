@@ -4,6 +4,12 @@
 // its delivery report, "mark" the published mark. A process killed between
 // invoke and completion leaves the invoke open; the checker reads it as
 // "info" (indeterminate).
+//
+// A History opened with a process name also records the process itself as an
+// operation: {"type":"invoke","f":"process","value":"write-hold"} when it is
+// opened, and "ok" (or "fail", when an exception is unwinding) when it is
+// closed. kill -9 runs no destructor, so a process whose "process" invoke stays
+// open never finished: the report draws its kill at its last record.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +24,10 @@ namespace outbox::lab {
 class History {
  public:
   // Opens path for appending (created if missing); time_ms of each line comes
-  // from clock (not owned; must outlive the History). Throws ConfigError.
-  History(const std::string& path, Clock& clock);
+  // from clock (not owned; must outlive the History). With a non-empty
+  // process_name (the subcommand, e.g. "publish-hold") it records the
+  // process's invoke now and its completion in the destructor. Throws ConfigError.
+  History(const std::string& path, Clock& clock, std::string process_name = {});
   ~History();
   History(const History&) = delete;
   History& operator=(const History&) = delete;
@@ -32,6 +40,7 @@ class History {
  private:
   int fd_ = -1;
   Clock& clock_;
+  std::string process_name_;
 };
 
 // Records into history when it is not null.
@@ -43,13 +52,20 @@ inline void Note(History* history, std::string_view type, std::string_view f,
 // One operation from a history file.
 struct HistoryOp {
   std::int64_t process = 0;
-  std::string type;  // invoke, ok, fail
-  std::string f;     // txn, send, mark
-  std::string value;
+  std::int64_t time_ms = 0;  // epoch ms; 0 when the line has none
+  std::string type;  // invoke, ok, fail, or any other a newer writer uses
+  std::string f;     // txn, send, mark, process, or any other a newer writer uses
+  std::string value;  // a non-string value is kept as its JSON text
+  std::string error;
+  // Every other key of the line as one JSON object text ("" when none), for
+  // readers that show records they do not know (invalid UTF-8 replaced).
+  std::string details;
 };
 
-// Reads every complete line of every file; a malformed line is skipped and
-// counted in *malformed. Throws ConfigError when a file cannot be read.
+// Reads every complete line of every file, in file order. A line that is not a
+// JSON object with string "type" and "f" and a "value" is skipped and counted
+// in *malformed (a line with bytes that are not UTF-8 is one). Throws
+// ConfigError when a file cannot be read.
 std::vector<HistoryOp> ReadHistories(const std::vector<std::string>& paths, std::int64_t* malformed);
 
 }  // namespace outbox::lab

@@ -203,6 +203,15 @@ TEST_CASE("CheckRun reports a later event of an aggregate seen first on the same
     const CheckResult r =
         CheckRun(*f.store, Records({"evt-1001", "evt-1001-c", "evt-1001-b"}));
     CHECK(r.order_violations == Strings{"evt-1001-b (aggregate L-1001) after a later event"});
+    REQUIRE(r.order_pairs.size() == 1);  // both records, for the report's side-by-side view
+    CHECK(r.order_pairs[0].aggregate_id == "L-1001");
+    CHECK(r.order_pairs[0].first.event_id == "evt-1001-c");
+    CHECK(r.order_pairs[0].first.offset == 1);
+    CHECK(r.order_pairs[0].first_outbox_id == 3);
+    CHECK(r.order_pairs[0].second.event_id == "evt-1001-b");
+    CHECK(r.order_pairs[0].second.offset == 2);
+    CHECK(r.order_pairs[0].second_outbox_id == 2);
+    CHECK(r.outbox.size() == 3);
     CHECK(r.ok == 3);
     // Order is reported, but at-least-once delivery with event-id keys does
     // not promise it: the run is still valid.

@@ -30,8 +30,11 @@ class KafkaPublisher : public Publisher {
   // Throws ConfigError for an unknown or invalid property.
   explicit KafkaPublisher(const KafkaPublisherOptions& options);
 
-  // See Publisher::Publish. Waits at most about delivery_timeout_ms plus 5 s;
-  // messages still without a report then are purged and reported failed.
+  // See Publisher::Publish. Waits for this batch's own delivery reports by
+  // polling (rd_kafka_poll returns as soon as a report arrives), not with
+  // rd_kafka_flush, whose wait has ~10 ms granularity. Waits at most about
+  // delivery_timeout_ms plus 5 s; messages still without a report then are
+  // purged and reported failed.
   std::vector<DeliveryResult> Publish(const std::vector<OutboundMessage>& messages) override;
 
   // The last error librdkafka reported through error_cb (e.g. "Connect to
@@ -48,6 +51,9 @@ class KafkaPublisher : public Publisher {
   int delivery_timeout_ms_;
   mutable std::mutex error_mutex_;  // error_cb may run on a librdkafka thread
   std::string last_client_error_;
+  // Delivery reports of the current Publish() not yet served; dr_msg_cb runs
+  // inside rd_kafka_poll/flush on the calling thread, so no lock is needed.
+  std::size_t reports_pending_ = 0;
   // Declared last so it is destroyed first: callbacks write into the members above.
   KafkaHandle producer_;
 };

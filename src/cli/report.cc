@@ -1,0 +1,53 @@
+#include <fmt/format.h>
+
+#include "cli/command.h"
+#include "lab/loans.h"
+#include "lab/report.h"
+
+namespace outbox::cli {
+
+Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
+  CLI::App* sub = app.add_subcommand(
+      "report",
+      "Write one self-contained HTML page of a run: a timeline per process from the histories "
+      "(kills, holds, transactions, sends, marks), the topic as a strip of offsets with "
+      "duplicates linked to their cause, the reconciliation and the checker's verdict. Reads "
+      "what check reads. Exit 0 when written, whatever the verdict");
+  struct Options {
+    std::string html;
+    std::vector<std::string> histories;
+    int timeout_ms = 10000;
+    std::string title = "outbox-lab report";
+  };
+  auto o = std::make_shared<Options>();
+  sub->add_option("--html", o->html, "The page to write (replaced if it exists)")->required();
+  sub->add_option("--history", o->histories,
+                  "History files written with --history by writers and relays (repeatable): "
+                  "the timeline's lanes")
+      ->check(CLI::ExistingFile);
+  sub->add_option("--title", o->title, "The page's heading")->capture_default_str();
+  sub->add_option("--timeout-ms", o->timeout_ms, "Bound on reading the topic, ms")
+      ->check(PositiveInteger())
+      ->capture_default_str();
+  return {sub, [&global, o]() -> ExitCode {
+            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+            const auto records = lab::ReadTopic(
+                {global.RequireBrokers(), global.topic, global.ParsedProperties(), o->timeout_ms});
+            std::int64_t malformed = 0;
+            std::vector<lab::HistoryOp> ops;
+            if (!o->histories.empty()) ops = lab::ReadHistories(o->histories, &malformed);
+            lab::ReportModel model =
+                lab::BuildReportModel(*store, records, ops, !o->histories.empty(), malformed);
+            model.title = o->title;
+            model.db_path = global.db;
+            model.topic = global.topic;
+            const std::string html = lab::RenderReportHtml(model);
+            lab::WriteFileAtomically(o->html, html);
+            fmt::print("[report] wrote {} ({} bytes): {} lanes, {} records, verdict {}\n", o->html,
+                       html.size(), model.lanes.size(), model.cells.size(),
+                       model.check.valid() ? "valid" : "INVALID");
+            return ExitCode::kOk;
+          }};
+}
+
+}  // namespace outbox::cli
