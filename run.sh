@@ -22,6 +22,9 @@ readonly kRunShFailed=125
 readonly kBrokerStartTimeoutS=15
 
 say() { echo "run.sh: $*" >&2; }
+# shellcheck source=scripts/wait-until.sh
+. "$repo/scripts/wait-until.sh"
+wait_timed_out() { say "$1"; }
 die() {
   echo "run.sh: error: $*" >&2
   exit "$kRunShFailed"
@@ -116,7 +119,8 @@ broker_running() {
 }
 
 broker_ready() { [ -s "$addr_file" ] && grep -q '^\[broker\] ready ' "$broker_log"; }
-still_alive_before() { kill -0 "$1" 2>/dev/null && [ "$SECONDS" -lt "$2" ]; }
+# The broker is ready, or its process $1 died trying (wait_until stops either way).
+ready_or_dead() { broker_ready || process_gone "$1"; }
 
 # Prints the bootstrap address of the running broker, starting one if there is none.
 ensure_broker() {
@@ -132,8 +136,7 @@ ensure_broker() {
     # broker holding our stdout would keep a `./run.sh verify | less` pipe open forever.
     setsid nohup "$bin" broker --addr-file "$addr_file" </dev/null >"$broker_log" 2>&1 9>&- &
     local pid=$!
-    local deadline=$((SECONDS + kBrokerStartTimeoutS))
-    until broker_ready; do still_alive_before "$pid" "$deadline" || break; sleep 0.05; done
+    wait_until "$kBrokerStartTimeoutS" "" ready_or_dead "$pid"
     if ! broker_ready; then
       echo "run.sh: error: the embedded broker did not become ready within ${kBrokerStartTimeoutS}s; $broker_log:" >&2
       sed 's/^/  /' "$broker_log" >&2
@@ -160,9 +163,7 @@ stop_broker() {
   fi
   pid=$(cat "$pid_file")
   kill -TERM "$pid"
-  local deadline=$((SECONDS + 10))
-  while still_alive_before "$pid" "$deadline"; do sleep 0.05; done
-  if kill -0 "$pid" 2>/dev/null; then
+  if ! wait_until 10 "" process_gone "$pid"; then
     say "broker $pid ignored SIGTERM for 10 s; sending SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
   fi

@@ -22,6 +22,8 @@ SCENARIO=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
 SCENARIO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_DIR=$(cd "$SCENARIO_DIR/.." && pwd)
 LAB_BIN=${OUTBOX_LAB_BIN:-$REPO_DIR/build/outbox-lab}
+# shellcheck source-path=SCRIPTDIR/../scripts source=wait-until.sh
+. "$REPO_DIR/scripts/wait-until.sh"
 
 # The binary reads these from the environment (failpoints too); a scenario passes what it needs,
 # so a caller's shell (say OUTBOX_DB left over from run.sh use) cannot leak into a run.
@@ -55,11 +57,10 @@ _forget_pid() {
 
 # SIGTERM first (the broker removes its address file on a clean stop), SIGKILL after ~2 s.
 _stop_pid() {
-  local pid=$1 tries=0
+  local pid=$1
   kill -0 "$pid" 2>/dev/null || return 0
   kill -TERM "$pid" 2>/dev/null
-  while kill -0 "$pid" 2>/dev/null && [ "$tries" -lt 40 ]; do tries=$((tries + 1)); sleep 0.05; done
-  if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null; fi
+  wait_until 2 "" process_gone "$pid" || kill -KILL "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   return 0
 }
@@ -90,6 +91,9 @@ fail() {
   FAILURES+=("$1")
   echo "  !! $1"
 }
+
+# What wait_until (scripts/wait-until.sh) calls on a timeout: a failed expectation.
+wait_timed_out() { fail "$1"; }
 
 # die REASON: a setup step failed; nothing after it can be meaningful.
 die() {
@@ -152,13 +156,12 @@ run() {
   [ "$RC" -ne 124 ] || fail "outbox-lab $*: still running after ${RUN_TIMEOUT_S:-60}s"
 }
 
-# wait_for TIMEOUT_S PID WHAT CMD...: poll CMD every 0.05 s until it succeeds. Fails (returns 1)
-# if PID is gone first or TIMEOUT_S passes.
+# wait_for TIMEOUT_S PID WHAT CMD...: wait_until CMD succeeds, giving up early when PID exits.
+# Fails (returns 1) if PID is gone first or TIMEOUT_S passes.
 wait_for() {
   local timeout_s=$1 pid=$2 what=$3
   shift 3
-  local deadline=$(($(_now_us) + timeout_s * 1000000))
-  until "$@"; do _keep_waiting "$pid" "$deadline" || break; sleep 0.05; done
+  wait_until "$timeout_s" "" _done_or_gone "$pid" "$@"
   "$@" && return 0
   if kill -0 "$pid" 2>/dev/null; then
     fail "$what: not within ${timeout_s}s"
@@ -168,10 +171,13 @@ wait_for() {
   return 1
 }
 
-_keep_waiting() { kill -0 "$1" 2>/dev/null && [ "$(_now_us)" -le "$2" ]; }
+_done_or_gone() {
+  local pid=$1
+  shift
+  "$@" || process_gone "$pid"
+}
 
-# Microseconds since the epoch; EPOCHREALTIME's decimal point follows the locale, so drop it.
-_now_us() { echo "${EPOCHREALTIME//[!0-9]/}"; }
+_now_us() { _wait_now_us; }
 
 _nonempty() { [ -s "$1" ]; }
 _has_line() { grep -q -- "$1" "$2" 2>/dev/null; }
@@ -236,10 +242,9 @@ kill9() {
   kill -9 "$pid" 2>/dev/null || { fail "kill -9 $pid: no such process (it should have been holding)"; return 1; }
   wait "$pid" 2>/dev/null
   status=$?
-  # Not our child (wait fails with 127): poll until it is gone, for at most 10 s.
+  # Not our child (wait fails with 127): wait until it is gone, for at most 10 s.
   if [ "$status" -eq 127 ]; then
-    local deadline=$(($(_now_us) + 10000000))
-    while kill -0 "$pid" 2>/dev/null && [ "$(_now_us)" -lt "$deadline" ]; do sleep 0.05; done
+    wait_until 10 "" process_gone "$pid"
     status=137
   fi
   _forget_pid "$pid"
@@ -265,10 +270,7 @@ start_bg() {
 # was still running after TIMEOUT_S; the EXIT trap stops it then).
 wait_exit() {
   local pid=$1 timeout_s=$2 what=$3
-  local deadline=$(($(_now_us) + timeout_s * 1000000))
-  while kill -0 "$pid" 2>/dev/null && [ "$(_now_us)" -le "$deadline" ]; do sleep 0.05; done
-  if kill -0 "$pid" 2>/dev/null; then
-    fail "$what: still running after ${timeout_s}s"
+  if ! wait_until "$timeout_s" "$what to exit" process_gone "$pid"; then
     BG_RC=124
     return 1
   fi
@@ -276,6 +278,26 @@ wait_exit() {
   BG_RC=$?
   _forget_pid "$pid"
 }
+
+# wait_paused PID LOG POINT [N]: wait until LOG holds N (default 1) lines
+# `[failpoint] POINT PAUSE; ...` — the process PID stands at its Nth pause there. Fails the
+# scenario (die) when it does not get there: a scenario that misses its point proves nothing.
+wait_paused() {
+  local pid=$1 log=$2 point=$3 n=${4:-1}
+  if ! wait_for 30 "$pid" "pause #$n of $point" _has_lines "$n" "^\[failpoint\] $point PAUSE; " "$log"; then
+    sed 's/^/  | /' "$log"
+    die "process $pid never paused at $point (pause #$n)"
+  fi
+  echo "(process $pid paused at $point, #$n)"
+}
+
+# release PID: let a paused process go on (the pause action waits for SIGUSR1).
+release() {
+  echo "\$ kill -USR1 $1"
+  kill -USR1 "$1" || die "kill -USR1 $1: no such process (it should have been paused)"
+}
+
+_has_lines() { [ "$(grep -E -c -- "$2" "$3" 2>/dev/null)" -ge "$1" ]; }
 
 # start_control_broker: an embedded broker with a --control socket for broker-ctl (always
 # embedded: a real Kafka cannot take faults from broker-ctl).
@@ -289,6 +311,30 @@ broker_ctl() {
 }
 
 # --- assertions ----------------------------------------------------------------------------------
+
+# expect_check K=V,...: `check --expect` against this scenario's DB and topic (keys: valid, ok,
+# lost, duplicated, phantom, atomicity, lost_after_mark, stuck, ...; see `check --help`).
+expect_check() {
+  run check --expect "$@"
+  [ "$RC" -eq 0 ] || fail "check --expect $*: exit $RC: $(grep -h -e MISMATCH -e 'error:' "$OUT" "$ERR" | head -n 1)"
+}
+
+# expect_json FILE JQ-CONDITION WHAT: the JSON in FILE (the last JSON line, for a log of JSON
+# lines among others) makes the jq condition true.
+expect_json() {
+  local json
+  json=$(jq -c -R 'fromjson? // empty' "$1" | tail -n 1)
+  [ -n "$json" ] || { fail "$3: no JSON in $(basename "$1")"; return; }
+  jq -e "$2" <<<"$json" >/dev/null || fail "$3: ($2) is false for $json"
+}
+
+# json_lines FILE: the JSON objects among FILE's lines (a relay --json log holds failpoint lines too).
+json_lines() { jq -c -R 'fromjson? // empty' "$1"; }
+
+# relay_final LOG FIELD: FIELD of the final report of a `relay --json` log (empty if none).
+relay_final() {
+  json_lines "$1" | jq -r "select(.report == \"final\") | .$2" | tail -n 1
+}
 
 # expect_verify K=V,...: `verify --expect` against this scenario's DB (and broker, if any).
 expect_verify() {

@@ -9,6 +9,9 @@ packages=(
   librdkafka-dev libsqlite3-dev sqlite3
   libcli11-dev libfmt-dev nlohmann-json3-dev catch2
   kcat
+  # what the scenarios and run.sh call besides the lab (jq reads every --json report; ps is
+  # procps; timeout, mktemp and stdbuf are coreutils)
+  jq procps coreutils
 )
 for arg in "$@"; do
   case "$arg" in

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "outbox/clock.h"
 #include "outbox/publisher.h"
@@ -39,6 +40,15 @@ enum class FailureMode {
 KeyChoice ParseKeyChoice(const std::string& text);      // "event-id" | "aggregate-id"
 FailureMode ParseFailureMode(const std::string& text);  // "block-key" | "skip"
 
+// What one settle did, by event id: what a history records (RelayOptions::on_settle).
+struct SettleRecord {
+  std::int64_t token = 0;            // the claim's fencing token
+  std::vector<std::string> marked;   // acknowledged and marked published under token
+  std::vector<std::string> parked;   // failed for the last time: parked
+  std::vector<std::string> fenced;   // the claim was taken over: left untouched (its sends
+                                     // may be duplicates of the new owner's)
+};
+
 struct RelayOptions {
   std::int64_t batch_size = 1000;  // rows per claim, > 0
   KeyChoice key = KeyChoice::kEventId;
@@ -49,6 +59,10 @@ struct RelayOptions {
   // Where claims, leases, backoffs and marks read the time. Not owned; must
   // outlive the Relay. Null: the store's clock (Store::clock()).
   Clock* clock = nullptr;
+  // Called right after each settle commits and before the relay.after_mark
+  // failpoint (so a kill there leaves the record); may be empty. Must not
+  // throw: the batch is already settled.
+  std::function<void(const SettleRecord&)> on_settle;
 };
 
 struct BatchReport {

@@ -110,6 +110,10 @@ struct SettleReport {
   std::int64_t retried = 0;  // failed rows put into backoff
   std::int64_t parked = 0;   // failed rows parked after max_attempts
   std::int64_t fenced = 0;   // rows whose claim was taken over: left untouched
+  // The outbox ids behind marked, parked and fenced (in the order given), for histories.
+  std::vector<std::int64_t> marked_ids;
+  std::vector<std::int64_t> parked_ids;
+  std::vector<std::int64_t> fenced_ids;
 };
 
 // Everything status and metrics report, read in one transaction.

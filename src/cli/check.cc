@@ -5,6 +5,7 @@
 #include "cli/command.h"
 #include "lab/checker.h"
 #include "lab/loans.h"
+#include "lab/reconciliation.h"
 
 namespace outbox::cli {
 namespace {
@@ -22,11 +23,13 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
       "check",
       "Judge a run from the database and the whole topic: ok, lost, duplicated, phantom, "
       "atomicity, lost-after-mark, stuck, order violations. Exit 0 valid, 1 invalid, 2 could "
-      "not check. Duplicates never invalidate (at-least-once)");
+      "not check. Duplicates never invalidate (at-least-once). With --expect: exit 0 when every "
+      "expectation holds, 1 when one does not");
   struct Options {
     bool json = false;
     int timeout_ms = 10000;
     std::vector<std::string> histories;
+    std::string expect;
   };
   auto o = std::make_shared<Options>();
   sub->add_flag("--json", o->json, "Print one JSON object");
@@ -34,10 +37,22 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                   "History files written with --history by writers and relays (repeatable); adds "
                   "attempts, acknowledged, recovered and unexpected")
       ->check(CLI::ExistingFile);
+  sub->add_option("--expect", o->expect,
+                  "Exit 0 only if these hold, e.g. valid=1,ok=5,lost=0,duplicated=3 (keys: the "
+                  "report's numbers; a list counts its entries; history_* need --history)");
   sub->add_option("--timeout-ms", o->timeout_ms, "Bound on reading the topic, ms")
       ->check(PositiveInteger())
       ->capture_default_str();
   Command command{sub, [&global, o]() -> ExitCode {
+                    // Parse expectations first: a typo must not cost a topic read.
+                    std::map<std::string, std::int64_t> expected;
+                    if (!o->expect.empty()) {
+                      expected = lab::ParseExpectations(o->expect, lab::CheckExpectationKeys());
+                      for (const auto& [key, value] : expected)
+                        if (key.rfind("history_", 0) == 0 && o->histories.empty())
+                          throw ConfigError(fmt::format(
+                              "--expect {}={}: history keys need --history", key, value));
+                    }
                     auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
                     const auto records = lab::ReadTopic(
                         {global.RequireBrokers(), global.topic, global.ParsedProperties(), o->timeout_ms});
@@ -48,6 +63,8 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                         lab::CheckRun(*store, records, o->histories.empty() ? nullptr : &ops);
                     r.history.malformed_lines = malformed;
                     const lab::HistoryVerdict& h = r.history;
+                    const auto mismatches =
+                        lab::CompareExpectations(expected, lab::CheckValues(r));
                     if (o->json) {
                       nlohmann::ordered_json out;
                       out["valid"] = r.valid();
@@ -71,7 +88,16 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                                           {"ok", h.ok},
                                           {"recovered", h.recovered},
                                           {"unexpected", h.unexpected},
-                                          {"malformed_lines", h.malformed_lines}};
+                                          {"malformed_lines", h.malformed_lines},
+                                          {"marked", h.marked},
+                                          {"fenced", h.fenced},
+                                          {"parked", h.parked},
+                                          {"marked_without_ack", h.marked_without_ack},
+                                          {"fenced_duplicates", h.fenced_duplicates}};
+                      }
+                      if (!expected.empty()) {
+                        out["expectations_met"] = mismatches.empty();
+                        out["mismatches"] = mismatches;
                       }
                       fmt::print("{}\n", out.dump());
                     } else {
@@ -82,6 +108,14 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                                    "indeterminate={} ok={} recovered={} unexpected={}\n",
                                    h.attempts, h.acknowledged, h.failed, h.indeterminate, h.ok,
                                    h.recovered, h.unexpected.size());
+                      if (h.present)
+                        fmt::print("[check] history settles: marked={} fenced={} parked={} "
+                                   "marked-without-ack={} duplicates-after-fencing={}\n",
+                                   h.marked, h.fenced, h.parked, h.marked_without_ack.size(),
+                                   h.fenced_duplicates.size());
+                      if (!h.marked_without_ack.empty())
+                        fmt::print("[check] marked without an ack (lost-after-mark evidence): {}\n",
+                                   Join(h.marked_without_ack));
                       fmt::print("[check] ok={} lost={} duplicated={} phantom={} atomicity={} "
                                  "lost-after-mark={} stuck={} order-violations={}\n",
                                  r.ok, r.lost.size(), r.duplicated.size(), r.phantom.size(),
@@ -92,7 +126,12 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                       if (!r.atomicity.empty()) fmt::print("[check] atomicity: {}\n", Join(r.atomicity));
                       if (!r.stuck.empty()) fmt::print("[check] stuck: {}\n", Join(r.stuck));
                       fmt::print("[check] {}\n", r.valid() ? "valid" : "INVALID");
+                      for (const auto& line : mismatches) fmt::print("[check] MISMATCH {}\n", line);
+                      if (!expected.empty() && mismatches.empty())
+                        fmt::print("[check] all {} expectations hold\n", expected.size());
                     }
+                    if (!expected.empty())
+                      return mismatches.empty() ? ExitCode::kOk : ExitCode::kExpectationFailed;
                     return r.valid() ? ExitCode::kOk : ExitCode::kExpectationFailed;
                   },
                   ExitCode::kUsage};  // 2: could not check

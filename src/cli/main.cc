@@ -10,6 +10,7 @@
 #include "cli/command.h"
 #include "cli/exit_code.h"
 #include "outbox/error.h"
+#include "lab/lab_failpoints.h"
 #include "outbox/failpoint.h"
 
 namespace {
@@ -38,6 +39,7 @@ int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOpt
   try {
     // Reject an unknown -X property or failpoint spec before anything touches the database.
     outbox::kafka::MakeConf(global.ParsedProperties());
+    outbox::lab::RegisterLabFailpoints();
     outbox::ConfigureFailpointsFromEnv();
     return static_cast<int>(command.run());
   } catch (const outbox::cli::CommandError& e) {

@@ -2,10 +2,11 @@
 
 #include "cli/command.h"
 #include "cli/publishing.h"
-#include "lab/hold.h"
+#include "lab/lab_failpoints.h"
 #include "lab/loans.h"
 #include "lab/recording_publisher.h"
 #include "outbox/chapter_relay.h"
+#include "outbox/failpoint.h"
 
 namespace outbox::cli {
 
@@ -17,6 +18,7 @@ Command AddPublishHoldCommand(CLI::App& app, const GlobalOptions& global) {
   auto options = std::make_shared<PublishOptions>();
   AddPublishOptions(*sub, *options);
   return {sub, [&global, options]() -> ExitCode {
+            lab::ArmHoldUnlessConfigured(lab::kPublishHoldBeforeMark);
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
             auto publisher = MakePublisher(global, *options);
             const auto history = global.OpenHistory();
@@ -40,9 +42,12 @@ Command AddPublishHoldCommand(CLI::App& app, const GlobalOptions& global) {
                                  "publish-hold: a delivery failed (see above); nothing was marked");
             }
             lab::Note(history.get(), "info", "hold", "before mark");
-            lab::HoldUntilKilled(fmt::format(
-                "[publish-hold] sent={}, NOT marked published; HOLD before mark; kill -9 me",
-                report.sent));
+            // The registry's hold (an OUTBOX_FAILPOINTS entry for the point may replace it).
+            HitFailpoint(lab::kPublishHoldBeforeMark,
+                         fmt::format("[publish-hold] sent={}, NOT marked published; HOLD before "
+                                     "mark; kill -9 me",
+                                     report.sent));
+            return ExitCode::kOk;
           }};
 }
 

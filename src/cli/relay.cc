@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/command.h"
 #include "cli/duration.h"
 #include "lab/recording_publisher.h"
@@ -31,6 +33,7 @@ struct RelayCliOptions {
   std::string idle_max = "1s";
   std::string owner;
   bool quiet = false;
+  bool json = false;
 };
 
 // A signalfd for SIGTERM and SIGINT, which are blocked for every thread
@@ -98,6 +101,9 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str();
   sub->add_option("--owner", o->owner, "Name recorded with claims (default relay-PID@HOST)");
   sub->add_flag("--quiet", o->quiet, "Print only the final line");
+  sub->add_flag("--json", o->json,
+                "Print JSON lines instead: {\"report\":\"batch\",...} per batch (unless --quiet), "
+                "then {\"report\":\"final\",\"stopped\":...,\"batches\":...,...}");
   return {sub, [&global, o]() -> ExitCode {
             if (o->batch_size <= 0)
               throw ConfigError(fmt::format("--batch-size {}: must be at least 1", o->batch_size));
@@ -131,6 +137,10 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             kafka::KafkaPublisher publisher(publisher_options);
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(publisher, history.get());
+            if (history)
+              relay_options.on_settle = [h = history.get()](const SettleRecord& settle) {
+                lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
+              };
             Relay relay(store, recording, relay_options);
             ChangeWatcher watcher(global.db, stop.get());
 
@@ -142,6 +152,17 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             const LoopReport report = RunRelayLoop(
                 relay, watcher, loop_options, [&](const BatchReport& batch) {
                   if (o->quiet) return;
+                  if (o->json) {
+                    const nlohmann::ordered_json line = {
+                        {"report", "batch"},          {"token", batch.token},
+                        {"claimed", batch.claimed},   {"acked", batch.acked},
+                        {"failed", batch.failed},     {"marked", batch.settle.marked},
+                        {"retried", batch.settle.retried}, {"parked", batch.settle.parked},
+                        {"fenced", batch.settle.fenced}};
+                    fmt::print("{}\n", line.dump());
+                    std::fflush(stdout);
+                    return;
+                  }
                   fmt::print("[relay] batch token={} claimed={} acked={} failed={} marked={} "
                              "retried={} parked={} fenced={}\n",
                              batch.token, batch.claimed, batch.acked, batch.failed,
@@ -149,6 +170,16 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                              batch.settle.fenced);
                   std::fflush(stdout);
                 });
+            if (o->json) {
+              const nlohmann::ordered_json final_report = {
+                  {"report", "final"},       {"stopped", report.stopped},
+                  {"batches", report.batches}, {"acked", report.acked},
+                  {"marked", report.marked}, {"failed", report.failed},
+                  {"parked", report.parked}, {"fenced", report.fenced},
+                  {"pending", store.PendingCount()}};
+              fmt::print("{}\n", final_report.dump());
+              return ExitCode::kOk;
+            }
             fmt::print("[relay] {} batches={} acked={} marked={} failed={} parked={} fenced={} "
                        "pending={}\n",
                        report.stopped ? "stopped on signal:" : "done:", report.batches,

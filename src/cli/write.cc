@@ -1,7 +1,9 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "lab/lab_failpoints.h"
 #include "lab/loans.h"
+#include "outbox/failpoint.h"
 
 namespace outbox::cli {
 
@@ -27,6 +29,9 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
               }
             }
             fmt::print("[write] committed={}\n", *count);
+            std::fflush(stdout);
+            // write-hold's hold point, off unless OUTBOX_FAILPOINTS arms it.
+            HitFailpoint(lab::kWriteHoldBeforePublish, lab::kWriteHoldLine);
             return ExitCode::kOk;
           }};
 }

@@ -1,8 +1,9 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
-#include "lab/hold.h"
+#include "lab/lab_failpoints.h"
 #include "lab/loans.h"
+#include "outbox/failpoint.h"
 
 namespace outbox::cli {
 
@@ -16,6 +17,7 @@ Command AddWriteHoldCommand(CLI::App& app, const GlobalOptions& global) {
       ->required()
       ->check(PositiveInteger());
   return {sub, [&global, count]() -> ExitCode {
+            lab::ArmHoldUnlessConfigured(lab::kWriteHoldBeforePublish);
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
             const auto history = global.OpenHistory();
             // Numbering continues after the rows a previous run left.
@@ -30,7 +32,9 @@ Command AddWriteHoldCommand(CLI::App& app, const GlobalOptions& global) {
               std::fflush(stdout);
             }
             lab::Note(history.get(), "info", "hold", "before publish");
-            lab::HoldUntilKilled("[write] committed all, HOLD before publish; kill -9 me");
+            // The registry's hold (an OUTBOX_FAILPOINTS entry for the point may replace it).
+            HitFailpoint(lab::kWriteHoldBeforePublish, lab::kWriteHoldLine);
+            return ExitCode::kOk;
           }};
 }
 

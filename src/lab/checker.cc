@@ -43,6 +43,31 @@ void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, co
   }
   for (const std::string& id : first_seen)
     if (!txn_outcome.count(id)) h.unexpected.push_back(id);
+
+  // Settles. A relay marks only rows it produced and saw acknowledged in the same batch, so
+  // the ack it relied on is an earlier "ok send" of the same process.
+  std::set<std::pair<std::int64_t, std::string>> acked;  // (process, event id)
+  std::set<std::string> fenced;
+  std::set<std::string> without_ack;
+  std::set<std::string> lost_after_mark(result.lost_after_mark.begin(), result.lost_after_mark.end());
+  for (const HistoryOp& op : ops) {
+    if (op.f == "send" && op.type == "ok") {
+      acked.emplace(op.process, op.value);
+    } else if (op.f == "mark" && op.type == "ok") {
+      ++h.marked;
+      if (!acked.count({op.process, op.value}) && without_ack.insert(op.value).second) {
+        h.marked_without_ack.push_back(op.value);
+        if (lost_after_mark.insert(op.value).second) result.lost_after_mark.push_back(op.value);
+      }
+    } else if (op.f == "mark" && op.type == "fail") {
+      ++h.fenced;
+      fenced.insert(op.value);
+    } else if (op.f == "park" && op.type == "ok") {
+      ++h.parked;
+    }
+  }
+  for (const auto& [event_id, times] : result.duplicated)
+    if (fenced.count(event_id)) h.fenced_duplicates.push_back(event_id);
 }
 
 }  // namespace
@@ -113,6 +138,52 @@ CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
   for (const auto& event_id : outbox_order) result.outbox.push_back(outbox[event_id]);
   if (history) JudgeHistory(*history, outbox, seen, first_seen, result);
   return result;
+}
+
+const std::vector<std::string>& CheckExpectationKeys() {
+  static const std::vector<std::string> keys = {
+      "valid",         "business_rows",      "outbox_rows",          "kafka_records",
+      "ok",            "lost",               "duplicated",           "phantom",
+      "atomicity",     "lost_after_mark",    "stuck",                "order_violations",
+      "history_attempts", "history_acknowledged", "history_failed", "history_indeterminate",
+      "history_ok",    "history_recovered",  "history_unexpected", "history_marked",
+      "history_fenced", "history_parked",    "history_marked_without_ack",
+      "history_fenced_duplicates"};
+  return keys;
+}
+
+std::map<std::string, std::int64_t> CheckValues(const CheckResult& r) {
+  const auto size = [](const auto& list) { return static_cast<std::int64_t>(list.size()); };
+  std::map<std::string, std::int64_t> values = {
+      {"valid", r.valid() ? 1 : 0},
+      {"business_rows", r.business_rows},
+      {"outbox_rows", r.outbox_rows},
+      {"kafka_records", r.kafka_records},
+      {"ok", r.ok},
+      {"lost", size(r.lost)},
+      {"duplicated", size(r.duplicated)},
+      {"phantom", size(r.phantom)},
+      {"atomicity", size(r.atomicity)},
+      {"lost_after_mark", size(r.lost_after_mark)},
+      {"stuck", size(r.stuck)},
+      {"order_violations", size(r.order_violations)},
+  };
+  if (r.history.present) {
+    const HistoryVerdict& h = r.history;
+    values["history_attempts"] = h.attempts;
+    values["history_acknowledged"] = h.acknowledged;
+    values["history_failed"] = h.failed;
+    values["history_indeterminate"] = h.indeterminate;
+    values["history_ok"] = h.ok;
+    values["history_recovered"] = h.recovered;
+    values["history_unexpected"] = size(h.unexpected);
+    values["history_marked"] = h.marked;
+    values["history_fenced"] = h.fenced;
+    values["history_parked"] = h.parked;
+    values["history_marked_without_ack"] = size(h.marked_without_ack);
+    values["history_fenced_duplicates"] = size(h.fenced_duplicates);
+  }
+  return values;
 }
 
 }  // namespace outbox::lab

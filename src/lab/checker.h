@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +27,17 @@ struct HistoryVerdict {
   std::int64_t recovered = 0;      // indeterminate, yet in Kafka: committed before the crash
   std::vector<std::string> unexpected;  // in Kafka, never attempted by any writer
   std::int64_t malformed_lines = 0;
+  // Settles, from the relays' and publish's "mark"/"park" records.
+  std::int64_t marked = 0;   // "ok mark" records
+  std::int64_t fenced = 0;   // "fail mark" (fenced) records
+  std::int64_t parked = 0;   // "ok park" records
+  // Marked by a process that had no acknowledged send of the event before
+  // ("ok send" earlier in the same process's history): the mark-before-ack
+  // bug. Each is also lost-after-mark evidence and makes the run invalid.
+  std::vector<std::string> marked_without_ack;
+  // Duplicated events that a fenced settle explains: a relay sent them, lost
+  // its claim to another relay, which sent them again (never a loss).
+  std::vector<std::string> fenced_duplicates;
 };
 
 // An outbox row as the checker read it; archived rows count as published.
@@ -69,6 +81,18 @@ struct CheckResult {
            stuck.empty() && history.unexpected.empty();
   }
 };
+
+// The keys of check --expect, in report order: valid (1 or 0), business_rows,
+// outbox_rows, kafka_records, ok, then the sizes of the lists lost, duplicated,
+// phantom, atomicity, lost_after_mark, stuck, order_violations, then the
+// history counts history_attempts ... history_unexpected, history_marked,
+// history_fenced, history_parked, history_marked_without_ack and
+// history_fenced_duplicates (only with --history).
+const std::vector<std::string>& CheckExpectationKeys();
+
+// The values of r under CheckExpectationKeys(); history_* only when
+// r.history.present.
+std::map<std::string, std::int64_t> CheckValues(const CheckResult& r);
 
 // Reads the lab's tables and compares them with records (every record of the
 // topic) and, when history is not null, with what the writers were told.

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "lab/json_bytes.h"
 #include "outbox/error.h"
 
 namespace outbox::lab {
@@ -33,14 +34,17 @@ History::~History() {
 }
 
 void History::Record(std::string_view type, std::string_view f, std::string_view value,
-                     std::string_view error) {
+                     std::string_view error, std::int64_t token) {
   nlohmann::ordered_json op;
   op["process"] = getpid();
   op["time_ms"] = clock_.EpochMs();
   op["type"] = type;
   op["f"] = f;
-  op["value"] = value;
-  if (!error.empty()) op["error"] = error;
+  // Values come from outbox rows other programs wrote: never let their bytes
+  // stop the run (BytesToJson keeps bytes that are not UTF-8 as text + hex).
+  op["value"] = BytesToJson(value);
+  if (!error.empty()) op["error"] = BytesToJson(error);
+  if (token > 0) op["token"] = token;
   const std::string line = op.dump() + "\n";
   // Best effort: a history that cannot be written must not change the run.
   [[maybe_unused]] const ssize_t n = write(fd_, line.data(), line.size());
@@ -66,16 +70,27 @@ std::vector<HistoryOp> ReadHistories(const std::vector<std::string>& paths, std:
       op.type = json["type"].get<std::string>();
       op.f = json["f"].get<std::string>();
       const auto& value = json["value"];
-      op.value = value.is_string() ? value.get<std::string>()
-                                   : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      if (json.contains("error") && json["error"].is_string()) op.error = json["error"].get<std::string>();
+      const std::optional<std::string> bytes = BytesFromJson(value);
+      op.value = bytes ? *bytes
+                       : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      if (json.contains("error"))
+        op.error = BytesFromJson(json["error"]).value_or(std::string());
       for (const char* known : {"process", "time_ms", "type", "f", "value", "error"}) json.erase(known);
       if (!json.empty())
         op.details = json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      if (json.contains("token") && json["token"].is_number_integer()) op.token = json["token"].get<std::int64_t>();
       ops.push_back(std::move(op));
     }
   }
   return ops;
+}
+
+void RecordSettle(History* history, std::int64_t token, const std::vector<std::string>& marked,
+                  const std::vector<std::string>& parked, const std::vector<std::string>& fenced) {
+  if (!history) return;
+  for (const auto& id : marked) history->Record("ok", "mark", id, {}, token);
+  for (const auto& id : fenced) history->Record("fail", "mark", id, "fenced", token);
+  for (const auto& id : parked) history->Record("ok", "park", id, {}, token);
 }
 
 }  // namespace outbox::lab

@@ -1,7 +1,10 @@
 // History: a JSON-lines log of operations, one object a line, in the style of
-// Jepsen histories: {"process":PID,"time_ms":T,"type":"invoke|ok|fail","f":"txn|send|mark","value":"evt-1001"}.
+// Jepsen histories: {"process":PID,"time_ms":T,"type":"invoke|ok|fail","f":"txn|send|mark|park","value":"evt-1001"}.
 // "txn" is a business transaction (loan + outbox row), "send" a produce and
-// its delivery report, "mark" the published mark. A process killed between
+// its delivery report, "mark" the published mark ("ok"; "fail" with error
+// "fenced" when the relay's claim had been taken over), "park" a row parked.
+// The production relay's settle records carry "token": the claim's fencing
+// token. A process killed between
 // invoke and completion leaves the invoke open; the checker reads it as
 // "info" (indeterminate).
 //
@@ -34,8 +37,9 @@ class History {
 
   // Appends one line with a single write(2) to an O_APPEND descriptor, so a
   // kill -9 never leaves half a line and concurrent processes do not interleave.
+  // token: the fencing token, written when > 0.
   void Record(std::string_view type, std::string_view f, std::string_view value,
-              std::string_view error = {});
+              std::string_view error = {}, std::int64_t token = 0);
 
  private:
   int fd_ = -1;
@@ -56,11 +60,18 @@ struct HistoryOp {
   std::string type;  // invoke, ok, fail, or any other a newer writer uses
   std::string f;     // txn, send, mark, process, or any other a newer writer uses
   std::string value;  // a non-string value is kept as its JSON text
-  std::string error;
+  std::string error;       // empty when none
+  std::int64_t token = 0;  // fencing token of a relay settle record; 0 when none
   // Every other key of the line as one JSON object text ("" when none), for
   // readers that show records they do not know (invalid UTF-8 replaced).
   std::string details;
 };
+
+// Records one relay settle (RelayOptions::on_settle): "ok mark" per marked
+// event, "fail mark" with error "fenced" per fenced one, "ok park" per parked
+// one, each with the token. No-op when history is null.
+void RecordSettle(History* history, std::int64_t token, const std::vector<std::string>& marked,
+                  const std::vector<std::string>& parked, const std::vector<std::string>& fenced);
 
 // Reads every complete line of every file, in file order. A line that is not a
 // JSON object with string "type" and "f" and a "value" is skipped and counted

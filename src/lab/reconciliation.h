@@ -41,6 +41,11 @@ KafkaReconciliation Reconcile(const std::vector<std::string>& outbox_event_ids,
 // an unknown key, a missing '=', or a value that is not a non-negative integer.
 std::map<std::string, std::int64_t> ParseExpectations(const std::string& text);
 
+// The same grammar over another command's keys (check --expect): known_keys
+// are the keys allowed, in the order the error message lists them.
+std::map<std::string, std::int64_t> ParseExpectations(const std::string& text,
+                                                      const std::vector<std::string>& known_keys);
+
 // The actual values under the same keys; kafka_* only when kafka is given.
 std::map<std::string, std::int64_t> ActualValues(const DbSnapshot& db,
                                                  const std::optional<KafkaReconciliation>& kafka);

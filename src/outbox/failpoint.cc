@@ -1,13 +1,17 @@
 #include "outbox/failpoint.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,7 +21,7 @@
 namespace outbox {
 namespace {
 
-enum class Action { kOff, kKill, kHold, kSleep, kError };
+enum class Action { kOff, kKill, kHold, kPause, kSleep, kError };
 
 struct Term {
   int percent = 100;
@@ -34,21 +38,72 @@ struct Registry {
 
 // The one global: the active configuration. enabled makes Hit() free when unset.
 std::atomic<bool> g_enabled{false};
+// Part of the registry: the write end of the pipe the SIGUSR1 handler writes one byte to, so a
+// paused point can block in poll(2) until released (the self-pipe trick; write(2) is
+// async-signal-safe). -1 until a spec with a pause action installs the handler.
+std::atomic<int> g_release_write_fd{-1};
+int g_release_read_fd = -1;  // guarded by the registry's mutex on setup; read only by Pause()
+
+void OnRelease(int) {
+  const int saved = errno;
+  const int fd = g_release_write_fd.load(std::memory_order_relaxed);
+  if (fd >= 0) {
+    const ssize_t written = write(fd, "r", 1);  // a full pipe already holds a release
+    static_cast<void>(written);
+  }
+  errno = saved;
+}
+
+// Creates the pipe and installs the SIGUSR1 handler once; later calls do nothing.
+void InstallReleaseHandler() {
+  if (g_release_write_fd.load() >= 0) return;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
+    throw ConfigError(fmt::format("failpoint pause: pipe2: {}", std::strerror(errno)));
+  g_release_read_fd = fds[0];
+  g_release_write_fd.store(fds[1]);
+  struct sigaction action = {};
+  action.sa_handler = OnRelease;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  if (sigaction(SIGUSR1, &action, nullptr) != 0)
+    throw ConfigError(fmt::format("failpoint pause: sigaction(SIGUSR1): {}", std::strerror(errno)));
+}
+
+// Drops releases sent before this pause, prints the PAUSE line, then blocks until one SIGUSR1.
+void Pause(std::string_view name) {
+  char drained[64];
+  while (read(g_release_read_fd, drained, sizeof drained) > 0) {
+  }
+  fmt::print("[failpoint] {} PAUSE; kill -USR1 {} to release\n", name, getpid());
+  std::fflush(stdout);
+  for (;;) {
+    pollfd readable = {g_release_read_fd, POLLIN, 0};
+    if (poll(&readable, 1, -1) < 0 && errno != EINTR)
+      throw FailpointError(fmt::format("failpoint {}: pause: poll: {}", name, std::strerror(errno)));
+    char byte;
+    if (read(g_release_read_fd, &byte, 1) == 1) return;
+  }
+}
 Registry& TheRegistry() {
   static Registry registry;
   return registry;
 }
 
-const std::vector<FailpointInfo> kFailpoints = {
-    {"write.before_commit", "nothing of this loan: its business and outbox rows roll back together"},
-    {"write.after_commit", "the loan and its outbox row; nothing sent"},
+// The library's own points; programs add theirs with RegisterFailpoints.
+const std::vector<FailpointInfo> kLibraryFailpoints = {
     {"relay.after_claim", "the claim (lease + token) on the batch; nothing sent"},
     {"relay.after_produce", "the claim; records handed to librdkafka, maybe sent, none acknowledged"},
     {"relay.after_ack_before_mark", "records acknowledged by the broker; rows not marked: re-sent later"},
     {"relay.after_mark", "the batch is marked published"},
     {"purge.mid_batch", "earlier purge batches; this batch's deletes roll back"},
-    {"consume.after_effect", "the consumer's effect and processed_event row; offset not committed: re-delivered, deduplicated"},
 };
+
+// Part of the registry: the points registered after the library's.
+std::vector<FailpointInfo>& RegisteredFailpoints() {
+  static std::vector<FailpointInfo> points;
+  return points;
+}
 
 [[noreturn]] void Malformed(const std::string& entry, const std::string& why) {
   throw ConfigError(fmt::format("OUTBOX_FAILPOINTS entry '{}': {}", entry, why));
@@ -81,9 +136,10 @@ Term ParseTerm(const std::string& entry, std::string text) {
   if (text == "off") term.action = Action::kOff;
   else if (text == "kill") term.action = Action::kKill;
   else if (text == "hold") term.action = Action::kHold;
+  else if (text == "pause") term.action = Action::kPause;
   else if (text == "error") term.action = Action::kError;
   else if (text == "sleep") term.action = Action::kSleep;
-  else Malformed(entry, fmt::format("unknown action '{}'; use off, kill, hold, sleep(ms), error", text));
+  else Malformed(entry, fmt::format("unknown action '{}'; use off, kill, hold, pause, sleep(ms), error", text));
   if (term.action == Action::kSleep) term.arg = ParseNumber(entry, arg);
   else if (has_parens) Malformed(entry, fmt::format("action '{}' takes no argument", text));
   return term;
@@ -91,7 +147,23 @@ Term ParseTerm(const std::string& entry, std::string text) {
 
 }  // namespace
 
-const std::vector<FailpointInfo>& AllFailpoints() { return kFailpoints; }
+std::vector<FailpointInfo> AllFailpoints() {
+  std::vector<FailpointInfo> all = kLibraryFailpoints;
+  const auto& registered = RegisteredFailpoints();
+  all.insert(all.end(), registered.begin(), registered.end());
+  return all;
+}
+
+void RegisterFailpoints(const std::vector<FailpointInfo>& points) {
+  for (const FailpointInfo& point : points) {
+    const std::string_view name = point.name;
+    if (name.find('.') == std::string_view::npos)
+      throw ConfigError(fmt::format("failpoint '{}': a name is dotted, like write.after_commit", name));
+    bool known = false;
+    for (const auto& fp : AllFailpoints()) known = known || name == fp.name;
+    if (!known) RegisteredFailpoints().push_back(point);
+  }
+}
 
 void ConfigureFailpoints(const std::string& spec) {
   std::map<std::string, std::vector<Term>, std::less<>> points;
@@ -105,7 +177,7 @@ void ConfigureFailpoints(const std::string& spec) {
     if (eq == std::string::npos) Malformed(entry, "expected name=actions");
     const std::string name = entry.substr(0, eq);
     bool known = false;
-    for (const auto& fp : kFailpoints) known = known || name == fp.name;
+    for (const auto& fp : AllFailpoints()) known = known || name == fp.name;
     if (!known) Malformed(entry, fmt::format("unknown failpoint '{}'; see `outbox-lab failpoints`", name));
     std::vector<Term> terms;
     std::string rest = entry.substr(eq + 1);
@@ -117,6 +189,9 @@ void ConfigureFailpoints(const std::string& spec) {
     }
     points[name] = std::move(terms);
   }
+  for (const auto& [name, terms] : points)
+    for (const Term& term : terms)
+      if (term.action == Action::kPause) InstallReleaseHandler();
   Registry& registry = TheRegistry();
   std::lock_guard lock(registry.mutex);
   registry.points = std::move(points);
@@ -127,7 +202,7 @@ void ConfigureFailpointsFromEnv() {
   if (const char* spec = std::getenv("OUTBOX_FAILPOINTS")) ConfigureFailpoints(spec);
 }
 
-void HitFailpoint(std::string_view name) {
+void HitFailpoint(std::string_view name, std::string_view hold_line) {
   if (!g_enabled.load(std::memory_order_relaxed)) return;
   Action action = Action::kOff;
   long long arg = 0;
@@ -151,12 +226,21 @@ void HitFailpoint(std::string_view name) {
     case Action::kOff: return;
     case Action::kKill:
       std::fflush(stdout);
+      // Evidence that the point fired, for a script that must tell a kill here from a crash
+      // elsewhere (stderr is unbuffered).
+      fmt::print(stderr, "[failpoint] {} KILL\n", name);
       kill(getpid(), SIGKILL);
       for (;;) pause();
     case Action::kHold:
-      fmt::print("[failpoint] {} HOLD; kill -9 me\n", name);
+      if (hold_line.empty())
+        fmt::print("[failpoint] {} HOLD; kill -9 me\n", name);
+      else
+        fmt::print("{}\n", hold_line);
       std::fflush(stdout);
       for (;;) pause();
+    case Action::kPause:
+      Pause(name);
+      return;
     case Action::kSleep:
       std::this_thread::sleep_for(std::chrono::milliseconds(arg));
       return;

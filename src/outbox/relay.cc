@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "outbox/chapter_relay.h"
 #include "outbox/error.h"
@@ -102,6 +103,18 @@ BatchReport Relay::RunBatch() {
     } catch (const DbError& e) {
       if (e.primary_code() != SQLITE_BUSY || Now() >= lease_end) throw;
     }
+  }
+  if (options_.on_settle) {
+    std::unordered_map<std::int64_t, const std::string*> event_ids;
+    for (const OutboxRow& row : claim.rows) event_ids.emplace(row.id, &row.event.event_id);
+    const auto to_event_ids = [&](const std::vector<std::int64_t>& ids) {
+      std::vector<std::string> out;
+      for (std::int64_t id : ids) out.push_back(*event_ids.at(id));
+      return out;
+    };
+    options_.on_settle({claim.token, to_event_ids(report.settle.marked_ids),
+                        to_event_ids(report.settle.parked_ids),
+                        to_event_ids(report.settle.fenced_ids)});
   }
   HitFailpoint("relay.after_mark");
   return report;

@@ -353,7 +353,13 @@ SettleReport Store::SettleBatch(std::int64_t token, const std::vector<std::int64
   for (std::int64_t id : acked) {
     mark.Reset();
     mark.Bind(1, id).Bind(2, token).Bind(3, now_ms).Run();
-    if (connection_.Changes() == 1) ++report.marked; else ++report.fenced;
+    if (connection_.Changes() == 1) {
+      ++report.marked;
+      report.marked_ids.push_back(id);
+    } else {
+      ++report.fenced;
+      report.fenced_ids.push_back(id);
+    }
   }
   auto attempts_of = connection_.Prepare("SELECT attempts FROM outbox WHERE id = ?1 AND claim_token = ?2");
   auto record = connection_.Prepare(
@@ -365,6 +371,7 @@ SettleReport Store::SettleBatch(std::int64_t token, const std::vector<std::int64
     attempts_of.Bind(1, failure.id).Bind(2, token);
     if (!attempts_of.Step()) {
       ++report.fenced;
+      report.fenced_ids.push_back(failure.id);
       continue;
     }
     const std::int64_t attempts = attempts_of.ColumnInt64(0) + 1;
@@ -375,7 +382,12 @@ SettleReport Store::SettleBatch(std::int64_t token, const std::vector<std::int64
         .Bind(5, now_ms + BackoffMs(attempts, policy));
     if (park) record.Bind(6, now_ms); else record.BindNull(6);
     record.Run();
-    if (park) ++report.parked; else ++report.retried;
+    if (park) {
+      ++report.parked;
+      report.parked_ids.push_back(failure.id);
+    } else {
+      ++report.retried;
+    }
   }
   txn.Commit();
   return report;

@@ -83,7 +83,7 @@ TEST_CASE("KafkaPublisher acknowledges every message on partition 0 with consecu
   REQUIRE(publisher.Publish({}).empty());
 }
 
-TEST_CASE("KafkaPublisher sends the key, payload and event headers of each message", "[kafka]") {
+TEST_CASE("KafkaPublisher sends the key and payload and event headers of each message", "[kafka]") {
   EmbeddedBroker broker;
   broker.CreateTopic(kTopic, 1);
   KafkaPublisher publisher(OptionsFor(broker));

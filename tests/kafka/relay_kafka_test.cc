@@ -58,7 +58,7 @@ std::vector<outbox::lab::TopicRecord> ReadAll(const EmbeddedBroker& broker) {
 
 }  // namespace
 
-TEST_CASE("Relay with KafkaPublisher publishes 2,000 rows in batches of 500, each record once",
+TEST_CASE("Relay with KafkaPublisher publishes 2000 rows in batches of 500 and each record once",
           "[relay][kafka]") {
   TempDir dir;
   Store store(dir.File("lab.db"), StoreOptions{}, OpenMode::kCreate);

@@ -3,7 +3,9 @@
 // per-aggregate order.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -11,6 +13,8 @@
 
 #include "lab/checker.h"
 #include "lab/loans.h"
+#include "lab/reconciliation.h"
+#include "outbox/error.h"
 #include "lab/topic_reader.h"
 #include "outbox/sqlite/connection.h"
 #include "outbox/store.h"
@@ -75,7 +79,7 @@ void CheckNoFindings(const CheckResult& r) {
 
 }  // namespace
 
-TEST_CASE("CheckRun judges the chapter's run valid: 8 records, 5 events, 3 duplicates",
+TEST_CASE("CheckRun judges the chapter's run valid with 8 records of 5 events and 3 duplicates",
           "[checker]") {
   CheckerFixture f;
   f.WriteLoans(5);
@@ -147,7 +151,7 @@ TEST_CASE("CheckRun reports a record whose event id is in no outbox row as phant
   CHECK(r.atomicity.empty());
 }
 
-TEST_CASE("CheckRun reports a loan without an outbox row, and an event without a loan, as "
+TEST_CASE("CheckRun reports a loan without an outbox row and an event without a loan as "
           "atomicity violations",
           "[checker]") {
   CheckerFixture f;
@@ -231,4 +235,131 @@ TEST_CASE("CheckRun reports a later event of an aggregate seen first on the same
     CHECK(r.order_violations.empty());
     CheckNoFindings(r);
   }
+}
+
+TEST_CASE("CheckValues gives check --expect every key with the report's numbers and list sizes",
+          "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(3);
+  f.Mark("evt-1001");
+  const CheckResult r = CheckRun(*f.store, Records({"evt-1001", "evt-1001", "evt-1002"}));
+
+  const auto values = outbox::lab::CheckValues(r);
+
+  CHECK(values == std::map<std::string, std::int64_t>{
+                      {"valid", 0},        {"business_rows", 3},   {"outbox_rows", 3},
+                      {"kafka_records", 3}, {"ok", 2},             {"lost", 1},
+                      {"duplicated", 1},   {"phantom", 0},         {"atomicity", 0},
+                      {"lost_after_mark", 0}, {"stuck", 2},        {"order_violations", 0}});
+  // Every value has a key check --expect accepts; history keys only with a history.
+  const auto& keys = outbox::lab::CheckExpectationKeys();
+  for (const auto& [key, value] : values) {
+    INFO("key " << key);
+    CHECK(std::count(keys.begin(), keys.end(), key) == 1);
+  }
+  const std::vector<outbox::lab::HistoryOp> no_ops;
+  CHECK(outbox::lab::CheckValues(CheckRun(*f.store, {}, &no_ops)).count("history_attempts") == 1);
+}
+
+TEST_CASE("ParseExpectations over check keys accepts them and rejects a verify key", "[checker]") {
+  const auto& keys = outbox::lab::CheckExpectationKeys();
+  CHECK(outbox::lab::ParseExpectations("valid=1,lost=0,duplicated=3", keys) ==
+        std::map<std::string, std::int64_t>{{"valid", 1}, {"lost", 0}, {"duplicated", 3}});
+  const auto error = outbox::testing::CaptureThrow<outbox::ConfigError>(
+      [&] { outbox::lab::ParseExpectations("business=5", keys); });
+  REQUIRE(error.has_value());
+  CHECK_THAT(error->what(), Catch::Contains("unknown key; use valid, business_rows"));
+}
+
+namespace {
+
+outbox::lab::HistoryOp Op(std::int64_t process, const std::string& type, const std::string& f,
+                          const std::string& value, const std::string& error = {},
+                          std::int64_t token = 0) {
+  outbox::lab::HistoryOp op;
+  op.process = process;
+  op.type = type;
+  op.f = f;
+  op.value = value;
+  op.error = error;
+  op.token = token;
+  return op;
+}
+
+}  // namespace
+
+TEST_CASE("CheckRun with history counts a mark without an earlier ack of the same process as "
+          "lost-after-mark evidence",
+          "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(2);
+  f.MarkAll();
+  const std::vector<outbox::lab::HistoryOp> ops = {
+      Op(1, "invoke", "txn", "evt-1001"), Op(1, "ok", "txn", "evt-1001"),
+      Op(1, "invoke", "txn", "evt-1002"), Op(1, "ok", "txn", "evt-1002"),
+      // relay 7: evt-1001 acked then marked; evt-1002 marked with no ack before it (the mark
+      // came first and the ack later, or never) although a record reached Kafka.
+      Op(7, "invoke", "send", "evt-1001"), Op(7, "ok", "send", "evt-1001"),
+      Op(7, "ok", "mark", "evt-1001", {}, 3), Op(7, "ok", "mark", "evt-1002", {}, 3),
+      Op(7, "ok", "send", "evt-1002"),
+      // another process's ack does not justify relay 7's mark
+      Op(8, "ok", "send", "evt-1002")};
+
+  const CheckResult r = CheckRun(*f.store, Records({"evt-1001", "evt-1002"}), &ops);
+
+  CHECK(r.history.marked == 2);
+  CHECK(r.history.marked_without_ack == Strings{"evt-1002"});
+  CHECK(r.lost_after_mark == Strings{"evt-1002"});
+  CHECK_FALSE(r.valid());
+}
+
+TEST_CASE("CheckRun with history explains the duplicates of a fenced settle and counts parks",
+          "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(3);
+  f.MarkAll();
+  const std::vector<outbox::lab::HistoryOp> ops = {
+      // relay 7 sent evt-1001 and evt-1002, lost its claim (token 4) to relay 9 (token 5).
+      Op(7, "ok", "send", "evt-1001"), Op(7, "ok", "send", "evt-1002"),
+      Op(9, "ok", "send", "evt-1001"), Op(9, "ok", "send", "evt-1002"),
+      Op(9, "ok", "mark", "evt-1001", {}, 5), Op(9, "ok", "mark", "evt-1002", {}, 5),
+      Op(7, "fail", "mark", "evt-1001", "fenced", 4), Op(7, "fail", "mark", "evt-1002", "fenced", 4),
+      Op(9, "ok", "send", "evt-1003"), Op(9, "ok", "mark", "evt-1003", {}, 6),
+      Op(9, "ok", "park", "evt-9001", {}, 6)};
+
+  const CheckResult r = CheckRun(
+      *f.store, Records({"evt-1001", "evt-1002", "evt-1001", "evt-1002", "evt-1003", "evt-1003"}),
+      &ops);
+
+  CHECK(r.history.marked == 3);
+  CHECK(r.history.fenced == 2);
+  CHECK(r.history.parked == 1);
+  CHECK(r.history.marked_without_ack.empty());
+  // evt-1003 is duplicated too, but no fenced settle explains it.
+  CHECK(r.history.fenced_duplicates == Strings{"evt-1001", "evt-1002"});
+  CHECK(r.lost_after_mark.empty());
+  const auto values = outbox::lab::CheckValues(r);
+  CHECK(values.at("history_fenced_duplicates") == 2);
+  CHECK(values.at("history_marked_without_ack") == 0);
+}
+
+TEST_CASE("A relay settle is recorded as marks and fenced marks and parks with its token and read "
+          "back",
+          "[checker]") {
+  TempDir dir;
+  const std::string path = dir.File("history.jsonl");
+  {
+    outbox::lab::History history(path);
+    outbox::lab::RecordSettle(&history, 12, {"evt-1"}, {"evt-2"}, {"evt-3"});
+    outbox::lab::RecordSettle(nullptr, 13, {"evt-4"}, {}, {});  // no history: nothing
+  }
+  std::int64_t malformed = 0;
+  const auto ops = outbox::lab::ReadHistories({path}, &malformed);
+
+  CHECK(malformed == 0);
+  REQUIRE(ops.size() == 3);
+  CHECK((ops[0].type == "ok" && ops[0].f == "mark" && ops[0].value == "evt-1" && ops[0].token == 12));
+  CHECK((ops[1].type == "fail" && ops[1].f == "mark" && ops[1].value == "evt-3" &&
+         ops[1].error == "fenced" && ops[1].token == 12));
+  CHECK((ops[2].type == "ok" && ops[2].f == "park" && ops[2].value == "evt-2" && ops[2].token == 12));
 }

@@ -127,7 +127,7 @@ TEST_CASE("ParseExpectations reads every known key", "[checker]") {
   CHECK(ParseExpectations("business=1,business=2") == Values{{"business", 2}});
 }
 
-TEST_CASE("ParseExpectations rejects unknown keys, missing '=', and values that are not "
+TEST_CASE("ParseExpectations rejects unknown keys and a missing '=' and values that are not "
           "non-negative integers",
           "[checker]") {
   const std::string text = GENERATE(as<std::string>{},

@@ -53,7 +53,7 @@ void ProduceRaw(const EmbeddedBroker& broker, std::int32_t partition, const std:
 
 }  // namespace
 
-TEST_CASE("ReadTopic returns every published record with key, value, offset and event id",
+TEST_CASE("ReadTopic returns every published record with key and value and offset and event id",
           "[kafka]") {
   EmbeddedBroker broker;
   broker.CreateTopic(kTopic, 1);
@@ -88,7 +88,8 @@ TEST_CASE("ReadTopic returns every published record with key, value, offset and 
   REQUIRE(ReadTopic(ReadOptions(broker)).size() == 3);
 }
 
-TEST_CASE("ReadTopic takes the event id from the header, else the payload's eventId, else the key",
+TEST_CASE("ReadTopic takes the event id from the header or else the payload's eventId or else "
+          "the key",
           "[kafka]") {
   EmbeddedBroker broker;
   broker.CreateTopic(kTopic, 1);
@@ -106,7 +107,7 @@ TEST_CASE("ReadTopic takes the event id from the header, else the payload's even
   CHECK(records[3].event_id == "key-d");
 }
 
-TEST_CASE("ReadTopic reads every partition, ordered by partition then offset", "[kafka]") {
+TEST_CASE("ReadTopic reads every partition ordered by partition then offset", "[kafka]") {
   EmbeddedBroker broker;
   broker.CreateTopic(kTopic, 3);
   ProduceRaw(broker, 2, "k1", "v1");

@@ -1,14 +1,22 @@
 // Failpoints: the OUTBOX_FAILPOINTS grammar (fail-rs style), errors for
-// malformed specs, and the schedule of the `error` action. Only actions that
-// return (off, sleep, error) are ever hit here: kill and hold would end or
-// block the test process. Every test clears the global registry on exit.
+// malformed specs, and the schedule of the `error` action. In this process
+// only actions that return (off, sleep, error) are hit; kill and pause are hit
+// in a forked child, whose output the test reads from a pipe. Every test
+// clears the global registry on exit.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,9 +47,82 @@ std::vector<bool> Throws(const std::string& name, int n) {
   return thrown;
 }
 
+// A forked child that runs body with stdout and stderr sent to one pipe; the
+// parent reads its lines. The destructor reaps a child the test left running.
+class Child {
+ public:
+  explicit Child(const std::function<void()>& body) {
+    std::fflush(stdout);  // the child must not inherit and re-flush Catch's buffered output
+    std::fflush(stderr);
+    int fds[2];
+    if (pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+      dup2(fds[1], STDOUT_FILENO);
+      dup2(fds[1], STDERR_FILENO);
+      close(fds[0]);
+      close(fds[1]);
+      try {
+        body();
+      } catch (...) {
+        _exit(3);
+      }
+      std::fflush(stdout);
+      _exit(0);
+    }
+    close(fds[1]);
+    out_ = fds[0];
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      Wait();
+    }
+    close(out_);
+  }
+
+  pid_t pid() const { return pid_; }
+
+  // The next line of the child's output without its newline; blocks until it
+  // arrives; empty at end of output.
+  std::string ReadLine() {
+    std::string line;
+    char c;
+    while (read(out_, &c, 1) == 1 && c != '\n') line += c;
+    return line;
+  }
+
+  // True when the child printed nothing more within ms milliseconds.
+  bool QuietFor(int ms) {
+    pollfd readable = {out_, POLLIN, 0};
+    return poll(&readable, 1, ms) == 0;
+  }
+
+  bool Running() {
+    int status = 0;
+    return waitpid(pid_, &status, WNOHANG) == 0;
+  }
+
+  // waitpid's status.
+  int Wait() {
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    reaped_ = true;
+    return status;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+  bool reaped_ = false;
+};
+
 }  // namespace
 
-TEST_CASE("AllFailpoints lists unique dotted names, each with what is durable there",
+TEST_CASE("AllFailpoints lists unique dotted names each with what is durable there",
           "[failpoint]") {
   const auto& points = outbox::AllFailpoints();
   REQUIRE(points.size() >= 7);
@@ -67,7 +148,8 @@ TEST_CASE("ConfigureFailpoints accepts every form of the grammar for every failp
   const std::string actions = GENERATE(as<std::string>{}, "off", "kill", "hold", "sleep(5)",
                                        "error", "50%error", "2*off->error",
                                        "1*sleep(1)->50%2*off->error", "0%kill", "100%3*hold",
-                                       "sleep(0)", "3*off->2*sleep(1)->error->off");
+                                       "sleep(0)", "3*off->2*sleep(1)->error->off", "pause",
+                                       "1*off->pause->off");
   for (const auto& point : outbox::AllFailpoints()) {
     const std::string spec = std::string(point.name) + "=" + actions;
     INFO("spec: " << spec);
@@ -76,7 +158,7 @@ TEST_CASE("ConfigureFailpoints accepts every form of the grammar for every failp
   ConfigureFailpoints("");
 }
 
-TEST_CASE("ConfigureFailpoints accepts several entries separated by ';' and an empty spec",
+TEST_CASE("ConfigureFailpoints accepts several entries separated by semicolons and an empty spec",
           "[failpoint]") {
   FailpointReset reset;
   const std::string spec = GENERATE(
@@ -266,4 +348,84 @@ TEST_CASE("An error at purge.mid_batch rolls back only the purge batch in progre
   CHECK(store.Count().total == 0);
   CHECK(store.Snapshot().rows.size() == 5);
   CHECK(store.Snapshot().Counts().total == 0);
+}
+
+TEST_CASE("The pause action blocks at its point until SIGUSR1 releases it and then goes on",
+          "[failpoint]") {
+  Child child([] {
+    ConfigureFailpoints(std::string(kPoint) + "=pause");
+    HitFailpoint(kPoint);
+    fmt::print("after the point\n");
+    std::fflush(stdout);
+    HitFailpoint(kPoint);  // each pause needs its own release
+    fmt::print("after the second pause\n");
+  });
+
+  CHECK(child.ReadLine() ==
+        fmt::format("[failpoint] {} PAUSE; kill -USR1 {} to release", kPoint, child.pid()));
+  // Not released: the child stays at the point (a bound for a negative check, not a sync).
+  CHECK(child.QuietFor(300));
+  CHECK(child.Running());
+
+  REQUIRE(kill(child.pid(), SIGUSR1) == 0);
+  CHECK(child.ReadLine() == "after the point");
+  CHECK(child.ReadLine() ==
+        fmt::format("[failpoint] {} PAUSE; kill -USR1 {} to release", kPoint, child.pid()));
+  CHECK(child.QuietFor(100));
+  REQUIRE(kill(child.pid(), SIGUSR1) == 0);
+  CHECK(child.ReadLine() == "after the second pause");
+  const int status = child.Wait();
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("The kill action says on stderr which point fired before the process dies by SIGKILL",
+          "[failpoint]") {
+  Child child([] {
+    ConfigureFailpoints(std::string(kPoint) + "=1*off->kill");
+    HitFailpoint(kPoint);
+    fmt::print("passed the first hit\n");
+    std::fflush(stdout);
+    HitFailpoint(kPoint);
+    fmt::print("survived the kill\n");
+  });
+
+  CHECK(child.ReadLine() == "passed the first hit");
+  CHECK(child.ReadLine() == fmt::format("[failpoint] {} KILL", kPoint));
+  CHECK(child.ReadLine().empty());  // end of output: nothing after the point ran
+  const int status = child.Wait();
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+}
+
+TEST_CASE("RegisterFailpoints adds a program's points once and ConfigureFailpoints then accepts them",
+          "[failpoint]") {
+  FailpointReset reset;
+  const auto count = [](const std::string& name) {
+    const auto all = outbox::AllFailpoints();
+    return std::count_if(all.begin(), all.end(),
+                         [&](const outbox::FailpointInfo& p) { return name == p.name; });
+  };
+  REQUIRE(CaptureThrow<ConfigError>([] { ConfigureFailpoints("test.registered=error"); }));
+
+  outbox::RegisterFailpoints({{"test.registered", "nothing: a test point"}});
+  outbox::RegisterFailpoints({{"test.registered", "nothing: a test point"}});
+
+  CHECK(count("test.registered") == 1);
+  ConfigureFailpoints("test.registered=error");
+  CHECK(Throws("test.registered", 1) == std::vector<bool>{true});
+  CHECK(CaptureThrow<ConfigError>([] { outbox::RegisterFailpoints({{"undotted", "x"}}); }));
+  CHECK(count("undotted") == 0);
+}
+
+TEST_CASE("The hold action prints the hold line its caller passes instead of the generic one",
+          "[failpoint]") {
+  Child child([] {
+    ConfigureFailpoints(std::string(kPoint) + "=hold");
+    HitFailpoint(kPoint, "[write] committed all, HOLD before publish; kill -9 me");
+  });
+
+  CHECK(child.ReadLine() == "[write] committed all, HOLD before publish; kill -9 me");
+  CHECK(child.QuietFor(100));
+  CHECK(child.Running());
 }

@@ -176,8 +176,8 @@ TEST_CASE("With key aggregate-id the record key is the aggregate id", "[relay]")
   CHECK(publisher.calls[0][2].event_id == "evt-3");
 }
 
-TEST_CASE("The keyset cursor claims batches of 2, 2 and 1 over five rows, then starts a new pass "
-          "from id 0",
+TEST_CASE("The keyset cursor claims batches of 2 then 2 then 1 over five rows and then starts a "
+          "new pass from id 0",
           "[relay]") {
   RelayFixture f;
   EnqueueRange(f.store, 1, 5);
@@ -221,7 +221,7 @@ TEST_CASE("A due retry behind the keyset cursor is served before the rows past i
   CHECK(IdsOf(publisher.calls.back()) == Ids{3});
 }
 
-TEST_CASE("A row in backoff is picked up once its backoff expires, and not a millisecond before",
+TEST_CASE("A row in backoff is picked up once its backoff expires and not a millisecond before",
           "[relay]") {
   RelayFixture f;
   EnqueueRange(f.store, 1, 1);
@@ -287,7 +287,7 @@ TEST_CASE("A poison row is parked after max_attempts while rows of other aggrega
 }
 
 TEST_CASE("With block-key a later row of a parked aggregate waits until the parked row is "
-          "unparked and published; with skip it is sent",
+          "unparked and published but with skip it is sent",
           "[relay]") {
   RelayFixture f;
   f.options.settle.max_attempts = 1;
@@ -311,10 +311,15 @@ TEST_CASE("With block-key a later row of a parked aggregate waits until the park
 
     publisher.failing.clear();
     REQUIRE(f.store.Unpark(1));
+    // One row per aggregate per batch, after an unpark too: row 3 rides in the batch after
+    // row 1's, so a failure of row 1 in its batch can never let row 3 overtake it.
     const BatchReport released = relay.RunBatch();
-    CHECK(released.settle.marked == 2);
+    CHECK(released.settle.marked == 1);
     REQUIRE_FALSE(publisher.calls.empty());
-    CHECK(IdsOf(publisher.calls.back()) == Ids{1, 3});  // in id order: 1 before 3
+    CHECK(IdsOf(publisher.calls.back()) == Ids{1});
+    const BatchReport follower = relay.RunBatch();
+    CHECK(follower.settle.marked == 1);
+    CHECK(IdsOf(publisher.calls.back()) == Ids{3});
     CHECK(f.PublishedIds() == Ids{1, 2, 3, 4});
   }
   SECTION("skip") {
@@ -396,7 +401,7 @@ TEST_CASE("A row whose backoff expired is retried within a bounded number of bat
   CHECK(IsPublished(f.store, 1));
 }
 
-TEST_CASE("Relay rejects batch size 0, lease 0 and max attempts 0 with ConfigError", "[relay]") {
+TEST_CASE("Relay rejects batch size 0 and lease 0 and max attempts 0 with ConfigError", "[relay]") {
   RelayFixture f;
   FakePublisher publisher;
   std::string expected;
@@ -439,8 +444,8 @@ TEST_CASE("ParseKeyChoice and ParseFailureMode accept their two words and reject
   CHECK_THAT(mode_error->what(), Catch::Contains("'" + bad + "'"));
 }
 
-TEST_CASE("An error between the ack and the mark leaves the batch claimed; after the lease it is "
-          "sent again and marked",
+TEST_CASE("An error between the ack and the mark leaves the batch claimed and after the lease it "
+          "is sent again and marked",
           "[relay][failpoint]") {
   FailpointReset reset;
   RelayFixture f;
@@ -575,7 +580,7 @@ TEST_CASE("RunRelayLoop until empty ends when the only pending row is blocked be
   CHECK(waiter.waits < 50);
 }
 
-TEST_CASE("A stop request ends the loop after the current batch, with every acked row of that "
+TEST_CASE("A stop request ends the loop after the current batch with every acked row of that "
           "batch marked",
           "[relay]") {
   RelayFixture f;
@@ -622,4 +627,48 @@ TEST_CASE("RunRelayLoop forever sleeps while idle and picks up a row written dur
   CHECK(waiter.waits == 6);
   // After the batch the idle wait starts over at idle_min_ms.
   CHECK(waiter.timeouts_ms == std::vector<int>{5, 10, 20, 5, 10, 20});
+}
+
+TEST_CASE("RunBatch reports each settle to on_settle with its token and the marked and parked "
+          "and fenced event ids",
+          "[relay]") {
+  RelayFixture f;
+  f.options.settle.max_attempts = 1;
+  f.options.lease_ms = 5000;
+  std::vector<outbox::SettleRecord> settles;
+  f.options.on_settle = [&](const outbox::SettleRecord& s) { settles.push_back(s); };
+  EnqueueAll(f.store, {EventOn(1, "A"), EventOn(2, "B"), EventOn(3, "C")});
+
+  SECTION("marked and parked") {
+    RowFailingPublisher publisher;
+    publisher.failing = {2};
+    Relay relay(f.store, publisher, f.options);
+    const BatchReport report = relay.RunBatch();
+    REQUIRE(settles.size() == 1);
+    CHECK(settles[0].token == report.token);
+    CHECK(settles[0].marked == std::vector<std::string>{"evt-1", "evt-3"});
+    CHECK(settles[0].parked == std::vector<std::string>{"evt-2"});
+    CHECK(settles[0].fenced.empty());
+  }
+  SECTION("fenced: the lease ran out during the send and another relay took the rows over") {
+    FakePublisher other_publisher;
+    RelayOptions other_options = f.options;
+    other_options.on_settle = nullptr;
+    Relay other(f.store, other_publisher, other_options);
+    FakePublisher publisher;
+    bool took_over = false;
+    publisher.on_publish = [&](const std::vector<outbox::OutboundMessage>&) {
+      if (took_over) return;
+      took_over = true;
+      f.clock.now_ms += f.options.lease_ms;  // this relay's lease is gone
+      REQUIRE(other.RunBatch().settle.marked == 3);
+    };
+    Relay relay(f.store, publisher, f.options);
+    const BatchReport report = relay.RunBatch();
+    CHECK(report.settle.fenced == 3);
+    REQUIRE(settles.size() == 1);
+    CHECK(settles[0].token == report.token);
+    CHECK(settles[0].marked.empty());
+    CHECK(settles[0].fenced == std::vector<std::string>{"evt-1", "evt-2", "evt-3"});
+  }
 }

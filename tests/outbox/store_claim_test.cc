@@ -192,7 +192,7 @@ TEST_CASE("SettleBatch settles a claim whose lease ran out when nobody claimed i
 }
 
 TEST_CASE("block_key holds back later rows of an aggregate behind an earlier row that is in "
-          "backoff, parked or claimed, but not rows of other aggregates",
+          "backoff or parked or claimed but not rows of other aggregates",
           "[store]") {
   StoreFixture f;
   // Rows 1, 2 and 4 belong to aggregate A, row 3 to B.
@@ -259,8 +259,8 @@ TEST_CASE("SettleBatch marks acked rows published at now and clears their claim"
   CHECK(f.store.Count().published == 2);
 }
 
-TEST_CASE("SettleBatch backs a failing row off by base, 2*base, 4*base... up to the cap and "
-          "parks it at max_attempts",
+TEST_CASE("SettleBatch backs a failing row off by base then twice then four times base up to the "
+          "cap and parks it at max_attempts",
           "[store]") {
   struct Case {
     std::int64_t base_ms;
@@ -323,7 +323,8 @@ TEST_CASE("SettleBatch backs a failing row off by base, 2*base, 4*base... up to 
   CHECK(f.store.PendingCount() == 0);
 }
 
-TEST_CASE("SettleBatch handles acked, retried and parked rows of one batch together", "[store]") {
+TEST_CASE("SettleBatch handles acked and retried and parked rows of one batch together",
+          "[store]") {
   StoreFixture f;
   EnqueueRange(f.store, 1, 4);
   REQUIRE(f.FailOnce({4}, kNowMs, SettlePolicy{}, /*after_id=*/3).retried == 1);  // attempts 1
@@ -344,7 +345,7 @@ TEST_CASE("SettleBatch handles acked, retried and parked rows of one batch toget
   CHECK(IntColumn(f.store, "parked_at", 4) == now);
 }
 
-TEST_CASE("Unpark makes one parked row claimable again with attempts reset; UnparkAll unparks "
+TEST_CASE("Unpark makes one parked row claimable again with attempts reset and UnparkAll unparks "
           "every parked row",
           "[store]") {
   StoreFixture f;
@@ -371,7 +372,8 @@ TEST_CASE("Unpark makes one parked row claimable again with attempts reset; Unpa
   CHECK(IdsOf(f.store.ClaimBatch(Request(kNowMs + 1)).rows) == Ids{1, 3});
 }
 
-TEST_CASE("Status counts unpublished, in-backoff, parked, claimed and published rows at now",
+TEST_CASE("Status counts unpublished and in-backoff and parked and claimed and published rows at "
+          "now",
           "[store]") {
   StoreFixture f;
   SECTION("an empty outbox") {
@@ -414,7 +416,7 @@ TEST_CASE("Status counts unpublished, in-backoff, parked, claimed and published 
   }
 }
 
-TEST_CASE("HasClaimable is false while every pending row is claimed, parked or in backoff",
+TEST_CASE("HasClaimable is false while every pending row is claimed or parked or in backoff",
           "[store]") {
   StoreFixture f;
   EnqueueRange(f.store, 1, 3);

@@ -183,7 +183,8 @@ TEST_CASE("A duplicate loan id throws SQLITE_CONSTRAINT_PRIMARYKEY and writes no
   REQUIRE(store->Count().total == 0);
 }
 
-TEST_CASE("FetchUnpublished pages by id after after_id, skips published rows and honours limit",
+TEST_CASE("FetchUnpublished pages by id after after_id and skips published rows and honours "
+          "limit",
           "[store]") {
   TempDir dir;
   Store store(dir.File("lab.db"), StoreOptions{}, OpenMode::kCreate);
@@ -214,7 +215,7 @@ TEST_CASE("FetchUnpublished pages by id after after_id, skips published rows and
   CHECK(row5.front().event.event_id == MakeEvent(5).event_id);
 }
 
-TEST_CASE("MarkPublished returns true once, then false, and false for a missing row", "[store]") {
+TEST_CASE("MarkPublished returns true once and then false and false for a missing row", "[store]") {
   TempDir dir;
   Store store(dir.File("lab.db"), StoreOptions{}, OpenMode::kCreate);
   store.ResetSchema();
@@ -407,7 +408,7 @@ TEST_CASE("A write throws SQLITE_BUSY after busy_timeout_ms while another connec
   REQUIRE(store.Count().published == 1);
 }
 
-TEST_CASE("ParseSynchronous accepts off, normal, full and extra and rejects anything else",
+TEST_CASE("ParseSynchronous accepts off and normal and full and extra and rejects anything else",
           "[store]") {
   using outbox::Synchronous;
   CHECK(outbox::ParseSynchronous("off") == Synchronous::kOff);
