@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "lab/json_bytes.h"
+
 namespace outbox::cli {
 
 void AddPublishOptions(CLI::App& sub, PublishOptions& options) {
@@ -29,7 +31,7 @@ void PrintDeliveryFailure(const char* tag, const ChapterRelayStep& step,
                           const kafka::KafkaPublisher& publisher) {
   const std::string client_error = publisher.LastClientError();
   fmt::print("[{}] outboxId={} key={} delivery FAILED: {}{}; left unpublished\n", tag, step.row.id,
-             step.row.event.event_id, step.delivery.error,
+             lab::EscapeBytes(step.row.event.event_id), step.delivery.error,
              client_error.empty() ? "" : fmt::format("; last client error: {}", client_error));
 }
 
