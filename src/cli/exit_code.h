@@ -17,6 +17,7 @@ enum class ExitCode : int {
   kPrecondition = 10,      // the command cannot run on this data (e.g. rollback with no event)
   kDbError = 11,           // any other SQLite error
   kFailpoint = 12,         // a failpoint's `error` action fired (OUTBOX_FAILPOINTS)
+  kParkedRows = 13,        // relay --fail-on-parked: finished with parked rows in the outbox
   kInternal = 70,          // a bug: an unexpected exception
 };
 

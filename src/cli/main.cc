@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
       AddStatusCommand(app, global),      AddMetricsCommand(app, global),
       AddPurgeCommand(app, global),       AddUnparkCommand(app, global),
       AddBenchCommand(app, global),       AddReportCommand(app, global),
+      AddParkedCommand(app, global),
   };
 
   try {

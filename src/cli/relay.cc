@@ -9,8 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "lab/json_bytes.h"
 #include "cli/duration.h"
 #include "lab/recording_publisher.h"
+#include "lab/relay_owner.h"
 #include "outbox/change_watcher.h"
 #include "outbox/error.h"
 #include "outbox/kafka/kafka_publisher.h"
@@ -33,6 +35,7 @@ struct RelayCliOptions {
   std::string idle_max = "1s";
   std::string owner;
   bool quiet = false;
+  bool fail_on_parked = false;
   bool json = false;
 };
 
@@ -58,10 +61,22 @@ class StopSignalFd {
   int fd_ = -1;
 };
 
-std::string DefaultOwner() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return fmt::format("relay-{}@{}", getpid(), host);
+
+// At start, before this relay claims anything: the claims of owners on this
+// host whose process is gone (a relay killed mid-batch) are released, so
+// their rows go out now instead of after the lease. With the default owner
+// name, claims under our own name are a previous relay that had our pid (a
+// container's PID 1) and are released too.
+void ReleaseDeadOwners(Store& store, const std::string& self, bool default_owner) {
+  for (const ClaimOwner& claim : store.ClaimOwners(store.clock().EpochMs())) {
+    const bool earlier_self = default_owner && claim.owner == self;
+    if (!earlier_self && lab::OwnerLivenessHere(claim.owner) != lab::OwnerLiveness::kDead)
+      continue;
+    const std::int64_t released = store.ReleaseClaimsOf(claim.owner);
+    fmt::print("[relay] released {} rows claimed by dead owner {} {} ms ago\n", released,
+               lab::EscapeBytes(claim.owner), claim.age_ms);
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace
@@ -101,6 +116,9 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str();
   sub->add_option("--owner", o->owner, "Name recorded with claims (default relay-PID@HOST)");
   sub->add_flag("--quiet", o->quiet, "Print only the final line");
+  sub->add_flag("--fail-on-parked", o->fail_on_parked,
+                "Exit 13 instead of 0 when parked rows are left in the outbox at the end (for CI "
+                "that asserts every event was delivered; list them with `parked`)");
   sub->add_flag("--json", o->json,
                 "Print JSON lines instead: {\"report\":\"batch\",...} per batch (unless --quiet), "
                 "then {\"report\":\"final\",\"stopped\":...,\"batches\":...,...}");
@@ -115,7 +133,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             relay_options.settle.backoff_base_ms = ParseDurationMs("--backoff-base", o->backoff_base);
             relay_options.settle.backoff_max_ms = ParseDurationMs("--backoff-max", o->backoff_max);
             relay_options.lease_ms = ParseDurationMs("--lease", o->lease);
-            relay_options.owner = o->owner.empty() ? DefaultOwner() : o->owner;
+            relay_options.owner = o->owner.empty() ? lab::DefaultRelayOwner() : o->owner;
             const std::int64_t send_timeout_ms = ParseDurationMs("--send-timeout", o->send_timeout);
             const std::int64_t idle_max_ms = ParseDurationMs("--idle-max", o->idle_max);
             if (send_timeout_ms <= 0 || send_timeout_ms > 3'600'000)
@@ -141,6 +159,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
               relay_options.on_settle = [h = history.get()](const SettleRecord& settle) {
                 lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
               };
+            ReleaseDeadOwners(store, relay_options.owner, o->owner.empty());
             Relay relay(store, recording, relay_options);
             ChangeWatcher watcher(global.db, stop.get());
 
@@ -159,7 +178,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                         {"failed", batch.failed},     {"marked", batch.settle.marked},
                         {"retried", batch.settle.retried}, {"parked", batch.settle.parked},
                         {"fenced", batch.settle.fenced}};
-                    fmt::print("{}\n", line.dump());
+                    fmt::print("{}\n", lab::DumpJson(line));
                     std::fflush(stdout);
                     return;
                   }
@@ -170,22 +189,25 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                              batch.settle.fenced);
                   std::fflush(stdout);
                 });
+            const std::int64_t parked_left = store.Status(store.clock().EpochMs()).parked;
+            const ExitCode done =
+                o->fail_on_parked && parked_left > 0 ? ExitCode::kParkedRows : ExitCode::kOk;
             if (o->json) {
               const nlohmann::ordered_json final_report = {
                   {"report", "final"},       {"stopped", report.stopped},
                   {"batches", report.batches}, {"acked", report.acked},
                   {"marked", report.marked}, {"failed", report.failed},
                   {"parked", report.parked}, {"fenced", report.fenced},
-                  {"pending", store.PendingCount()}};
-              fmt::print("{}\n", final_report.dump());
-              return ExitCode::kOk;
+                  {"pending", store.PendingCount()}, {"parked_left", parked_left}};
+              fmt::print("{}\n", lab::DumpJson(final_report));
+              return done;
             }
             fmt::print("[relay] {} batches={} acked={} marked={} failed={} parked={} fenced={} "
                        "pending={}\n",
                        report.stopped ? "stopped on signal:" : "done:", report.batches,
                        report.acked, report.marked, report.failed, report.parked, report.fenced,
                        store.PendingCount());
-            return ExitCode::kOk;
+            return done;
           }};
 }
 
