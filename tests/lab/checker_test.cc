@@ -196,7 +196,7 @@ TEST_CASE("CheckRun reports a later event of an aggregate seen first on the same
   CheckerFixture f;
   f.WriteLoans(1);  // evt-1001 on L-1001, outbox id 1
   for (const char* id : {"evt-1001-b", "evt-1001-c"}) {  // ids 2, 3 on the same loan
-    outbox::OutboxEvent event{id, "L-1001", "LoanUpdated", "{}", 1};
+    outbox::OutboxEvent event{id, "L-1001", "LoanUpdated", "{}", outbox::testing::kNowMs};
     auto txn = f.store->BeginWrite();
     f.store->Enqueue(txn, event);
     txn.Commit();
@@ -349,7 +349,8 @@ TEST_CASE("A relay settle is recorded as marks and fenced marks and parks with i
   TempDir dir;
   const std::string path = dir.File("history.jsonl");
   {
-    outbox::lab::History history(path);
+    outbox::SystemClock clock;
+    outbox::lab::History history(path, clock);
     outbox::lab::RecordSettle(&history, 12, {"evt-1"}, {"evt-2"}, {"evt-3"});
     outbox::lab::RecordSettle(nullptr, 13, {"evt-4"}, {}, {});  // no history: nothing
   }

@@ -660,7 +660,7 @@ TEST_CASE("RunBatch reports each settle to on_settle with its token and the mark
     publisher.on_publish = [&](const std::vector<outbox::OutboundMessage>&) {
       if (took_over) return;
       took_over = true;
-      f.clock.now_ms += f.options.lease_ms;  // this relay's lease is gone
+      f.clock.AdvanceMs(f.options.lease_ms);  // this relay's lease is gone
       REQUIRE(other.RunBatch().settle.marked == 3);
     };
     Relay relay(f.store, publisher, f.options);

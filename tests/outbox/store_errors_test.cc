@@ -21,7 +21,7 @@ using outbox::testing::WriteFileBytes;
 TEST_CASE("ResultCodeName names primary and extended codes and never prints a bare number",
           "[sqlite]") {
   CHECK(ResultCodeName(SQLITE_NOTADB) == "SQLITE_NOTADB");
-  CHECK(ResultCodeName(4874) == "SQLITE_IOERR_SHMOPEN");  // the "SQLITE_4874"
+  CHECK(ResultCodeName(4874) == "SQLITE_IOERR_SHMSIZE");  // the "SQLITE_4874"
   CHECK(ResultCodeName(SQLITE_IOERR_WRITE) == "SQLITE_IOERR_WRITE");
   CHECK(ResultCodeName(SQLITE_CONSTRAINT_TRIGGER) == "SQLITE_CONSTRAINT_TRIGGER");
   CHECK(ResultCodeName(SQLITE_READONLY_DIRECTORY) == "SQLITE_READONLY_DIRECTORY");
