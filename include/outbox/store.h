@@ -9,6 +9,7 @@
 // The store owns its connection; one Store per thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -71,8 +72,12 @@ struct OutboxSnapshot {
 // The schema version kept in PRAGMA user_version. 1 is the chapter's table;
 // 2 adds the relay's columns (published_at, attempts, last_error,
 // next_attempt_at, parked_at, claim_*) and the fencing-token counter.
-// Opening an older database migrates it in one transaction.
-inline constexpr int kSchemaVersion = 2;
+// 3 adds claimed_at (when a claim was taken, for its age in status), gives created_at a default from the database clock (epoch ms) and rejects
+// an INSERT or UPDATE whose created_at is not an integer epoch ms between
+// 2000-01-01 and 2100-01-01 (README, "Writing to the outbox from your
+// application"). Opening an older database migrates it in one transaction;
+// rows that already break the contract are kept and reported by Status().
+inline constexpr int kSchemaVersion = 3;
 
 // A batch claimed by one relay (Store::ClaimBatch).
 struct Claim {
@@ -116,6 +121,14 @@ struct SettleReport {
   std::vector<std::int64_t> fenced_ids;
 };
 
+// The unexpired claims of one relay (Store::ClaimOwners).
+struct ClaimOwner {
+  std::string owner;  // ClaimRequest::owner, e.g. "relay-4242@host"
+  std::int64_t rows = 0;
+  std::int64_t age_ms = 0;         // since its oldest claim was taken, ms
+  std::int64_t expires_in_ms = 0;  // until its last lease runs out, ms
+};
+
 // Everything status and metrics report, read in one transaction.
 // "unpublished" means one thing everywhere (verify, status, Count): not yet
 // published, parked rows included. "pending" is the part a relay still works
@@ -123,12 +136,40 @@ struct SettleReport {
 struct OutboxStatus {
   std::int64_t unpublished = 0;     // not published: pending + parked
   std::int64_t pending = 0;         // not published, not parked
-  std::int64_t oldest_pending_age_ms = 0;  // now - oldest pending created_at, >= 0; 0 when none
+  // now - oldest pending created_at, >= 0; 0 when none. Over rows whose
+  // created_at keeps the contract only, so it is never an impossible age.
+  std::int64_t oldest_pending_age_ms = 0;
   std::int64_t in_backoff = 0;      // unpublished rows whose next attempt is in the future
   std::int64_t parked = 0;
   std::int64_t claimed = 0;         // unpublished rows under an unexpired claim
   std::int64_t published = 0;       // published rows still in the table
   std::int64_t archived = 0;        // rows in outbox_archive
+  // Unpublished rows whose created_at breaks the contract (not an integer
+  // epoch ms between 2000 and 2100: seconds, text), written before schema 3.
+  std::int64_t bad_created_at = 0;
+  std::vector<std::int64_t> bad_created_at_ids;  // the first kBadCreatedAtIdsShown, in id order
+};
+
+inline constexpr std::size_t kBadCreatedAtIdsShown = 20;
+
+// An unpublished row that failed at least once: parked, or waiting in backoff.
+struct TroubledRow {
+  std::int64_t id = 0;
+  std::string event_id;
+  std::string aggregate_id;
+  std::string event_type;
+  bool parked = false;
+  std::int64_t attempts = 0;
+  std::string last_error;  // the delivery error of the last attempt, as the publisher said it
+  // now - created_at in ms, >= 0; 0 when created_at breaks the contract (see Status).
+  std::int64_t age_ms = 0;
+  std::int64_t next_attempt_at_ms = 0;  // epoch ms; meaningful when not parked
+};
+
+struct TroubledRows {
+  std::int64_t parked = 0;   // all parked rows
+  std::int64_t failing = 0;  // all unparked, unpublished rows with attempts > 0
+  std::vector<TroubledRow> rows;  // the first limit of them, parked first, then in id order
 };
 
 struct PurgeReport {
@@ -146,7 +187,10 @@ class Store {
   // kCreate: creates missing parent directories; throws DbError with
   //   SQLITE_CANTOPEN when a directory or the file cannot be created.
   // Both throw DbError: SQLITE_NOTADB for a file that is not SQLite,
-  //   SQLITE_BUSY when another process holds a lock past the busy timeout.
+  //   SQLITE_BUSY when another process holds a lock past the busy timeout,
+  //   SQLITE_IOERR_SHMOPEN when the WAL's -shm file cannot be created; its
+  //   message reads "open database 'F': <the problem> (SQLITE_NAME)", never
+  //   the SQL that met the problem.
   Store(const std::string& path, const StoreOptions& options, OpenMode mode);
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -245,12 +289,28 @@ class Store {
                            const std::vector<FailedDelivery>& failed, const SettlePolicy& policy,
                            std::int64_t now_ms);
 
+  // Owners holding unexpired claims at now_ms (epoch ms), by owner name. Read
+  // only. Throws DbError.
+  std::vector<ClaimOwner> ClaimOwners(std::int64_t now_ms);
+
+  // Releases every claim of owner, expired or not, without recording an
+  // attempt: for a relay known to be dead (its process no longer exists), so
+  // its rows need not wait out the lease. The caller must be sure: a live
+  // owner's settle is then fenced out and its in-flight rows may be sent
+  // twice (at-least-once, never lost). Returns the rows released. Throws DbError.
+  std::int64_t ReleaseClaimsOf(const std::string& owner);
+
   // Releases a claim without recording anything (e.g. on shutdown before
   // producing). Throws DbError.
   void ReleaseClaim(std::int64_t token);
 
   // Counts for status/metrics at now_ms. Throws DbError.
   OutboxStatus Status(std::int64_t now_ms);
+
+  // Parked and failing rows at now_ms (epoch ms), at most limit (> 0) listed,
+  // for an operator deciding what to unpark. Read only. Throws ConfigError
+  // for limit <= 0, DbError.
+  TroubledRows ListTroubled(std::int64_t now_ms, std::int64_t limit);
 
   // Makes a parked row claimable again (attempts reset to 0). Returns false
   // when id does not exist or is not parked. Throws DbError.
@@ -274,7 +334,9 @@ class Store {
   Clock& clock() const noexcept { return *clock_; }
 
  private:
+  void Open(const StoreOptions& options, OpenMode mode);  // the constructor's work past the open
   void Migrate();
+  void MigrateToV3();
 
   SystemClock system_clock_;  // used when StoreOptions::clock is null
   Clock* clock_;              // not owned

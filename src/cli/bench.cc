@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "lab/json_bytes.h"
 #include "lab/bench_report.h"
 #include "lab/benchmark.h"
 #include "lab/report.h"
@@ -171,7 +172,7 @@ void PrintJson(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
                            {check.at_least ? "min" : "max", check.target},
                            {"pass", check.pass()}};
   out["targets"] = targets;
-  fmt::print("{}\n", out.dump());
+  fmt::print("{}\n", lab::DumpJson(out));
 }
 
 }  // namespace

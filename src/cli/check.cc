@@ -5,11 +5,22 @@
 
 #include "cli/command.h"
 #include "cli/duration.h"
+#include "lab/json_bytes.h"
 #include "lab/checker.h"
 #include "lab/loans.h"
 #include "lab/reconciliation.h"
 
 namespace outbox::cli {
+namespace {
+
+// Ids come from rows other programs wrote: shown escaped (lab::EscapeBytes).
+std::string Join(const std::vector<std::string>& items) {
+  std::string text;
+  for (const auto& item : items) text += (text.empty() ? "" : ", ") + lab::EscapeBytes(item);
+  return text;
+}
+
+}  // namespace
 
 Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
   CLI::App* sub = app.add_subcommand(
@@ -108,7 +119,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                         out["expectations_met"] = mismatches.empty();
                         out["mismatches"] = mismatches;
                       }
-                      fmt::print("{}\n", out.dump());
+                      fmt::print("{}\n", lab::DumpJson(out));
                     } else {
                       fmt::print("[check] business={} outbox={} kafka-records={}\n", r.business_rows,
                                  r.outbox_rows, r.kafka_records);

@@ -92,6 +92,7 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global);
 Command AddMetricsCommand(CLI::App& app, const GlobalOptions& global);
 Command AddPurgeCommand(CLI::App& app, const GlobalOptions& global);
 Command AddUnparkCommand(CLI::App& app, const GlobalOptions& global);
+Command AddParkedCommand(CLI::App& app, const GlobalOptions& global);
 Command AddBenchCommand(CLI::App& app, const GlobalOptions& global);
 Command AddReportCommand(CLI::App& app, const GlobalOptions& global);
 Command AddPowerCutCommand(CLI::App& app, const GlobalOptions& global);

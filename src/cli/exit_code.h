@@ -18,6 +18,7 @@ enum class ExitCode : int {
   kDbError = 11,           // any other SQLite error
   kFailpoint = 12,         // a failpoint's `error` action fired (OUTBOX_FAILPOINTS)
   kSystem = 13,            // an OS call failed: inotify, socket, signalfd, history file, fork
+  kParkedRows = 14,        // relay --fail-on-parked: finished with parked rows in the outbox
   kInternal = 70,          // a bug: an unexpected exception
 };
 

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "lab/json_bytes.h"
 #include "cli/publishing.h"
 #include "lab/loans.h"
 #include "lab/recording_publisher.h"
@@ -27,7 +28,7 @@ Command AddPublishCommand(CLI::App& app, const GlobalOptions& global) {
                   if (step.marked) lab::Note(history.get(), "ok", "mark", step.row.event.event_id);
                   if (step.delivery.ok)
                     fmt::print("[publish] outboxId={} key={} offset={} marked={}\n", step.row.id,
-                               step.row.event.event_id, step.delivery.offset,
+                               lab::EscapeBytes(step.row.event.event_id), step.delivery.offset,
                                step.marked ? ++marked_so_far : marked_so_far);
                   else
                     PrintDeliveryFailure("publish", step, *publisher);

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "lab/json_bytes.h"
 #include "cli/publishing.h"
 #include "lab/lab_failpoints.h"
 #include "lab/loans.h"
@@ -28,7 +29,7 @@ Command AddPublishHoldCommand(CLI::App& app, const GlobalOptions& global) {
                 [&](const PerRowRelayStep& step) {
                   if (step.delivery.ok)
                     fmt::print("[send] outboxId={} key={} partition={} offset={}\n", step.row.id,
-                               step.row.event.event_id, step.delivery.partition,
+                               lab::EscapeBytes(step.row.event.event_id), step.delivery.partition,
                                step.delivery.offset);
                   else
                     PrintDeliveryFailure("send", step, *publisher);

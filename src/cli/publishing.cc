@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "cli/duration.h"
+#include "lab/json_bytes.h"
 
 namespace outbox::cli {
 
@@ -34,7 +35,7 @@ void PrintDeliveryFailure(const char* tag, const PerRowRelayStep& step,
                           const kafka::KafkaPublisher& publisher) {
   const std::string client_error = publisher.LastClientError();
   fmt::print("[{}] outboxId={} key={} delivery FAILED: {}{}; left unpublished\n", tag, step.row.id,
-             step.row.event.event_id, step.delivery.error,
+             lab::EscapeBytes(step.row.event.event_id), step.delivery.error,
              client_error.empty() ? "" : fmt::format("; last client error: {}", client_error));
 }
 

@@ -10,9 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "lab/json_bytes.h"
 #include "cli/duration.h"
 #include "cli/publishing.h"
 #include "lab/recording_publisher.h"
+#include "lab/relay_owner.h"
 #include "outbox/change_watcher.h"
 #include "outbox/duration.h"
 #include "outbox/error.h"
@@ -36,6 +38,7 @@ struct RelayCliOptions {
   std::int64_t idle_max_ms = 1000;
   std::string owner;
   bool quiet = false;
+  bool fail_on_parked = false;
   bool json = false;
 };
 
@@ -61,10 +64,22 @@ class StopSignalFd {
   int fd_ = -1;
 };
 
-std::string DefaultOwner() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return fmt::format("relay-{}@{}", getpid(), host);
+
+// At start, before this relay claims anything: the claims of owners on this
+// host whose process is gone (a relay killed mid-batch) are released, so
+// their rows go out now instead of after the lease. With the default owner
+// name, claims under our own name are a previous relay that had our pid (a
+// container's PID 1) and are released too.
+void ReleaseDeadOwners(Store& store, const std::string& self, bool default_owner) {
+  for (const ClaimOwner& claim : store.ClaimOwners(store.clock().EpochMs())) {
+    const bool earlier_self = default_owner && claim.owner == self;
+    if (!earlier_self && lab::OwnerLivenessHere(claim.owner) != lab::OwnerLiveness::kDead)
+      continue;
+    const std::int64_t released = store.ReleaseClaimsOf(claim.owner);
+    fmt::print("[relay] released {} rows claimed by dead owner {} {} ms ago\n", released,
+               lab::EscapeBytes(claim.owner), claim.age_ms);
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace
@@ -109,6 +124,9 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                     60'000);
   sub->add_option("--owner", o->owner, "Name recorded with claims (default relay-PID@HOST)");
   sub->add_flag("--quiet", o->quiet, "Print only the final line");
+  sub->add_flag("--fail-on-parked", o->fail_on_parked,
+                "Exit 14 instead of 0 when parked rows are left in the outbox at the end (for CI "
+                "that asserts every event was delivered; list them with `parked`)");
   sub->add_flag("--json", o->json,
                 "Print JSON lines instead: {\"report\":\"batch\",...} per batch (unless --quiet), "
                 "then {\"report\":\"final\",\"stopped\":...,\"batches\":...,...}");
@@ -121,7 +139,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             relay_options.settle.backoff_base_ms = o->backoff_base_ms;
             relay_options.settle.backoff_max_ms = o->backoff_max_ms;
             relay_options.lease_ms = o->lease_ms;
-            relay_options.owner = o->owner.empty() ? DefaultOwner() : o->owner;
+            relay_options.owner = o->owner.empty() ? lab::DefaultRelayOwner() : o->owner;
             if (o->lease_ms <= o->delivery_timeout_ms)
               throw CommandError(
                   ExitCode::kUsage,
@@ -143,6 +161,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
               relay_options.on_settle = [h = history.get()](const SettleRecord& settle) {
                 lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
               };
+            ReleaseDeadOwners(store, relay_options.owner, o->owner.empty());
             Relay relay(store, recording, relay_options);
             ChangeWatcher watcher(global.db, stop.get());
 
@@ -161,7 +180,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                         {"failed", batch.failed},     {"marked", batch.settle.marked},
                         {"retried", batch.settle.retried}, {"parked", batch.settle.parked},
                         {"fenced", batch.settle.fenced}};
-                    fmt::print("{}\n", line.dump());
+                    fmt::print("{}\n", lab::DumpJson(line));
                     std::fflush(stdout);
                     return;
                   }
@@ -172,15 +191,19 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                              batch.settle.fenced);
                   std::fflush(stdout);
                 });
+            const std::int64_t parked_left = store.Status(store.clock().EpochMs()).parked;
+            const ExitCode done =
+                o->fail_on_parked && parked_left > 0 ? ExitCode::kParkedRows : ExitCode::kOk;
             if (o->json) {
               const nlohmann::ordered_json final_report = {
                   {"report", "final"},       {"stopped", report.stopped},
                   {"batches", report.batches}, {"acked", report.acked},
                   {"marked", report.marked}, {"failed", report.failed},
                   {"parked", report.parked}, {"fenced", report.fenced},
-                  {"pending", store.PendingCount()}, {"io_errors", report.io_errors}};
-              fmt::print("{}\n", final_report.dump());
-              return ExitCode::kOk;
+                  {"pending", store.PendingCount()}, {"io_errors", report.io_errors},
+                  {"parked_left", parked_left}};
+              fmt::print("{}\n", lab::DumpJson(final_report));
+              return done;
             }
             if (report.io_errors > 0)
               fmt::print("[relay] retried {} batches after an I/O error\n", report.io_errors);
@@ -189,7 +212,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                        report.stopped ? "stopped on signal:" : "done:", report.batches,
                        report.acked, report.marked, report.failed, report.parked, report.fenced,
                        store.PendingCount());
-            return ExitCode::kOk;
+            return done;
           }};
 }
 

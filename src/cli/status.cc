@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -7,7 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "lab/json_bytes.h"
 #include "lab/loans.h"
+#include "lab/relay_owner.h"
 #include "outbox/error.h"
 
 namespace outbox::cli {
@@ -16,6 +19,17 @@ namespace {
 OutboxStatus ReadStatus(const GlobalOptions& global) {
   Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
   return store.Status(store.clock().EpochMs());
+}
+
+struct StatusView {
+  OutboxStatus status;
+  std::vector<ClaimOwner> owners;
+};
+
+StatusView ReadStatusView(const GlobalOptions& global) {
+  Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
+  const std::int64_t now_ms = store.clock().EpochMs();
+  return {store.Status(now_ms), store.ClaimOwners(now_ms)};
 }
 
 // Prometheus text exposition format, version 0.0.4.
@@ -35,6 +49,9 @@ std::string PrometheusText(const OutboxStatus& s) {
   gauge("outbox_published_rows", "Published rows still in the outbox table (until purge).",
         s.published);
   gauge("outbox_archived_rows", "Rows in outbox_archive.", s.archived);
+  gauge("outbox_bad_created_at_rows",
+        "Unpublished rows whose created_at is not epoch ms (left out of the oldest age).",
+        s.bad_created_at);
   return out;
 }
 
@@ -47,7 +64,8 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
   auto json = std::make_shared<bool>(false);
   sub->add_flag("--json", *json, "Print one JSON object");
   return {sub, [&global, json]() -> ExitCode {
-            const OutboxStatus s = ReadStatus(global);
+            const StatusView view = ReadStatusView(global);
+            const OutboxStatus& s = view.status;
             if (*json) {
               nlohmann::ordered_json out;
               out["unpublished"] = s.unpublished;
@@ -58,12 +76,32 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
               out["claimed"] = s.claimed;
               out["published"] = s.published;
               out["archived"] = s.archived;
-              fmt::print("{}\n", out.dump());
+              out["bad_created_at"] = s.bad_created_at;
+              out["bad_created_at_ids"] = s.bad_created_at_ids;
+              out["claims"] = nlohmann::ordered_json::array();
+              for (const ClaimOwner& c : view.owners)
+                out["claims"].push_back(
+                    {{"owner", c.owner}, {"rows", c.rows}, {"age_ms", c.age_ms},
+                     {"expires_in_ms", c.expires_in_ms},
+                     {"owner_process", lab::OwnerLivenessName(lab::OwnerLivenessHere(c.owner))}});
+              fmt::print("{}\n", lab::DumpJson(out));
             } else {
               fmt::print("[status] unpublished={} pending={} oldest-pending-age-ms={} "
                          "in-backoff={} parked={} claimed={} published={} archived={}\n",
                          s.unpublished, s.pending, s.oldest_pending_age_ms, s.in_backoff,
                          s.parked, s.claimed, s.published, s.archived);
+              if (s.bad_created_at > 0)
+                fmt::print("[status] bad-created-at={} ids={}{}: created_at is not epoch ms; "
+                           "left out of the oldest age\n",
+                           s.bad_created_at, fmt::join(s.bad_created_at_ids, ","),
+                           s.bad_created_at > static_cast<std::int64_t>(s.bad_created_at_ids.size())
+                               ? ",..."
+                               : "");
+              for (const ClaimOwner& c : view.owners)
+                fmt::print("[status] claim owner={} rows={} age-ms={} expires-in-ms={} "
+                           "owner-process={}\n",
+                           lab::EscapeBytes(c.owner), c.rows, c.age_ms, c.expires_in_ms,
+                           lab::OwnerLivenessName(lab::OwnerLivenessHere(c.owner)));
             }
             return ExitCode::kOk;
           }};

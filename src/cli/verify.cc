@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "cli/duration.h"
+#include "lab/json_bytes.h"
 #include "lab/loans.h"
 #include "lab/reconciliation.h"
 
@@ -21,9 +22,10 @@ struct VerifyOptions {
 
 std::string DuplicateList(const lab::KafkaReconciliation& kafka) {
   if (kafka.duplicates.empty()) return "none";
-  std::vector<std::string> items;
-  for (const auto& [id, count] : kafka.duplicates) items.push_back(fmt::format("{} x{}", id, count));
-  return fmt::format("{}", fmt::join(items, ", "));
+  std::string text;
+  for (const auto& [id, count] : kafka.duplicates)
+    text += fmt::format("{}{} x{}", text.empty() ? "" : ", ", lab::EscapeBytes(id), count);
+  return text;
 }
 
 void PrintText(const lab::DbSnapshot& db, const std::optional<lab::KafkaReconciliation>& kafka,
@@ -34,10 +36,10 @@ void PrintText(const lab::DbSnapshot& db, const std::optional<lab::KafkaReconcil
              topic, kafka->records, kafka->distinct_event_ids, kafka->duplicates.size(),
              kafka->missing.size(), kafka->unexpected.size());
   for (const auto& [id, count] : kafka->duplicates)
-    fmt::print("[verify] duplicate {} x{}\n", id, count);
-  for (const auto& id : kafka->missing) fmt::print("[verify] missing {} (in outbox, not in Kafka)\n", id);
+    fmt::print("[verify] duplicate {} x{}\n", lab::EscapeBytes(id), count);
+  for (const auto& id : kafka->missing) fmt::print("[verify] missing {} (in outbox, not in Kafka)\n", lab::EscapeBytes(id));
   for (const auto& id : kafka->unexpected)
-    fmt::print("[verify] unexpected {} (in Kafka, not in outbox)\n", id);
+    fmt::print("[verify] unexpected {} (in Kafka, not in outbox)\n", lab::EscapeBytes(id));
   fmt::print("\n{:<26} {}\n", "reconciliation", "value");
   fmt::print("{:<26} {}\n", "business rows", db.business_loans);
   fmt::print("{:<26} {}\n", "outbox rows", db.outbox.total);
@@ -121,7 +123,7 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
                 out["expectations_met"] = mismatches.empty();
                 out["mismatches"] = mismatches;
               }
-              fmt::print("{}\n", out.dump());
+              fmt::print("{}\n", lab::DumpJson(out));
             } else {
               PrintText(db, kafka, global.topic);
               for (const auto& line : mismatches) fmt::print("[verify] MISMATCH {}\n", line);

@@ -197,7 +197,7 @@ TEST_CASE("CheckRun reports a later event of an aggregate seen first on the same
   CheckerFixture f;
   f.WriteLoans(1);  // evt-1001 on L-1001, outbox id 1
   for (const char* id : {"evt-1001-b", "evt-1001-c"}) {  // ids 2, 3 on the same loan
-    outbox::OutboxEvent event{id, "L-1001", "LoanUpdated", "{}", 1};
+    outbox::OutboxEvent event{id, "L-1001", "LoanUpdated", "{}", outbox::testing::kNowMs};
     auto txn = f.store->BeginWrite();
     f.store->Enqueue(txn, event);
     txn.Commit();

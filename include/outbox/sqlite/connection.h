@@ -24,7 +24,8 @@ struct StatementDeleter {
 // that turns SQLite result codes into exceptions.
 [[noreturn]] void ThrowDbError(sqlite3* db, int rc, std::string_view what);
 
-// Name of an (extended) result code, e.g. "SQLITE_CONSTRAINT_UNIQUE".
+// Name of an (extended) result code, e.g. "SQLITE_CONSTRAINT_UNIQUE"; a code
+// newer than the table as "SQLITE_IOERR+40" (primary name + extended number).
 std::string ResultCodeName(int rc);
 
 class Statement {
