@@ -135,22 +135,22 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                                    h.fenced_duplicates.size());
                       if (!h.marked_without_ack.empty())
                         fmt::print("[check] marked without an ack (lost-after-mark evidence): {}\n",
-                                   fmt::join(h.marked_without_ack, ", "));
+                                   Join(h.marked_without_ack));
                       fmt::print("[check] ok={} lost={} duplicated={} phantom={} atomicity={} "
                                  "lost-after-mark={} stuck={} order-violations={}\n",
                                  r.ok, r.lost.size(), r.duplicated.size(), r.phantom.size(),
                                  r.atomicity.size(), r.lost_after_mark.size(), r.stuck.size(),
                                  r.order_violations.size());
-                      if (!r.lost.empty()) fmt::print("[check] lost: {}\n", fmt::join(r.lost, ", "));
-                      if (!r.phantom.empty()) fmt::print("[check] phantom: {}\n", fmt::join(r.phantom, ", "));
-                      if (!r.atomicity.empty()) fmt::print("[check] atomicity: {}\n", fmt::join(r.atomicity, ", "));
-                      if (!r.stuck.empty()) fmt::print("[check] stuck: {}\n", fmt::join(r.stuck, ", "));
+                      if (!r.lost.empty()) fmt::print("[check] lost: {}\n", Join(r.lost));
+                      if (!r.phantom.empty()) fmt::print("[check] phantom: {}\n", Join(r.phantom));
+                      if (!r.atomicity.empty()) fmt::print("[check] atomicity: {}\n", Join(r.atomicity));
+                      if (!r.stuck.empty()) fmt::print("[check] stuck: {}\n", Join(r.stuck));
                       if (!r.undone.empty() || !r.corrupt.empty())
                         fmt::print("[check] power loss ({}): undone={} undone-phantom={} "
                                    "corrupt={}\n",
                                    r.undo_allowed ? "allowed below full" : "an error at full",
                                    r.undone.size(), r.undone_phantom.size(), r.corrupt.empty() ? 0 : 1);
-                      if (!r.undone.empty()) fmt::print("[check] undone: {}\n", fmt::join(r.undone, ", "));
+                      if (!r.undone.empty()) fmt::print("[check] undone: {}\n", Join(r.undone));
                       if (!r.corrupt.empty()) fmt::print("[check] corrupt: {}\n", r.corrupt);
                       fmt::print("[check] {}\n", r.valid() ? "valid" : "INVALID");
                       for (const auto& line : mismatches) fmt::print("[check] MISMATCH {}\n", line);
