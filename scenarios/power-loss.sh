@@ -59,6 +59,13 @@ _all_published() {
     grep -q "outbox=$LOANS published=$LOANS "
 }
 
+# _hold_or_exited PID LOG: the HOLD line is there, or PID failed kill -0 twice in a row.
+_hold_or_exited() {
+  _has_line 'HOLD' "$2" && return 0
+  if kill -0 "$1" 2>/dev/null; then _hold_gone=0; else _hold_gone=$((_hold_gone + 1)); fi
+  [ "$_hold_gone" -ge 2 ]
+}
+
 # hold_bg NAME ARGS...: the lab in the background until its own HOLD line; adds it to `live`. A
 # miss fails the cell, never the whole script: lib.sh's die would exit inside the cell's
 # redirected output, and its reason would vanish with the cell's log.
@@ -66,16 +73,13 @@ hold_bg() {
   local name=$1
   shift
   start_bg "$name" "$@"
-  # Polls the process's own output; it has exited only when kill -0 fails twice in a row.
-  local begin deadline gone=0 why='not within 30 s'
+  # Waits on the process's own HOLD line with the scripts' one bounded loop; the process counts as
+  # exited only when kill -0 fails twice in a row.
+  local begin why='not within 30 s'
   begin=$(_now_us)
-  deadline=$((begin + 30000000))
-  until _has_line 'HOLD' "$BG_LOG"; do
-    if kill -0 "$BG_PID" 2>/dev/null; then gone=0; else gone=$((gone + 1)); fi
-    [ "$gone" -ge 2 ] && { why='it exited first'; break; }
-    [ "$(_now_us)" -le "$deadline" ] || break
-    sleep 0.05
-  done
+  _hold_gone=0
+  wait_until 30 "" _hold_or_exited "$BG_PID" "$BG_LOG" || true
+  [ "$_hold_gone" -ge 2 ] && why='it exited first'
   if _has_line 'HOLD' "$BG_LOG"; then
     cat "$BG_LOG"
     live+=("$BG_PID")
