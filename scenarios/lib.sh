@@ -426,3 +426,25 @@ leave_report() {
   expect_rc 0 "report"
   echo "report: $REPORT_HTML"
 }
+
+# cell_report NAME [HISTORY]: the HTML report of one failing cell of a sweep or soak (issue 11:
+# "the crash sweep and the kill soak write one per failing cell"), from the cell's $DB and $TOPIC
+# and, when given and not empty, its history. Written to $REPORT_DIR when --report was given,
+# else to <build>/artifacts/failures ($OUTBOX_LAB_ARTIFACTS/failures), which outlives the temp
+# dir. Prints `report: FILE`; a report that cannot be written says why in the same line, and is
+# no failure of its own (the cell has failed already).
+cell_report() {
+  local name=$1 history=${2:-} dir args=()
+  dir=${REPORT_DIR:-${OUTBOX_LAB_ARTIFACTS:-$(dirname "$LAB_BIN")/artifacts}/failures}
+  [ -n "$BROKER" ] || { echo "report: none for $name (no broker to read the topic from)"; return 0; }
+  mkdir -p "$dir" || { echo "report: none for $name (cannot create $dir)"; return 0; }
+  dir=$(cd "$dir" && pwd)
+  [ -n "$history" ] && [ -s "$history" ] && args=(--history "$history")
+  lab_args
+  if "$LAB_BIN" "${LAB_ARGS[@]}" report --html "$dir/$SCENARIO-$name.html" \
+    --title "outbox-lab: $SCENARIO, failing cell $name" "${args[@]}" >"$TMP/cell-report.out" 2>&1; then
+    echo "report: $dir/$SCENARIO-$name.html"
+  else
+    echo "report: none for $name ($(tail -n 1 "$TMP/cell-report.out"))"
+  fi
+}
