@@ -110,6 +110,14 @@ struct SettlePolicy {
   std::int64_t backoff_max_ms = 60000;  // cap of the exponential delay
 };
 
+// The delay before the next attempt of a row that failed `attempts` times (>= 1), ms:
+// backoff_base_ms doubled per earlier failure, capped at backoff_max_ms.
+inline std::int64_t BackoffMs(std::int64_t attempts, const SettlePolicy& policy) {
+  std::int64_t delay = policy.backoff_base_ms;
+  for (std::int64_t i = 1; i < attempts && delay < policy.backoff_max_ms; ++i) delay *= 2;
+  return delay < policy.backoff_max_ms ? delay : policy.backoff_max_ms;
+}
+
 struct SettleReport {
   std::int64_t marked = 0;   // acknowledged rows marked published
   std::int64_t retried = 0;  // failed rows put into backoff

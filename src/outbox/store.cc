@@ -110,12 +110,6 @@ PRAGMA user_version = 3;
 constexpr const char* kCreatedAtValid =
     "(typeof(created_at) = 'integer' AND created_at BETWEEN 946684800000 AND 4102444800000)";
 
-std::int64_t BackoffMs(std::int64_t attempts, const SettlePolicy& policy) {
-  std::int64_t delay = policy.backoff_base_ms;
-  for (std::int64_t i = 1; i < attempts && delay < policy.backoff_max_ms; ++i) delay *= 2;
-  return std::min(delay, policy.backoff_max_ms);
-}
-
 const char* SynchronousPragma(Synchronous s) {
   switch (s) {
     case Synchronous::kOff: return "PRAGMA synchronous=OFF";
