@@ -182,10 +182,13 @@ expect_usage_hint "^outbox-lab: error: 'dir/x.db' follows the value of --db: a v
 
 step "an option in the wrong place names where it belongs (exit 2)"
 run reset --no-kafka
+# shellcheck disable=SC2016  # the backquotes are the message's own, not an expansion
 expect_usage_hint '^outbox-lab: error: reset has no option --no-kafka; .*verify.* \(see `outbox-lab reset --help`\)$' "reset --no-kafka"
 LAB_BARE=1 run --no-kafka verify
+# shellcheck disable=SC2016  # the backquotes are the message's own, not an expansion
 expect_usage_hint '^outbox-lab: error: --no-kafka is an option of .*verify.*: write it after the subcommand, as in `outbox-lab [a-z-]+ --no-kafka`$' "--no-kafka before verify"
 run verify --no-kafak
+# shellcheck disable=SC2016  # the backquotes are the message's own, not an expansion
 expect_usage_hint '^outbox-lab: error: unknown option --no-kafak; did you mean --no-kafka\? \(see `outbox-lab verify --help`\)$' "verify --no-kafak"
 db_untouched "the usage errors"
 
