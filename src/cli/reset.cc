@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <optional>
 
@@ -54,6 +55,7 @@ Command AddResetCommand(CLI::App& app, const GlobalOptions& global) {
                          removed->loans, removed->outbox.total, removed->outbox.published,
                          removed->outbox.unpublished, removed->archived);
             fmt::print("[reset] schema ready db={}\n", global.db);
+            std::fflush(stdout);
             return ExitCode::kOk;
           }};
 }
