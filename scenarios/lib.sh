@@ -29,6 +29,7 @@ LAB_BIN=${OUTBOX_LAB_BIN:-$REPO_DIR/build/outbox-lab}
 # so a caller's shell (say OUTBOX_DB left over from run.sh use) cannot leak into a run.
 EXTERNAL_BROKERS=${KAFKA_BOOTSTRAP_SERVERS:-}
 unset KAFKA_BOOTSTRAP_SERVERS OUTBOX_DB OUTBOX_TOPIC OUTBOX_BROKER_CONTROL OUTBOX_FAILPOINTS OUTBOX_HISTORY
+unset OUTBOX_LAB_FRONTEND  # run.sh's: hints would quote run.sh instead of outbox-lab
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/outbox-lab-$SCENARIO.XXXXXX") || {
   echo "FAIL $SCENARIO: mktemp -d failed"
@@ -128,8 +129,10 @@ step() {
 
 # The global options of every lab call: this scenario's database, topic and broker. A scenario
 # that passes its own --brokers (bad-input) must not have started one: the binary rejects a
-# repeated option.
+# repeated option. With LAB_BARE=1, none: for a command line whose exact shape is the test.
 lab_args() {
+  LAB_ARGS=()
+  [ "${LAB_BARE:-0}" = 1 ] && return 0
   LAB_ARGS=(--db "$DB" --topic "$TOPIC")
   [ -n "$BROKER" ] && LAB_ARGS+=(--brokers "$BROKER")
   return 0
@@ -232,7 +235,8 @@ start_hold() {
     die "'outbox-lab $*' never reached its HOLD point"
   fi
   cat "$HOLD_LOG"
-  expect_line 'kill -9 me' "$HOLD_LOG"
+  # The line names the process to kill: this very PID (issue 15).
+  expect_line "; kill -9 $HOLD_PID\$" "$HOLD_LOG"
   local comm
   comm=$(ps -o comm= -p "$HOLD_PID" 2>/dev/null)
   [ "$comm" = "outbox-lab" ] || [ "$comm" = "$(basename "$LAB_BIN" | cut -c1-15)" ] ||

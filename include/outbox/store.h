@@ -137,6 +137,14 @@ struct ClaimOwner {
   std::int64_t expires_in_ms = 0;  // until its last lease runs out, ms
 };
 
+// Rows waiting on a backoff (Store::Backoffs).
+struct BackoffWait {
+  std::int64_t rows = 0;          // unpublished, unparked, unclaimed, next attempt in the future
+  std::int64_t first_due_ms = 0;  // epoch ms the first of them may be tried again; 0 when none
+
+  bool operator==(const BackoffWait&) const = default;
+};
+
 // Everything status and metrics report, read in one transaction.
 // "unpublished" means one thing everywhere (verify, status, Count): not yet
 // published, parked rows included. "pending" is the part a relay still works
@@ -286,6 +294,10 @@ class Store {
 
   // Rows not yet published and not parked (claimable, claimed or in backoff).
   std::int64_t PendingCount();
+
+  // The rows that wait on a backoff at now_ms (epoch ms) and not under a
+  // claim, and when the first is due. Read only. Throws DbError.
+  BackoffWait Backoffs(std::int64_t now_ms);
 
   // Settles a claimed batch in ONE transaction: marks every acked id
   // published (published_at = now_ms) and records every failure (attempts+1,
