@@ -18,7 +18,7 @@ Command AddPublishCommand(CLI::App& app, const GlobalOptions& global) {
   AddPublishOptions(*sub, *options);
   return {sub, [&global, options]() -> ExitCode {
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
-            auto publisher = MakePublisher(global, *options);
+            auto publisher = MakePublisher(global, *options, store->RunId());
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(*publisher, history.get());
             std::int64_t marked_so_far = 0;

@@ -24,9 +24,12 @@ CLI::Option* AddDeliveryTimeoutOption(CLI::App& sub, std::int64_t& ms);
 
 void AddPublishOptions(CLI::App& sub, PublishOptions& options);
 
-// Throws ConfigError (no broker, bad -X property).
+// A publisher that sends run_id (Store::RunId() of the database the rows come
+// from) as header "run_id" on every record. Throws ConfigError (no broker, bad
+// -X property).
 std::unique_ptr<kafka::KafkaPublisher> MakePublisher(const GlobalOptions& global,
-                                                     const PublishOptions& options);
+                                                     const PublishOptions& options,
+                                                     const std::string& run_id);
 
 // "[tag] outboxId=1 key=evt-1001 delivery FAILED: ...; left unpublished", to stdout,
 // with librdkafka's last client error (e.g. connection refused) when it has one.
