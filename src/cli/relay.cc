@@ -11,6 +11,7 @@
 
 #include "cli/command.h"
 #include "lab/json_bytes.h"
+#include "cli/drain.h"
 #include "cli/duration.h"
 #include "cli/publishing.h"
 #include "lab/recording_publisher.h"
@@ -64,6 +65,7 @@ class StopSignalFd {
   int fd_ = -1;
 };
 
+}  // namespace
 
 // At start, before this relay claims anything: the claims of owners on this
 // host whose process is gone (a relay killed mid-batch) are released, so
@@ -81,8 +83,6 @@ void ReleaseDeadOwners(Store& store, const std::string& self, bool default_owner
     std::fflush(stdout);
   }
 }
-
-}  // namespace
 
 Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   CLI::App* sub = app.add_subcommand(
@@ -154,6 +154,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             publisher_options.topic = global.topic;
             publisher_options.delivery_timeout_ms = static_cast<int>(o->delivery_timeout_ms);
             publisher_options.properties = global.ParsedProperties();
+            publisher_options.run_id = store.RunId();
             kafka::KafkaPublisher publisher(publisher_options);
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(publisher, history.get());
