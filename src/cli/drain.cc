@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "cli/publishing.h"
 #include "lab/history.h"
-
 #include "lab/recording_publisher.h"
 #include "lab/relay_owner.h"
 #include "outbox/change_watcher.h"
@@ -17,7 +17,7 @@ LoopReport DrainOutbox(const GlobalOptions& global, std::int64_t delivery_timeou
   publisher_options.brokers = global.RequireBrokers();
   publisher_options.topic = global.topic;
   publisher_options.delivery_timeout_ms = static_cast<int>(delivery_timeout_ms);
-  publisher_options.properties = global.ParsedProperties();
+  publisher_options.properties = ProducerProperties(global);
   publisher_options.run_id = store.RunId();
   kafka::KafkaPublisher publisher(publisher_options);
   const auto history = global.OpenHistory();

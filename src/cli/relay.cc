@@ -153,7 +153,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             publisher_options.brokers = global.RequireBrokers();
             publisher_options.topic = global.topic;
             publisher_options.delivery_timeout_ms = static_cast<int>(o->delivery_timeout_ms);
-            publisher_options.properties = global.ParsedProperties();
+            publisher_options.properties = ProducerProperties(global);
             publisher_options.run_id = store.RunId();
             kafka::KafkaPublisher publisher(publisher_options);
             const auto history = global.OpenHistory();
