@@ -147,7 +147,8 @@ done
 step "a relay running forever: a transient I/O error is retried, a persistent one ends it"
 # _relay_published_all: every loan of the forever case is published (a poll condition).
 _relay_published_all() {
-  "$LAB_BIN" --db "$DB" verify --no-kafka 2>/dev/null | grep -q "outbox=$LOANS published=$LOANS "
+  # grep reads to the end (no -q): verify's closing line would otherwise meet a closed pipe.
+  "$LAB_BIN" --db "$DB" verify --no-kafka 2>/dev/null | grep "outbox=$LOANS published=$LOANS " >/dev/null
 }
 forever_case() {
   local kind=$1 spec=$2

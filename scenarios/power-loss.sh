@@ -53,10 +53,12 @@ case_fail() { CASE_FAILURES+=("$1"); }
 
 # _all_published: the relay published all LOANS rows (a poll condition for wait_for). Through the
 # shim at the cell's level too: a process on the database without it would make its own syncs
-# (a checkpoint at close) durable behind the side log's back.
+# (a checkpoint at close) durable behind the side log's back. grep reads to the end (no -q):
+# verify prints its closing line after the counts, and a grep that quit at the first line would
+# kill it with SIGPIPE, which pipefail counts as a miss.
 _all_published() {
   "$LAB_BIN" --db "$DB" --vfs powerloss --synchronous "$CELL_SYNC" verify --no-kafka 2>/dev/null |
-    grep -q "outbox=$LOANS published=$LOANS "
+    grep "outbox=$LOANS published=$LOANS " >/dev/null
 }
 
 # _hold_or_exited PID LOG: the HOLD line is there, or PID failed kill -0 twice in a row.
