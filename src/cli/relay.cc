@@ -28,6 +28,7 @@ struct RelayCliOptions {
   bool once = false;
   bool until_empty = false;
   std::int64_t batch_size = 1000;
+  int pipeline = 2;
   std::int64_t delivery_timeout_ms = 10000;
   std::string key = "event-id";
   std::string on_failure = "block-key";
@@ -95,6 +96,12 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                 "Run until no row waits (all published or parked), then exit")
       ->excludes(once);
   sub->add_option("--batch-size", o->batch_size, "Rows per batch")
+      ->check(PositiveInteger())
+      ->capture_default_str();
+  sub->add_option("--pipeline", o->pipeline,
+                  "Batches in flight at once: the next batch is claimed and produced while the "
+                  "last one's acks arrive (1: one batch at a time). kill -9 re-sends at most "
+                  "this many batches")
       ->check(PositiveInteger())
       ->capture_default_str();
   // --send-timeout: the name this option had before --delivery-timeout was shared with publish.
@@ -170,6 +177,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                                 : o->until_empty ? LoopMode::kUntilEmpty
                                                  : LoopMode::kForever;
             loop_options.idle_max_ms = static_cast<int>(o->idle_max_ms);
+            loop_options.pipeline_depth = o->pipeline;
             const LoopReport report = RunRelayLoop(
                 relay, watcher, loop_options, [&](const BatchReport& batch) {
                   if (o->quiet) return;
