@@ -17,6 +17,8 @@ namespace {
 constexpr int kFlushMarginMs = 5000;
 constexpr int kQueueFullPollMs = 50;
 constexpr int kReportPollMaxMs = 100;  // one poll's cap; it returns early on a report
+// The first batch's wait for the topic's metadata, at most (LearnTopicOnce).
+constexpr int kTopicMetadataMaxMs = 2000;
 
 }  // namespace
 
@@ -113,7 +115,19 @@ std::vector<DeliveryResult> KafkaPublisher::Publish(const std::vector<OutboundMe
   return AwaitOldest();
 }
 
+void KafkaPublisher::LearnTopicOnce() {
+  if (topic_known_) return;
+  topic_known_ = true;  // once, even when it fails: it only saves time
+  TopicHandle topic(rd_kafka_topic_new(producer_.get(), topic_.c_str(), nullptr));
+  if (!topic) return;
+  const rd_kafka_metadata_t* metadata = nullptr;
+  const int timeout_ms = std::min(delivery_timeout_ms_, kTopicMetadataMaxMs);
+  rd_kafka_metadata(producer_.get(), 0, topic.get(), &metadata, timeout_ms);
+  MetadataHandle owned(metadata);  // null when the request failed
+}
+
 void KafkaPublisher::Send(const std::vector<OutboundMessage>& messages) {
+  LearnTopicOnce();
   auto batch = std::make_unique<InFlightBatch>();
   batch->slots.resize(messages.size());
   batch->deadline = std::chrono::steady_clock::now() +
