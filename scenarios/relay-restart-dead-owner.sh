@@ -2,7 +2,9 @@
 # A relay restarted after kill -9 does not wait out the dead relay's lease (issue 9 §5).
 # Injects: kill -9 of `relay --until-empty --batch-size 40` (default lease 30 s) held by the
 #          failpoint relay.after_ack_before_mark=hold in its first batch: 40 rows claimed by
-#          relay-PID@HOST, acknowledged by the broker, not marked.
+#          relay-PID@HOST, acknowledged by the broker, not marked. It runs with --pipeline 1, so
+#          exactly one batch is claimed at the hold (with the default depth 2 the second batch
+#          would be claimed and in flight too: relay-kill-mid-batch.sh covers that).
 # Expects: before the kill, `status` shows the claim by owner (rows=40) with owner-process=alive;
 #          after it, owner-process=dead. A restarted `relay --until-empty` releases the dead
 #          owner's 40 rows at start (`[relay] released 40 rows claimed by dead owner ...`) and
@@ -21,7 +23,7 @@ expect_rc 0 "write 100"
 
 step "relay holds after its first batch's acks, before the mark; its claim shows in status"
 export OUTBOX_FAILPOINTS='relay.after_ack_before_mark=hold'
-start_hold relay relay --until-empty --batch-size 40
+start_hold relay relay --until-empty --batch-size 40 --pipeline 1
 unset OUTBOX_FAILPOINTS
 owner_re="relay-$HOLD_PID@[^ ]+"
 run status

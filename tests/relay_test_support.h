@@ -6,7 +6,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <optional>
 #include <set>
@@ -131,6 +133,51 @@ class RowFailingPublisher : public FakePublisher {
   }
 
   std::set<std::int64_t> failing;
+};
+
+// A truly asynchronous fake: Send queues a batch, AwaitOldest delivers the
+// oldest one (every message ok, consecutive offsets). Logs "send N" and
+// "ack N" (N = the batch's first outbox id) in call order, and runs on_send
+// and on_ack inside those calls, so a test can look at the database while a
+// batch is in flight. Publish is Send plus AwaitOldest.
+class PipelineFakePublisher : public Publisher {
+ public:
+  std::vector<DeliveryResult> Publish(const std::vector<OutboundMessage>& messages) override {
+    Send(messages);
+    return AwaitOldest();
+  }
+  void Send(const std::vector<OutboundMessage>& messages) override {
+    log.push_back("send " + std::to_string(messages.front().outbox_id));
+    queue_.push_back(messages);
+    max_in_flight = std::max(max_in_flight, queue_.size());
+    if (on_send) on_send(messages);
+  }
+  std::vector<DeliveryResult> AwaitOldest() override {
+    const std::vector<OutboundMessage> messages = queue_.front();
+    queue_.pop_front();
+    log.push_back("ack " + std::to_string(messages.front().outbox_id));
+    if (on_ack) on_ack(messages);
+    std::vector<DeliveryResult> results;
+    for (const OutboundMessage& m : messages) {
+      DeliveryResult r;
+      r.outbox_id = m.outbox_id;
+      r.ok = true;
+      r.partition = 0;
+      r.offset = next_offset_++;
+      results.push_back(r);
+    }
+    return results;
+  }
+  std::size_t InFlight() const override { return queue_.size(); }
+
+  std::vector<std::string> log;
+  std::size_t max_in_flight = 0;
+  std::function<void(const std::vector<OutboundMessage>&)> on_send;
+  std::function<void(const std::vector<OutboundMessage>&)> on_ack;
+
+ private:
+  std::deque<std::vector<OutboundMessage>> queue_;
+  std::int64_t next_offset_ = 0;
 };
 
 // An IdleWaiter that never blocks: counts ForgetWakeups and Wait calls, runs on_wait

@@ -1,10 +1,15 @@
 // Relay: the production message relay. One batch is
 //   claim (lease + fencing token) -> produce all, collect every delivery
 //   report -> settle (mark acked, back off or park failures) in ONE transaction.
-// No database transaction is open while talking to the broker.
+// No database transaction is open while talking to the broker. RunRelayLoop
+// keeps up to LoopOptions::pipeline_depth batches in flight: batch N+1 is
+// claimed and produced while batch N's reports are on their way, and batch N
+// is settled while N+1 is in flight. Each batch still passes its failpoints
+// in order (after_claim, after_produce, after_ack_before_mark, after_mark),
+// and each row is marked only after its own ack, under its batch's token.
 //
 // Delivery is at-least-once: a crash between the ack and the settle re-sends
-// at most that batch (chapter 7.1, decision 3). A relay paused past its lease
+// at most the batches in flight, pipeline_depth of them (chapter 7.1, decision 3). A relay paused past its lease
 // (e.g. SIGSTOP, a long GC-like stall) can have its rows claimed and sent by
 // another relay; its own settle is then fenced out, but its records were
 // already produced: duplicates, never losses.
@@ -12,7 +17,9 @@
 // Not thread-safe; run one Relay per thread or process.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <string>
 #include <vector>
@@ -110,7 +117,22 @@ class Relay {
   // (its backoff ran out), so retries are never starved by new rows. claimed == 0
   // means nothing was claimable. Throws DbError; delivery failures are
   // recorded, not thrown.
+  // Throws std::logic_error when batches started with StartBatch are still in flight.
   BatchReport RunBatch();
+
+  // RunBatch in two halves, for a pipeline. StartBatch claims a batch as
+  // RunBatch does and hands it to Publisher::Send; returns false when nothing
+  // was claimable (nothing started). FinishBatch waits for the reports of the
+  // oldest started batch (Publisher::AwaitOldest) and settles it under its
+  // token, as RunBatch does; throws std::logic_error when none is in flight.
+  // Batches in flight are claimed rows: with block_key, a later row of their
+  // aggregates is not claimable until they are settled, so order holds across
+  // the pipeline. Both throw DbError (FinishBatch: its batch is then dropped
+  // unsettled and re-sent after its lease); delivery failures are recorded.
+  bool StartBatch();
+  BatchReport FinishBatch();
+  // Batches started and not yet finished.
+  std::size_t InFlight() const noexcept { return in_flight_.size(); }
 
  private:
   std::int64_t Now() const;
@@ -121,6 +143,7 @@ class Relay {
   RelayOptions options_;
   Clock& clock_;
   std::int64_t cursor_ = 0;
+  std::deque<Claim> in_flight_;  // oldest first, as the publisher's batches
 };
 
 // Waits while the relay is idle. Implementations: ChangeWatcher (inotify),
@@ -159,6 +182,11 @@ struct LoopOptions {
   // are not reported again until a batch runs or the wait changes). May be
   // empty; must not throw.
   std::function<void(const WaitReport&)> on_wait;
+  // Batches in flight at once, >= 1 (1: claim, produce, wait, settle, one after
+  // the other). Depth 2 hides the broker's round trip behind the database work
+  // of the next claim and the last settle. A kill -9 re-sends at most this
+  // many batches. kOnce always runs one batch.
+  int pipeline_depth = 2;
 };
 
 struct LoopReport {
@@ -172,9 +200,10 @@ struct LoopReport {
   std::int64_t io_errors = 0;  // batches that failed with an I/O error and were retried
 };
 
-// Runs relay.RunBatch() per mode. A stop request is honoured between batches:
-// the batch in flight finishes (its deliveries are bounded by the delivery
-// timeout) and is settled first, so every acked row is marked.
+// Runs batches per mode, up to options.pipeline_depth in flight. A stop
+// request starts no new batch: every batch in flight finishes (its deliveries
+// are bounded by the delivery timeout) and is settled first, so every acked
+// row is marked. Throws ConfigError for pipeline_depth < 1.
 // on_batch is called after each non-empty batch. SQLITE_BUSY (another writer
 // held the lock past the busy timeout) counts as an empty poll, and an I/O
 // error is retried up to max_io_errors times in a row, except in kOnce mode.

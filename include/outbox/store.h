@@ -280,6 +280,13 @@ class Store {
   // when the row does not exist or was already published. Throws DbError.
   bool MarkPublished(std::int64_t id);
 
+  // Marks every row of ids published (published_at = clock().EpochMs()) in
+  // ONE transaction, without claims or tokens: what a hand-written batched
+  // loop does after its flush (the bench's comparison, lab/batched_loop.h).
+  // Returns the rows marked (ids missing or already published are skipped).
+  // Throws DbError.
+  std::int64_t MarkPublished(const std::vector<std::int64_t>& ids);
+
   OutboxCounts Count();
 
   // --- The production relay (outbox-lab relay) ---

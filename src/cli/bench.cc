@@ -27,6 +27,8 @@ struct BenchCliOptions {
   std::int64_t history_rows = 1000000;
   std::int64_t poll_repetitions = 300;
   std::int64_t rss_events = 1000000;
+  std::int64_t drain_events = 100000;
+  std::int64_t drain_rounds = 3;
   std::string work_dir;
 };
 
@@ -53,6 +55,7 @@ std::vector<Check> Checks(const lab::BenchmarkResult& r, const lab::BenchmarkTar
       {"write_ratio", r.write.ratio, t.write_ratio_min, true},
       {"history_ratio", r.history.ratio, t.history_ratio_max, false},
       {"relay_peak_rss_mib", r.rss.peak_rss_mib, t.relay_rss_max_mib, false},
+      {"relay_over_loop", r.drains.relay_over_loop, t.relay_over_loop_min, true},
   };
 }
 
@@ -93,6 +96,19 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
                   r.history.with_history.poll_p99_us));
   row("poll latency ratio (with / without history)", fmt::format("{:.2f}", r.history.ratio),
       fmt::format("<= {:g}", checks[3].target), verdict(3));
+  const auto drain_row = [&row](const lab::DrainFigure& d) {
+    std::string rounds;
+    for (const double seconds : d.seconds)
+      rounds += fmt::format("{}{:.2f}", rounds.empty() ? "" : " ", seconds);
+    row(fmt::format("process: {} (events/s)", d.program), fmt::format("{:.0f}", d.events_per_s),
+        fmt::format("{} s", rounds));
+  };
+  drain_row(r.drains.chapter);
+  drain_row(r.drains.loop);
+  drain_row(r.drains.relay);
+  row("process: relay / batch-loop", fmt::format("{:.2f}", r.drains.relay_over_loop),
+      fmt::format(">= {:g}", checks[5].target), verdict(5));
+  row("process: relay / chapter", fmt::format("{:.1f}x", r.drains.relay_over_chapter));
   row(fmt::format("relay peak RSS draining {} (MiB)", Grouped(r.rss.events)),
       fmt::format("{:.1f}", r.rss.peak_rss_mib), fmt::format("<= {:g}", checks[4].target),
       verdict(4));
@@ -108,6 +124,9 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
   for (const double us : r.fsync_us) probes += fmt::format("{}{:.0f}", probes.empty() ? "" : " / ", us);
   fmt::print("disk: median fdatasync of 4 KiB (us) at start / before write path / after / end: {}\n",
              probes);
+  fmt::print("process: each program a child process on its own copy of the backlog, timed from "
+             "spawn to exit (median of {} rounds; the seconds of each round after the rate)\n",
+             o.drain_rounds);
   fmt::print("targets are informational (2-core machine); the exit status does not depend on them\n");
 }
 
@@ -145,6 +164,8 @@ void PrintJson(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
       {"history_backlog", o.history_backlog},
       {"poll_repetitions", o.poll_repetitions},
       {"rss_events", o.rss_events},
+      {"drain_events", o.drain_events},
+      {"drain_rounds", o.drain_rounds},
       {"work_dir", r.work_dir},
   };
   out["fsync_us"] = r.fsync_us;
@@ -162,6 +183,18 @@ void PrintJson(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
   out["history"] = {{"without_history", PollJson(r.history.without_history)},
                     {"with_history", PollJson(r.history.with_history)},
                     {"ratio", r.history.ratio}};
+  const auto drain_json = [](const lab::DrainFigure& d) {
+    return nlohmann::ordered_json{{"program", d.program},
+                                  {"events", d.events},
+                                  {"seconds", d.seconds},
+                                  {"median_seconds", d.median_seconds},
+                                  {"events_per_s", d.events_per_s}};
+  };
+  out["processes"] = {{"chapter", drain_json(r.drains.chapter)},
+                      {"batch_loop", drain_json(r.drains.loop)},
+                      {"relay", drain_json(r.drains.relay)},
+                      {"relay_over_loop", r.drains.relay_over_loop},
+                      {"relay_over_chapter", r.drains.relay_over_chapter}};
   out["rss"] = {{"events", r.rss.events},
                 {"peak_rss_mib", r.rss.peak_rss_mib},
                 {"seconds", r.rss.seconds},
@@ -182,7 +215,8 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
       "bench",
       "Measure, in one run on one broker: the chapter's relay vs `relay` vs raw produce "
       "(events/s), business-only vs business+outbox transactions/s, poll latency with and "
-      "without 1,000,000 published rows, and the relay's peak RSS draining a large backlog. "
+      "without 1,000,000 published rows, the chapter's relay vs the hand-written batched loop "
+      "vs `relay` as whole processes, and the relay's peak RSS draining a large backlog. "
       "Starts the embedded broker unless --brokers is given; uses a fresh topic and temporary "
       "databases; takes minutes (--quick: seconds)");
   auto o = std::make_shared<BenchCliOptions>();
@@ -211,10 +245,16 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
   auto* rss = sub->add_option("--rss-events", o->rss_events,
                               "Backlog the relay child drains for the peak-RSS figure")
                   ->check(PositiveInteger())->capture_default_str();
+  auto* drain = sub->add_option("--drain-events", o->drain_events,
+                                "Backlog that `batch-loop` and `relay` drain as whole processes")
+                    ->check(PositiveInteger())->capture_default_str();
+  sub->add_option("--drain-rounds", o->drain_rounds,
+                  "Rounds of the whole-process drains, alternated; the median is reported")
+      ->check(PositiveInteger())->capture_default_str();
   sub->add_option("--work-dir", o->work_dir,
                   "Parent of the temporary directory for the databases (default TMPDIR or /tmp); "
                   "put it on the disk to measure");
-  return {sub, [&global, o, chapter, events, write, history, polls, rss]() -> ExitCode {
+  return {sub, [&global, o, chapter, events, write, history, polls, rss, drain]() -> ExitCode {
             const auto scaled = [&o](const CLI::Option* option, std::int64_t value) {
               return o->quick && option->count() == 0 ? std::max<std::int64_t>(1, value / kQuickDivisor)
                                                       : value;
@@ -233,6 +273,8 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
             options.history_rows = scaled(history, o->history_rows);
             options.poll_repetitions = scaled(polls, o->poll_repetitions);
             options.rss_events = scaled(rss, o->rss_events);
+            options.drain_events = scaled(drain, o->drain_events);
+            options.drain_rounds = o->drain_rounds;
             // Progress only for a person watching: never in a pipe or a CI log.
             if (isatty(STDERR_FILENO)) {
               const auto start = std::chrono::steady_clock::now();

@@ -92,6 +92,7 @@ Command AddConsumeCommand(CLI::App& app, const GlobalOptions& global);
 Command AddBrokerCommand(CLI::App& app, const GlobalOptions& global);
 Command AddBrokerCtlCommand(CLI::App& app, const GlobalOptions& global);
 Command AddRelayCommand(CLI::App& app, const GlobalOptions& global);
+Command AddBatchLoopCommand(CLI::App& app, const GlobalOptions& global);
 Command AddWriteCommand(CLI::App& app, const GlobalOptions& global);
 Command AddFailpointsCommand(CLI::App& app, const GlobalOptions& global);
 Command AddCheckCommand(CLI::App& app, const GlobalOptions& global);

@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
       AddPurgeCommand(app, global),       AddUnparkCommand(app, global),
       AddBenchCommand(app, global),       AddReportCommand(app, global),
       AddPowerCutCommand(app, global),
-      AddParkedCommand(app, global),
+      AddParkedCommand(app, global),      AddBatchLoopCommand(app, global),
   };
   ShowGlobalOptionsInSubcommandHelp(app);
 

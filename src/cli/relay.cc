@@ -32,6 +32,7 @@ struct RelayCliOptions {
   bool once = false;
   bool until_empty = false;
   std::int64_t batch_size = 1000;
+  int pipeline = 2;
   std::int64_t delivery_timeout_ms = 10000;
   std::string key = "event-id";
   std::string on_failure = "block-key";
@@ -119,6 +120,12 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--batch-size", o->batch_size, "Rows per batch")
       ->check(PositiveInteger())
       ->capture_default_str();
+  sub->add_option("--pipeline", o->pipeline,
+                  "Batches in flight at once: the next batch is claimed and produced while the "
+                  "last one's acks arrive (1: one batch at a time). kill -9 re-sends at most "
+                  "this many batches")
+      ->check(PositiveInteger())
+      ->capture_default_str();
   // --send-timeout: the name this option had before --delivery-timeout was shared with publish.
   AddDurationOption(*sub, "--delivery-timeout,--send-timeout", o->delivery_timeout_ms,
                     "Delivery timeout per batch (librdkafka message.timeout.ms)", 1,
@@ -197,6 +204,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
               loop_options.on_wait = [&store, o](const WaitReport& wait) {
                 PrintWait(wait, store.clock().EpochMs(), o->json);
               };
+            loop_options.pipeline_depth = o->pipeline;
             const LoopReport report = RunRelayLoop(
                 relay, watcher, loop_options, [&](const BatchReport& batch) {
                   if (o->quiet) return;

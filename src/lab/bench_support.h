@@ -86,6 +86,8 @@ ThroughputFigure MeasureRaw(const BenchmarkOptions& options, const std::string& 
                             const std::string& topic);                            // throughput_figure.cc
 WritePathFigure MeasureWritePath(const BenchmarkOptions& options, const TempDir& dir);  // write_path_figure.cc
 HistoryFigure MeasureHistory(const BenchmarkOptions& options, const TempDir& dir);      // history_figure.cc
+DrainFigures MeasureDrains(const BenchmarkOptions& options, const TempDir& dir,
+                           const std::string& brokers, const std::string& topic);  // drain_figure.cc
 RssFigure MeasureRss(const BenchmarkOptions& options, const TempDir& dir, const std::string& brokers,
                      const std::string& topic);                                   // rss_figure.cc
 

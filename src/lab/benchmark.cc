@@ -67,6 +67,8 @@ void ValidateBenchmarkOptions(const BenchmarkOptions& options) {
   RequirePositive("history backlog", options.history_backlog);
   RequirePositive("poll repetitions", options.poll_repetitions);
   RequirePositive("rss events", options.rss_events);
+  RequirePositive("drain events", options.drain_events);
+  RequirePositive("drain rounds", options.drain_rounds);
   RequirePositive("delivery timeout ms", options.delivery_timeout_ms);
 }
 
@@ -114,6 +116,10 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
   result.fsync_us.push_back(MeasureFsyncUs(dir));
   result.history = MeasureHistory(options, dir);
 
+  progress(fmt::format("whole processes: publish {} / batch-loop {} / relay {}, {} rounds",
+                       options.chapter_events, options.drain_events, options.drain_events,
+                       options.drain_rounds));
+  result.drains = MeasureDrains(options, dir, result.brokers, result.topic);
   progress(fmt::format("peak RSS: relay child draining {} events", options.rss_events));
   result.rss = MeasureRss(options, dir, result.brokers, result.topic);
   result.fsync_us.push_back(MeasureFsyncUs(dir));

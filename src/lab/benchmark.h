@@ -9,6 +9,11 @@
 //                     ceiling: no database at all);
 //   write path        business-only transactions vs business + outbox;
 //   history           the relay's poll with 0 vs many published rows retained;
+//   whole processes   the chapter's relay (`publish N`), the hand-written
+//                     batched loop (`batch-loop`, lab/batched_loop.h) and
+//                     `relay --until-empty`, each a child process timed from
+//                     spawn to exit on its own copy of one backlog, in
+//                     alternating rounds (median);
 //   peak RSS          of an `outbox-lab relay --until-empty` child process
 //                     draining a large backlog (its VmHWM, read from /proc
 //                     until it exits).
@@ -43,6 +48,7 @@ namespace outbox::lab {
 struct BenchmarkTargets {
   double relay_over_chapter_min = 100.0;  // relay events/s ÷ chapter events/s
   double relay_over_raw_min = 0.3;        // relay events/s ÷ raw produce events/s
+  double relay_over_loop_min = 1.5;       // relay child events/s ÷ batched-loop child events/s
   double write_ratio_min = 0.95;          // business+outbox txn/s ÷ business-only txn/s
   double history_ratio_max = 1.5;         // poll latency with history ÷ without
   double relay_rss_max_mib = 32.0;        // peak RSS of the relay child, MiB
@@ -76,6 +82,8 @@ struct BenchmarkOptions {
   std::int64_t history_backlog = 1000;   // unpublished rows the poll claims, > 0
   std::int64_t poll_repetitions = 300;   // timed polls per history variant; median taken, > 0
   std::int64_t rss_events = 1000000;     // backlog the relay child drains, > 0
+  std::int64_t drain_events = 100000;    // backlog of the loop and relay children, > 0
+  std::int64_t drain_rounds = 3;         // rounds of whole-process drains; median taken, > 0
   int delivery_timeout_ms = 10000;       // librdkafka message.timeout.ms for every producer
 
   // Called with one line before each step (e.g. "relay: 200000 events"); may be empty.
@@ -132,6 +140,24 @@ struct RssFigure {
   std::vector<DrainSample> progress;
 };
 
+// One program draining a backlog as a whole child process, timed from spawn
+// to exit (start-up, connection and teardown included), once per round.
+struct DrainFigure {
+  std::string program;          // e.g. "relay --until-empty"
+  std::int64_t events = 0;      // rows it had to publish (all were, or the run fails)
+  std::vector<double> seconds;  // per round, in run order
+  double median_seconds = 0;
+  double events_per_s = 0;      // events ÷ median_seconds
+};
+
+struct DrainFigures {
+  DrainFigure chapter;  // outbox-lab publish N: the chapter's per-row relay
+  DrainFigure loop;     // outbox-lab batch-loop: the hand-written batched loop
+  DrainFigure relay;    // outbox-lab relay --until-empty
+  double relay_over_loop = 0;
+  double relay_over_chapter = 0;
+};
+
 struct BenchmarkResult {
   std::string brokers;  // bootstrap servers used
   bool embedded_broker = false;
@@ -149,6 +175,7 @@ struct BenchmarkResult {
   double relay_over_raw = 0;
   WritePathFigure write;
   HistoryFigure history;
+  DrainFigures drains;
   RssFigure rss;
 };
 

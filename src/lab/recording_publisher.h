@@ -1,6 +1,10 @@
 // RecordingPublisher: a Publisher decorator that writes a "send" invoke per
-// message before producing and an ok/fail per delivery report after.
+// message before producing and an ok/fail per delivery report after, for
+// Publish and for pipelined Send/AwaitOldest alike.
 #pragma once
+
+#include <deque>
+#include <string>
 
 #include "lab/history.h"
 #include "outbox/publisher.h"
@@ -13,16 +17,36 @@ class RecordingPublisher : public Publisher {
   RecordingPublisher(Publisher& inner, History* history) : inner_(inner), history_(history) {}
 
   std::vector<DeliveryResult> Publish(const std::vector<OutboundMessage>& messages) override {
-    for (const auto& m : messages) Note(history_, "invoke", "send", m.event_id);
-    std::vector<DeliveryResult> results = inner_.Publish(messages);
+    Send(messages);
+    return AwaitOldest();
+  }
+
+  void Send(const std::vector<OutboundMessage>& messages) override {
+    std::vector<std::string> event_ids;
+    event_ids.reserve(messages.size());
+    for (const auto& m : messages) {
+      Note(history_, "invoke", "send", m.event_id);
+      event_ids.push_back(m.event_id);
+    }
+    inner_.Send(messages);
+    event_ids_.push_back(std::move(event_ids));
+  }
+
+  std::vector<DeliveryResult> AwaitOldest() override {
+    std::vector<DeliveryResult> results = inner_.AwaitOldest();
+    const std::vector<std::string> event_ids = std::move(event_ids_.front());
+    event_ids_.pop_front();
     for (std::size_t i = 0; i < results.size(); ++i)
-      Note(history_, results[i].ok ? "ok" : "fail", "send", messages[i].event_id, results[i].error);
+      Note(history_, results[i].ok ? "ok" : "fail", "send", event_ids[i], results[i].error);
     return results;
   }
+
+  std::size_t InFlight() const override { return inner_.InFlight(); }
 
  private:
   Publisher& inner_;
   History* history_;
+  std::deque<std::vector<std::string>> event_ids_;  // per batch in flight, oldest first
 };
 
 }  // namespace outbox::lab

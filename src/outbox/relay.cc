@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "outbox/per_row_relay.h"
@@ -64,8 +65,14 @@ WaitReport Relay::Waits() {
 bool Relay::CanOnlyWaitForever() { return !HasClaimable() && store_.WaitingCount(Now()) == 0; }
 
 BatchReport Relay::RunBatch() {
-  BatchReport report;
-  if (!store_.HasClaimable(MakeClaimRequest(0))) return report;  // idle: read only
+  if (!in_flight_.empty())
+    throw std::logic_error("Relay::RunBatch: batches still in flight; finish them first");
+  if (!StartBatch()) return BatchReport{};
+  return FinishBatch();
+}
+
+bool Relay::StartBatch() {
+  if (!store_.HasClaimable(MakeClaimRequest(0))) return false;  // idle: read only
   if (cursor_ > 0) {
     ClaimRequest behind = MakeClaimRequest(0);
     behind.up_to_id = cursor_;
@@ -76,9 +83,7 @@ BatchReport Relay::RunBatch() {
     cursor_ = 0;  // a new pass picks up rows whose backoff ran out
     claim = store_.ClaimBatch(MakeClaimRequest(cursor_));
   }
-  report.token = claim.token;
-  report.claimed = static_cast<std::int64_t>(claim.rows.size());
-  if (claim.rows.empty()) return report;
+  if (claim.rows.empty()) return false;
   cursor_ = claim.rows.back().id;
   HitFailpoint("relay.after_claim");
 
@@ -89,7 +94,28 @@ BatchReport Relay::RunBatch() {
     if (options_.key == KeyChoice::kAggregateId) message.key = row.event.aggregate_id;
     messages.push_back(std::move(message));
   }
-  const std::vector<DeliveryResult> results = publisher_.Publish(messages);
+  // Queued before the send: if Send throws, the claim is still known to be
+  // ours (its rows wait out the lease either way).
+  in_flight_.push_back(std::move(claim));
+  try {
+    publisher_.Send(messages);
+  } catch (...) {
+    in_flight_.pop_back();
+    throw;
+  }
+  return true;
+}
+
+BatchReport Relay::FinishBatch() {
+  if (in_flight_.empty()) throw std::logic_error("Relay::FinishBatch: no batch in flight");
+  // Out of the queue first: whatever happens below, this batch is done here
+  // (an unsettled one is re-sent after its lease: duplicates, never losses).
+  const Claim claim = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  BatchReport report;
+  report.token = claim.token;
+  report.claimed = static_cast<std::int64_t>(claim.rows.size());
+  const std::vector<DeliveryResult> results = publisher_.AwaitOldest();
   HitFailpoint("relay.after_ack_before_mark");
 
   std::vector<std::int64_t> acked;
@@ -130,31 +156,62 @@ BatchReport Relay::RunBatch() {
   return report;
 }
 
+namespace {
+
+// SQLITE_BUSY (another writer held the lock past the busy timeout) and I/O
+// errors (SQLITE_IOERR_*, SQLITE_FULL) may pass; anything else is thrown.
+bool MayPass(const DbError& e) {
+  const int code = e.primary_code();
+  return code == SQLITE_BUSY || code == SQLITE_IOERR || code == SQLITE_FULL;
+}
+
+bool IsIoError(const DbError& e) {
+  return e.primary_code() == SQLITE_IOERR || e.primary_code() == SQLITE_FULL;
+}
+
+}  // namespace
+
 LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& options,
                         const std::function<void(const BatchReport&)>& on_batch) {
+  if (options.pipeline_depth < 1)
+    throw ConfigError(fmt::format("pipeline depth {}: must be at least 1", options.pipeline_depth));
+  const std::size_t depth =
+      options.mode == LoopMode::kOnce ? 1 : static_cast<std::size_t>(options.pipeline_depth);
   LoopReport loop;
   int idle_ms = options.idle_min_ms;
   int io_errors_in_a_row = 0;
   WaitReport reported_wait;  // the last wait reported through on_wait; empty after a batch
-  while (!waiter.StopRequested()) {
-    BatchReport batch;
-    try {
-      batch = relay.RunBatch();
-    } catch (const DbError& e) {
-      // Another writer held the lock past the busy timeout: a busy poll is an
-      // empty poll; try again after an idle wait. An I/O error may pass: the
-      // same, until max_io_errors in a row say it is persistent.
-      const int code = e.primary_code();
-      const bool io_error = code == SQLITE_IOERR || code == SQLITE_FULL;
-      if ((code != SQLITE_BUSY && !io_error) || options.mode == LoopMode::kOnce) throw;
-      if (io_error && ++io_errors_in_a_row > options.max_io_errors) throw;
-      if (io_error) ++loop.io_errors;
-      waiter.Wait(idle_ms);
-      idle_ms = std::min(idle_ms * 2, options.idle_max_ms);
-      continue;
+  // A failed batch (busy or I/O error): after the batches in flight are
+  // settled, wait, then try again (or give up).
+  const auto after_error = [&](const DbError& e) {
+    if (!MayPass(e) || options.mode == LoopMode::kOnce) throw;
+    if (IsIoError(e) && ++io_errors_in_a_row > options.max_io_errors) throw;
+    if (IsIoError(e)) ++loop.io_errors;
+  };
+  for (;;) {
+    // Fill the pipeline: claim and send batch N+1 while batch N is in flight.
+    bool failed = false;
+    while (!waiter.StopRequested() && relay.InFlight() < depth &&
+           !(options.mode == LoopMode::kOnce && loop.batches + relay.InFlight() > 0)) {
+      try {
+        if (!relay.StartBatch()) break;
+      } catch (const DbError& e) {
+        after_error(e);
+        failed = true;
+        break;
+      }
     }
-    io_errors_in_a_row = 0;
-    if (batch.claimed > 0) {
+    if (relay.InFlight() > 0) {
+      // Settle the oldest batch; the others stay in flight meanwhile. A stop
+      // request starts no new batch, but every batch in flight is settled.
+      BatchReport batch;
+      try {
+        batch = relay.FinishBatch();
+      } catch (const DbError& e) {
+        after_error(e);
+        continue;
+      }
+      if (!failed) io_errors_in_a_row = 0;
       ++loop.batches;
       loop.acked += batch.acked;
       loop.marked += batch.settle.marked;
@@ -164,10 +221,15 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
       if (on_batch) on_batch(batch);
       reported_wait = {};
       idle_ms = options.idle_min_ms;
-      if (options.mode == LoopMode::kOnce) break;
       continue;
     }
-    if (options.mode == LoopMode::kOnce) break;
+    if (waiter.StopRequested() || options.mode == LoopMode::kOnce) break;
+    if (failed) {
+      waiter.Wait(idle_ms);
+      idle_ms = std::min(idle_ms * 2, options.idle_max_ms);
+      continue;
+    }
+    io_errors_in_a_row = 0;
     // Nothing to do and nothing that time alone would change: rows still pending
     // are blocked behind a parked row and need `unpark`.
     if (options.mode == LoopMode::kUntilEmpty && relay.CanOnlyWaitForever()) break;

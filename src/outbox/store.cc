@@ -396,6 +396,21 @@ bool Store::MarkPublished(std::int64_t id) {
   return changed;
 }
 
+std::int64_t Store::MarkPublished(const std::vector<std::int64_t>& ids) {
+  sqlite::Transaction txn(connection_);
+  auto update = connection_.Prepare(
+      "UPDATE outbox SET published = 1, published_at = ?2 WHERE id = ?1 AND published = 0");
+  const std::int64_t now_ms = clock_->EpochMs();
+  std::int64_t marked = 0;
+  for (std::int64_t id : ids) {
+    update.Reset();
+    update.Bind(1, id).Bind(2, now_ms).Run();
+    marked += connection_.Changes();
+  }
+  txn.Commit();
+  return marked;
+}
+
 OutboxCounts Store::Count() {
   auto select = connection_.Prepare(
       "SELECT COUNT(*), COALESCE(SUM(published <> 0), 0) FROM outbox");

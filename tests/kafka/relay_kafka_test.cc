@@ -151,3 +151,42 @@ TEST_CASE("Relay with KafkaPublisher backs off while the broker is down and lose
   CHECK(reconciliation.distinct_event_ids == 20);
   CHECK(records.size() >= 20);
 }
+
+TEST_CASE("RunRelayLoop with KafkaPublisher and pipeline depth 2 publishes 2000 rows in batches "
+          "of 300 and each record once",
+          "[relay][kafka]") {
+  TempDir dir;
+  Store store(dir.File("lab.db"), StoreOptions{}, OpenMode::kCreate);
+  store.ResetSchema();
+  EnqueueInOneTransaction(store, 2000);
+  EmbeddedBroker broker;
+  broker.CreateTopic(kTopic, 1);
+  KafkaPublisherOptions publisher_options;
+  publisher_options.brokers = broker.BootstrapServers();
+  publisher_options.topic = kTopic;
+  KafkaPublisher publisher(publisher_options);
+  RelayOptions options;
+  options.batch_size = 300;
+  options.owner = "relay-kafka-test";
+  Relay relay(store, publisher, options);
+  outbox::testing::FakeWaiter waiter;
+  outbox::LoopOptions loop;
+  loop.mode = outbox::LoopMode::kUntilEmpty;
+  loop.pipeline_depth = 2;
+
+  const outbox::LoopReport report = outbox::RunRelayLoop(relay, waiter, loop, nullptr);
+
+  CHECK(report.batches == 7);
+  CHECK(report.marked == 2000);
+  CHECK(publisher.InFlight() == 0);
+  CHECK(store.Count().unpublished == 0);
+  const auto records = ReadAll(broker);
+  CHECK(records.size() == 2000);
+  const auto reconciliation = outbox::lab::Reconcile(OutboxEventIds(store), records);
+  CHECK(reconciliation.missing.empty());
+  CHECK(reconciliation.duplicates.empty());
+  // One partition, one producer: records in outbox order across the pipelined batches.
+  std::vector<std::string> sent;
+  for (const auto& record : records) sent.push_back(record.event_id);
+  CHECK(sent == OutboxEventIds(store));
+}

@@ -673,6 +673,116 @@ TEST_CASE("RunBatch reports each settle to on_settle with its token and the mark
   }
 }
 
+TEST_CASE("With pipeline depth 2 the loop sends batch N plus 1 before it settles batch N and "
+          "marks each row only after its own ack",
+          "[relay]") {
+  RelayFixture f;
+  f.options.batch_size = 2;
+  EnqueueRange(f.store, 1, 6);
+  outbox::testing::PipelineFakePublisher publisher;
+  std::vector<Ids> published_at_send;
+  publisher.on_send = [&](const std::vector<outbox::OutboundMessage>&) {
+    published_at_send.push_back(f.PublishedIds());
+  };
+  publisher.on_ack = [&](const std::vector<outbox::OutboundMessage>& messages) {
+    for (const outbox::OutboundMessage& m : messages) CHECK_FALSE(IsPublished(f.store, m.outbox_id));
+  };
+  Relay relay(f.store, publisher, f.options);
+  FakeWaiter waiter;
+  LoopOptions loop;
+  loop.mode = LoopMode::kUntilEmpty;
+  loop.pipeline_depth = 2;
+
+  const auto report = outbox::RunRelayLoop(relay, waiter, loop, nullptr);
+
+  CHECK(report.batches == 3);
+  CHECK(report.marked == 6);
+  CHECK(publisher.max_in_flight == 2);
+  CHECK(publisher.log ==
+        std::vector<std::string>{"send 1", "send 3", "ack 1", "send 5", "ack 3", "ack 5"});
+  // Batch 3..4 went out while 1..2 were unmarked; 5..6 after 1..2 were marked.
+  CHECK(published_at_send == std::vector<Ids>{{}, {}, {1, 2}});
+  CHECK(f.PublishedIds() == Ids{1, 2, 3, 4, 5, 6});
+}
+
+TEST_CASE("With pipeline depth 1 the loop waits for each batch before it claims the next",
+          "[relay]") {
+  RelayFixture f;
+  f.options.batch_size = 2;
+  EnqueueRange(f.store, 1, 4);
+  outbox::testing::PipelineFakePublisher publisher;
+  Relay relay(f.store, publisher, f.options);
+  FakeWaiter waiter;
+  LoopOptions loop;
+  loop.mode = LoopMode::kUntilEmpty;
+  loop.pipeline_depth = 1;
+
+  const auto report = outbox::RunRelayLoop(relay, waiter, loop, nullptr);
+
+  CHECK(report.marked == 4);
+  CHECK(publisher.max_in_flight == 1);
+  CHECK(publisher.log == std::vector<std::string>{"send 1", "ack 1", "send 3", "ack 3"});
+}
+
+TEST_CASE("A stop request with two batches in flight settles both before the loop ends",
+          "[relay]") {
+  RelayFixture f;
+  f.options.batch_size = 2;
+  EnqueueRange(f.store, 1, 9);
+  FakeWaiter waiter;
+  outbox::testing::PipelineFakePublisher publisher;
+  // SIGTERM arrives while the second batch is in flight.
+  publisher.on_send = [&](const std::vector<outbox::OutboundMessage>& messages) {
+    if (messages.front().outbox_id == 3) waiter.stop = true;
+  };
+  Relay relay(f.store, publisher, f.options);
+  LoopOptions loop;
+  loop.mode = GENERATE(LoopMode::kForever, LoopMode::kUntilEmpty);
+  loop.pipeline_depth = 2;
+
+  const auto report = outbox::RunRelayLoop(relay, waiter, loop, nullptr);
+
+  CHECK(report.stopped);
+  CHECK(report.batches == 2);
+  CHECK(report.marked == 4);
+  CHECK(publisher.log == std::vector<std::string>{"send 1", "send 3", "ack 1", "ack 3"});
+  CHECK(f.PublishedIds() == Ids{1, 2, 3, 4});
+  CHECK(f.store.Status(f.clock.EpochMs()).claimed == 0);
+  CHECK(relay.InFlight() == 0);
+}
+
+TEST_CASE("With block-key a later row of an aggregate is not claimed while an earlier row of it "
+          "is in flight in the pipeline",
+          "[relay]") {
+  RelayFixture f;
+  f.options.batch_size = 1;
+  f.options.on_failure = FailureMode::kBlockKey;
+  EnqueueAll(f.store, {EventOn(1, "X"), EventOn(2, "X"), EventOn(3, "Y")});
+  outbox::testing::PipelineFakePublisher publisher;
+  Relay relay(f.store, publisher, f.options);
+  FakeWaiter waiter;
+  LoopOptions loop;
+  loop.mode = LoopMode::kUntilEmpty;
+  loop.pipeline_depth = 2;
+
+  const auto report = outbox::RunRelayLoop(relay, waiter, loop, nullptr);
+
+  CHECK(report.marked == 3);
+  // Row 2 (X) waits for row 1 (X) to be settled; row 3 (Y) rides along with row 1.
+  CHECK(publisher.log ==
+        std::vector<std::string>{"send 1", "send 3", "ack 1", "send 2", "ack 3", "ack 2"});
+}
+
+TEST_CASE("RunRelayLoop rejects pipeline depth 0 with ConfigError", "[relay]") {
+  RelayFixture f;
+  FakePublisher publisher;
+  Relay relay(f.store, publisher, f.options);
+  FakeWaiter waiter;
+  LoopOptions loop;
+  loop.pipeline_depth = 0;
+  CHECK_THROWS_AS(outbox::RunRelayLoop(relay, waiter, loop, nullptr), ConfigError);
+}
+
 TEST_CASE("RunRelayLoop says once that rows wait on another relay's lease and until when",
           "[relay]") {
   RelayFixture f;

@@ -26,6 +26,9 @@ struct TopicPartitionListDeleter {
 struct MessageDeleter {
   void operator()(rd_kafka_message_t* msg) const noexcept { rd_kafka_message_destroy(msg); }
 };
+struct TopicDeleter {
+  void operator()(rd_kafka_topic_t* topic) const noexcept { rd_kafka_topic_destroy(topic); }
+};
 struct MetadataDeleter {
   void operator()(const rd_kafka_metadata_t* md) const noexcept { rd_kafka_metadata_destroy(md); }
 };
@@ -36,6 +39,7 @@ using TopicPartitionListHandle =
     std::unique_ptr<rd_kafka_topic_partition_list_t, TopicPartitionListDeleter>;
 using MessageHandle = std::unique_ptr<rd_kafka_message_t, MessageDeleter>;
 using MetadataHandle = std::unique_ptr<const rd_kafka_metadata_t, MetadataDeleter>;
+using TopicHandle = std::unique_ptr<rd_kafka_topic_t, TopicDeleter>;
 
 // A librdkafka property, as given with -X name=value.
 using Property = std::pair<std::string, std::string>;
