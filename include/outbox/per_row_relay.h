@@ -33,13 +33,17 @@ struct PerRowRelayReport {
   std::int64_t failed = 0;  // 0 or 1: the run stops at the first failed delivery
 };
 
-// The record for a row: key and event_id header = event id.
+// The record for a row: key and event_id header = event id. Without the
+// application's headers: the caller parses row.event.headers
+// (ParseRecordHeaders) and refuses the row when they are bad.
 OutboundMessage MessageForRow(const OutboxRow& row);
 
 // Runs the chapter's loop once over up to options.limit unpublished rows.
 // Calls on_step after each row is settled (acked and marked, or failed).
 // Stops at the first failed delivery, leaving that row and every later one
-// unpublished, as the chapter's send().get() would by throwing.
+// unpublished, as the chapter's send().get() would by throwing. A row whose
+// headers column is bad (ParseRecordHeaders) is not sent and fails the same
+// way, with the reason as its delivery error.
 // Throws ConfigError when options.limit <= 0 (SQLite would read a negative
 // LIMIT as "no limit"), DbError when reading or marking fails (the row then stays
 // unpublished and will be re-sent: a duplicate, never a loss).

@@ -90,7 +90,9 @@ class Relay {
   // nothing lies past the cursor or when a row behind it became claimable
   // (its backoff ran out), so retries are never starved by new rows. claimed == 0
   // means nothing was claimable. Throws DbError; delivery failures are
-  // recorded, not thrown.
+  // recorded, not thrown. A row whose headers column is not a JSON object of
+  // string values (ParseRecordHeaders) is not sent: it is parked at once with
+  // the reason as last_error and counted failed; the rest of the batch goes on.
   BatchReport RunBatch();
 
  private:

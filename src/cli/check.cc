@@ -68,7 +68,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                     if (!o->histories.empty()) ops = lab::ReadHistories(o->histories, &malformed);
                     lab::CheckResult r;
                     try {
-                      auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+                      auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
                       r = lab::CheckRun(*store, records, o->histories.empty() ? nullptr : &ops);
                     } catch (const DbError& e) {
                       // Damage that stops the reads is a finding, not a failure to check.

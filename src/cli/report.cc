@@ -30,7 +30,7 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
       ->check(PositiveInteger())
       ->capture_default_str();
   return {sub, [&global, o]() -> ExitCode {
-            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
             const auto records = lab::ReadTopic(
                 {global.RequireBrokers(), global.topic, global.ParsedProperties(), o->timeout_ms});
             std::int64_t malformed = 0;

@@ -103,7 +103,7 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
             // Parse expectations first: a typo must not cost a topic read.
             std::map<std::string, std::int64_t> expected;
             if (!options->expect.empty()) expected = lab::ParseExpectations(options->expect);
-            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
             const lab::DbSnapshot db = lab::TakeDbSnapshot(*store);
             if (!options->json)
               fmt::print("[verify] business_loan={} outbox={} published={} unpublished={}\n",

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "outbox/event.h"
 #include "outbox/kafka/handles.h"
 
 namespace outbox::lab {
@@ -18,6 +19,7 @@ struct TopicRecord {
   // The record's event id: header "event_id", else the payload's "eventId",
   // else the key.
   std::string event_id;
+  std::vector<RecordHeader> headers = {};  // every record header, in order
 };
 
 struct TopicReadOptions {

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "outbox/per_row_relay.h"
+#include "outbox/record_headers.h"
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
 
@@ -74,16 +75,24 @@ BatchReport Relay::RunBatch() {
 
   std::vector<OutboundMessage> messages;
   messages.reserve(claim.rows.size());
+  std::vector<FailedDelivery> failed;
   for (const OutboxRow& row : claim.rows) {
+    ParsedHeaders headers = ParseRecordHeaders(row.event.headers);
+    if (!headers.ok()) {
+      // The row is bad, not the broker: park it now with the reason; the batch goes on.
+      failed.push_back({row.id, std::move(headers.error), /*park_now=*/true});
+      continue;
+    }
     OutboundMessage message = MessageForRow(row);
+    message.headers = std::move(headers.headers);
     if (options_.key == KeyChoice::kAggregateId) message.key = row.event.aggregate_id;
     messages.push_back(std::move(message));
   }
-  const std::vector<DeliveryResult> results = publisher_.Publish(messages);
+  const std::vector<DeliveryResult> results =
+      messages.empty() ? std::vector<DeliveryResult>{} : publisher_.Publish(messages);
   HitFailpoint("relay.after_ack_before_mark");
 
   std::vector<std::int64_t> acked;
-  std::vector<FailedDelivery> failed;
   for (const DeliveryResult& result : results) {
     if (result.ok)
       acked.push_back(result.outbox_id);

@@ -26,6 +26,9 @@ struct TopicPartitionListDeleter {
 struct MessageDeleter {
   void operator()(rd_kafka_message_t* msg) const noexcept { rd_kafka_message_destroy(msg); }
 };
+struct HeadersDeleter {
+  void operator()(rd_kafka_headers_t* headers) const noexcept { rd_kafka_headers_destroy(headers); }
+};
 struct MetadataDeleter {
   void operator()(const rd_kafka_metadata_t* md) const noexcept { rd_kafka_metadata_destroy(md); }
 };
@@ -36,6 +39,7 @@ using TopicPartitionListHandle =
     std::unique_ptr<rd_kafka_topic_partition_list_t, TopicPartitionListDeleter>;
 using MessageHandle = std::unique_ptr<rd_kafka_message_t, MessageDeleter>;
 using MetadataHandle = std::unique_ptr<const rd_kafka_metadata_t, MetadataDeleter>;
+using HeadersHandle = std::unique_ptr<rd_kafka_headers_t, HeadersDeleter>;
 
 // A librdkafka property, as given with -X name=value.
 using Property = std::pair<std::string, std::string>;
