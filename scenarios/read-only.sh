@@ -11,9 +11,9 @@
 # Expects: the commands that only read (status, metrics, parked, verify, check, report) open the
 #          database read-only and give the right counts, on a cleanly closed WAL database (no -wal,
 #          no -shm, none can be created) and on the killed writer's WAL (its rows counted); every
-#          command that writes exits 15 at once (well inside its busy timeout) with one error line
+#          command that writes exits 17 at once (well inside its busy timeout) with one error line
 #          naming the file and saying it is read-only; no file changes (sha256) and no -wal or -shm
-#          appears. (4) exits 4 naming the -wal, (5) exits 15 naming the schema version.
+#          appears. (4) exits 4 naming the -wal, (5) exits 17 naming the schema version.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -41,13 +41,13 @@ expect_reads_ok() {
   expect_rc 0 "$1: check"
 }
 
-# expect_writers_refused WHAT FILE: every writing command exits 15 at once with one line naming FILE.
+# expect_writers_refused WHAT FILE: every writing command exits 17 at once with one line naming FILE.
 expect_writers_refused() {
   local cmd
   for cmd in "${WRITERS[@]}"; do
     # shellcheck disable=SC2086  # the command and its options are words
     run --busy-timeout 30s $cmd
-    expect_rc 15 "$1: $cmd"
+    expect_rc 17 "$1: $cmd"
     expect_error_line "$1: $cmd"
     grep -q -F "'$2'" "$ERR" || fail "$1: $cmd: the error does not name '$2'"
     grep -q 'read-only' "$ERR" || fail "$1: $cmd: the error does not say read-only"
@@ -129,7 +129,7 @@ expect_rc 0 "verify --no-kafka reads the killed writer's commits from its -wal"
 run status --json
 expect_json "$OUT" '.unpublished == 3' "status --json on the crashed database"
 run write 1
-expect_rc 15 "write on the crashed read-only database"
+expect_rc 17 "write on the crashed read-only database"
 expect_error_line "write on the crashed read-only database"
 expect_eq "$crashed_sha" "$(sha "$DB")$(sha "$DB-wal")" "sha256 of the crashed database and its -wal"
 
@@ -151,7 +151,7 @@ chmod a-w "$OLD" "$OLD/outbox.db"
 LAB_BIN=$TMP/as-other
 DB=$OLD/outbox.db
 run status
-expect_rc 15 "status on a read-only schema 2 database"
+expect_rc 17 "status on a read-only schema 2 database"
 expect_error_line "status on a read-only schema 2 database"
 expect_line 'schema version 2 must be migrated to 4' "$ERR"
 

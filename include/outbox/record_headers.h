@@ -14,11 +14,12 @@
 
 namespace outbox {
 
-// Header names the relay sets on every record. An application header may not
-// reuse one: a consumer that reads the last "event_id" header (the idempotent
+// Header names the relay sets on every record, and run_id, which main's
+// publishers add per reset (issue 15). An application header may not reuse
+// one: a consumer that reads the last "event_id" header (the idempotent
 // consumer does) must get the relay's value, not a row's forgery.
-inline constexpr std::array<std::string_view, 3> kRelayHeaderNames = {"event_id", "event_type",
-                                                                      "outbox_id"};
+inline constexpr std::array<std::string_view, 4> kRelayHeaderNames = {"event_id", "event_type",
+                                                                      "outbox_id", "run_id"};
 
 struct ParsedHeaders {
   std::vector<RecordHeader> headers;  // in the object's order

@@ -19,7 +19,8 @@ enum class ExitCode : int {
   kFailpoint = 12,         // a failpoint's `error` action fired (OUTBOX_FAILPOINTS)
   kSystem = 13,            // an OS call failed: inotify, socket, signalfd, history file, fork
   kParkedRows = 14,        // relay --fail-on-parked: finished with parked rows in the outbox
-  kDbReadOnly = 15,        // a command that writes met a read-only database file or directory
+  // 15 and 16 are taken on main (check: kNotDrained, kCannotJudge); 17 merges without a clash.
+  kDbReadOnly = 17,        // a command that writes met a read-only database file or directory
   kInternal = 70,          // a bug: an unexpected exception
 };
 

@@ -66,6 +66,7 @@ TEST_CASE("ParseRecordHeaders refuses every value that is not an object of strin
       {"{\"\":\"x\"}", "headers column: a header with an empty name"},
       {"{\"event_id\":\"evt-forged\"}", "headers column: \"event_id\" is a header the relay sets itself"},
       {"{\"outbox_id\":\"1\"}", "headers column: \"outbox_id\" is a header the relay sets itself"},
+      {"{\"run_id\":\"r\"}", "headers column: \"run_id\" is a header the relay sets itself"},
       {"{\"a\\nb\":1}", "headers column: the value of \"a\\nb\" is a number, not a string"},
       {std::string(100000, '['), "headers column: invalid JSON: it ends after 100000 bytes"},
   };
