@@ -6,7 +6,9 @@
 #          (127.0.0.1:1) for publish and for verify; an unknown librdkafka property; a bad
 #          --expect key; no broker at all; (issue 9) rows inserted by the sqlite3 CLI with the bytes
 #          C3 28 (not UTF-8) in event_id, aggregate_id, event_type and payload; INSERTs whose
-#          created_at is in seconds, text or omitted; a schema 2 database holding such rows.
+#          created_at is in seconds, text or omitted; a schema 2 database holding such rows;
+#          rows whose headers column is good, NULL, invalid JSON, not UTF-8, an array, has a number
+#          value or forges the relay's event_id header. (Read-only media: scenarios/read-only.sh.)
 # Expects: each refusal exits with its documented code (src/cli/exit_code.h: usage 2, config 3,
 #          db-unavailable 4, not-sqlite 5, schema-missing 6, busy 7, broker-unavailable 8,
 #          delivery-failed 9), says so in one `outbox-lab: error: ...` line on stderr (librdkafka
@@ -18,6 +20,9 @@
 #          and check/status/verify/relay --json print JSON that jq accepts. The created_at
 #          contract: a bad INSERT fails in the writer's transaction, an omitted created_at gets
 #          the database clock, and status names the old rows that break it instead of aging them.
+#          Headers: the good row reaches Kafka with its headers after the relay's three, the bad
+#          ones are parked at once with the reason (relay --fail-on-parked exits 14), and the
+#          chapter's publish stops at the first with exit 9.
 # Issue 15, section 4 (errors that say the fix): a mistyped subcommand, -Doutbox.db with a space
 #          or given to the binary, an unquoted path with spaces, another subcommand's option, a
 #          subcommand's option before it; each exits 2 with one line naming the fix, directly and
@@ -360,8 +365,43 @@ expect_rc 0 "status on a schema 2 database"
 expect_line '^\[status\] bad-created-at=2 ids=2,3: ' "$OUT"
 run status --json
 expect_json "$OUT" '.bad_created_at == 2 and .bad_created_at_ids == [2,3] and .oldest_unpublished_age_ms < 60000' "status --json on the migrated database"
-[ "$(sqlite3 "$DB" 'PRAGMA user_version')" = 3 ] || fail "the database was not migrated to schema 3"
+[ "$(sqlite3 "$DB" 'PRAGMA user_version')" = 4 ] || fail "the database was not migrated to schema 4"
 run metrics
 expect_line '^outbox_bad_created_at_rows 2$' "$OUT"
+
+step "the headers column: good headers reach Kafka as record headers; each bad one parks its row"
+DB=$TMP/headers.db
+run reset
+expect_rc 0 "reset"
+echo "\$ sqlite3 $DB  # events with a good, a NULL and five bad headers columns"
+sqlite3 -bail "$DB" <<'SQL' || die "sqlite3 could not insert the rows with headers"
+INSERT INTO outbox(event_id, aggregate_id, event_type, payload, headers) VALUES
+  ('evt-h-ok', 'L-h1', 'LoanCreated', '{}',
+   '{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tenant":"acme"}'),
+  ('evt-h-null', 'L-h2', 'LoanCreated', '{}', NULL),
+  ('evt-h-json', 'L-h3', 'LoanCreated', '{}', '{"tenant":'),
+  ('evt-h-bytes', 'L-h4', 'LoanCreated', '{}', '{"t":"' || CAST(X'C328' AS TEXT) || '"}'),
+  ('evt-h-array', 'L-h5', 'LoanCreated', '{}', '["acme"]'),
+  ('evt-h-number', 'L-h6', 'LoanCreated', '{}', '{"tenant":7}'),
+  ('evt-h-forged', 'L-h7', 'LoanCreated', '{}', '{"event_id":"evt-h-ok"}');
+SQL
+run relay --until-empty --json --fail-on-parked
+expect_rc 14 "relay --until-empty --fail-on-parked over bad headers"
+expect_eq 2 "$(relay_final "$OUT" marked)" "rows with good or no headers marked published"
+expect_eq 5 "$(relay_final "$OUT" parked)" "rows with bad headers parked at once"
+expect_eq 0 "$(relay_final "$OUT" pending)" "rows left pending"
+run parked --json
+expect_rc 0 "parked --json"
+expect_json "$OUT" '.parked == 5 and ([.rows[] | select(.attempts == 1 and (.last_error | startswith("headers column: ")))] | length) == 5' "parked rows with the headers reason"
+expect_json "$OUT" '[.rows[] | select(.event_id == "evt-h-json")][0].last_error == "headers column: invalid JSON: it ends after 10 bytes"' "the invalid JSON row's reason"
+echo "\$ kcat -C -e -f '%k %h\\n'"
+kcat -b "$BROKER" -t "$TOPIC" -C -e -q -f '%k %h\n' >"$TMP/headers.kcat" 2>"$TMP/kcat.err" || die "kcat failed: $(head -n 1 "$TMP/kcat.err")"
+cat "$TMP/headers.kcat"
+expect_count 2 '^evt-h-' "$TMP/headers.kcat"  # the topic also holds the earlier steps' records
+expect_line '^evt-h-ok event_id=evt-h-ok,event_type=LoanCreated,outbox_id=1,traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01,tenant=acme$' "$TMP/headers.kcat"
+expect_line '^evt-h-null event_id=evt-h-null,event_type=LoanCreated,outbox_id=2$' "$TMP/headers.kcat"
+run publish 10
+expect_rc 9 "publish stops at the first row with bad headers"
+expect_line 'headers column: invalid JSON: it ends after 10 bytes' "$OUT"
 
 finish

@@ -105,6 +105,9 @@ sweep_case() {
   CASE_FAILURES=()
   local effects=$TMP/$point-$n.effects.db
   local consume_args=(consume --dedupe --group sweep --effects-db "$effects")
+  # consume.mid_prune is reached only while pruning (--retain): in its cells the consumer prunes
+  # every processed_event row older than 1 ms, 5 rows a transaction, after consuming.
+  [ "$point" = consume.mid_prune ] && consume_args+=(--retain 1ms --prune-batch-size 5)
   local start reported=
   start=$(_now_us)
   # Every step of the cell records its history, for the cell's report should it fail.

@@ -5,6 +5,9 @@
 #          (failpoint consume.after_effect, 7th record: evt-1004, applied), then a restart of the consumer.
 # Expects: the restart resumes at the uncommitted record and skips it as a duplicate; from the 8
 #          records exactly 5 effects exist (one per event id) and 5 processed_event rows.
+#          Then (issue 9 §7) `--retain 1h` on a replay of all 8 skips them all and prunes nothing;
+#          `--retain 1ms --prune-batch-size 2` prunes the 5 rows in 3 transactions; a replay after
+#          that applies every event again, which is why the retention must cover every re-send.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -42,5 +45,25 @@ expect_eq 5 "$(sqlite3 "$EFFECTS" 'SELECT COUNT(*) FROM processed_event')" "proc
 step "a third run finds nothing new"
 run consume --dedupe --group loans --effects-db "$EFFECTS"
 expect_line '^\[consume\] read=0 applied=0 skipped=0 effects-total=5$' "$OUT"
+
+step "--retain: a replay of all 8 records inside the window is skipped; nothing is pruned"
+run consume --dedupe --group replay --effects-db "$EFFECTS" --retain 1h --prune-batch-size 2
+expect_rc 0 "consume --retain 1h"
+expect_line '^\[consume\] read=8 applied=0 skipped=8 effects-total=5$' "$OUT"
+expect_line '^\[consume\] pruned=0 batches=0 processed-kept=5 ' "$OUT"
+
+step "--retain 1ms --prune-batch-size 2: the 5 rows go in 3 bounded transactions"
+run consume --dedupe --group loans --effects-db "$EFFECTS" --retain 1ms --prune-batch-size 2
+expect_rc 0 "consume --retain 1ms"
+expect_line '^\[consume\] pruned=5 batches=3 processed-kept=0 ' "$OUT"
+expect_eq 0 "$(sqlite3 "$EFFECTS" 'SELECT COUNT(*) FROM processed_event')" "processed_event rows after pruning"
+
+step "the rule's reason: a replay after its rows were pruned applies every event again"
+run consume --dedupe --group replay-late --effects-db "$EFFECTS"
+expect_line '^\[consume\] read=8 applied=5 skipped=3 effects-total=10$' "$OUT"
+
+step "--retain without --dedupe is a usage error"
+run consume --retain 1h
+expect_rc 2 "consume --retain without --dedupe"
 
 finish

@@ -8,6 +8,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace outbox {
 
@@ -20,14 +21,20 @@ class Error : public std::runtime_error {
 // (https://www.sqlite.org/rescode.html).
 class DbError : public Error {
  public:
-  DbError(const std::string& message, int sqlite_code)
-      : Error(message), code_(sqlite_code) {}
+  // reason: SQLite's own words for the problem (sqlite3_errmsg), without what
+  // we did; empty means the message is all there is.
+  DbError(const std::string& message, int sqlite_code, std::string reason = {})
+      : Error(message), code_(sqlite_code), reason_(std::move(reason)) {}
   int code() const noexcept { return code_; }
+  // SQLite's words, e.g. "database is locked"; what() when none were given.
+  const std::string& reason() const noexcept { return reason_.empty() ? message_ : reason_; }
   // Primary result code (the low byte), e.g. SQLITE_BUSY for SQLITE_BUSY_SNAPSHOT.
   int primary_code() const noexcept { return code_ & 0xff; }
 
  private:
   int code_;
+  std::string reason_;
+  std::string message_ = what();
 };
 
 // The database file does not exist or lacks the lab's tables: nothing was

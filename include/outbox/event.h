@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace outbox {
 
@@ -14,6 +15,10 @@ struct OutboxEvent {
   std::string event_type;    // e.g. "LoanCreated"
   std::string payload;       // JSON text, sent as the record value
   std::int64_t created_at_ms = 0;  // epoch ms
+  // The headers column as the application wrote it: a JSON object of string
+  // values, sent as Kafka record headers (record_headers.h). Empty: NULL, none.
+  // Untrusted: validated when the relay sends the row, not here.
+  std::string headers = {};  // a default, so {id, aggregate, type, payload, ms} stays complete
 };
 
 // A row of the outbox table.
@@ -23,6 +28,12 @@ struct OutboxRow {
   bool published = false;
 };
 
+// A Kafka record header: name and value are bytes, sent as they are.
+struct RecordHeader {
+  std::string name;
+  std::string value;
+};
+
 // One record to produce. key is normally the event id (chapter 7.1, decision 2).
 struct OutboundMessage {
   std::int64_t outbox_id = 0;
@@ -30,6 +41,9 @@ struct OutboundMessage {
   std::string payload;
   std::string event_id;    // sent as header "event_id"
   std::string event_type;  // sent as header "event_type"
+  // The application's headers (OutboxEvent::headers, parsed), sent after the
+  // relay's own event_id, event_type and outbox_id, in the object's order.
+  std::vector<RecordHeader> headers = {};
 };
 
 // The delivery report for one message: ok only when the broker acknowledged it

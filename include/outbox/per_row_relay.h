@@ -34,7 +34,9 @@ struct PerRowRelayReport {
   bool stopped = false;     // ended early because stop_requested said so
 };
 
-// The record for a row: key and event_id header = event id.
+// The record for a row: key and event_id header = event id. Without the
+// application's headers: the caller parses row.event.headers
+// (ParseRecordHeaders) and refuses the row when they are bad.
 OutboundMessage MessageForRow(const OutboxRow& row);
 
 // Runs the chapter's loop once over up to options.limit unpublished rows.
@@ -43,7 +45,9 @@ OutboundMessage MessageForRow(const OutboxRow& row);
 // true, so a stop request (say SIGINT) never cuts a row between its ack and
 // its mark.
 // Stops at the first failed delivery, leaving that row and every later one
-// unpublished, as the chapter's send().get() would by throwing.
+// unpublished, as the chapter's send().get() would by throwing. A row whose
+// headers column is bad (ParseRecordHeaders) is not sent and fails the same
+// way, with the reason as its delivery error.
 // Throws ConfigError when options.limit <= 0 (SQLite would read a negative
 // LIMIT as "no limit"), DbError when reading or marking fails (the row then stays
 // unpublished and will be re-sent: a duplicate, never a loss).

@@ -116,7 +116,9 @@ class Relay {
   // nothing lies past the cursor or when a row behind it became claimable
   // (its backoff ran out), so retries are never starved by new rows. claimed == 0
   // means nothing was claimable. Throws DbError; delivery failures are
-  // recorded, not thrown.
+  // recorded, not thrown. A row whose headers column is not a JSON object of
+  // string values (ParseRecordHeaders) is not sent: it is parked at once with
+  // the reason as last_error and counted failed; the rest of the batch goes on.
   // Throws std::logic_error when batches started with StartBatch are still in flight.
   BatchReport RunBatch();
 
@@ -143,7 +145,13 @@ class Relay {
   RelayOptions options_;
   Clock& clock_;
   std::int64_t cursor_ = 0;
-  std::deque<Claim> in_flight_;  // oldest first, as the publisher's batches
+  // A batch between StartBatch and FinishBatch: its claim, and the rows refused
+  // before sending (bad headers), which its settle parks.
+  struct InFlightBatch {
+    Claim claim;
+    std::vector<FailedDelivery> rejected;
+  };
+  std::deque<InFlightBatch> in_flight_;  // oldest first, as the publisher's batches
 };
 
 // Waits while the relay is idle. Implementations: ChangeWatcher (inotify),

@@ -43,6 +43,10 @@ struct StoreOptions {
 enum class OpenMode {
   kExisting,  // the file and schema must exist; nothing is created
   kCreate,    // create parent directories and the file if missing (reset)
+  // The file and schema must exist; opened with SQLITE_OPEN_READONLY, so it
+  // works on read-only media and on a file owned by another user. Every
+  // write throws DbError (SQLITE_READONLY). See the constructor for WAL files.
+  kReadOnly,
 };
 
 struct OutboxCounts {
@@ -77,7 +81,9 @@ struct OutboxSnapshot {
 // 2000-01-01 and 2100-01-01 (README, "Writing to the outbox from your
 // application"). Opening an older database migrates it in one transaction;
 // rows that already break the contract are kept and reported by Status().
-inline constexpr int kSchemaVersion = 3;
+// 4 adds the nullable headers column (OutboxEvent::headers) to outbox and
+// outbox_archive.
+inline constexpr int kSchemaVersion = 4;
 
 // A batch claimed by one relay (Store::ClaimBatch).
 struct Claim {
@@ -102,6 +108,9 @@ struct ClaimRequest {
 struct FailedDelivery {
   std::int64_t id = 0;
   std::string error;
+  // Park at once, whatever the attempts: the row itself is bad (its headers
+  // column, say) and a retry would fail the same way.
+  bool park_now = false;
 };
 
 struct SettlePolicy {
@@ -202,7 +211,27 @@ class Store {
   //   no outbox table (and then has created and changed nothing).
   // kCreate: creates missing parent directories; throws DbError with
   //   SQLITE_CANTOPEN when a directory or the file cannot be created.
-  // Both throw DbError: SQLITE_NOTADB for a file that is not SQLite,
+  // kExisting and kCreate need to write: before opening, they throw DbError
+  //   SQLITE_READONLY ("... read-only (Read-only file system) ...") when the
+  //   file cannot be written by this process, and SQLITE_READONLY_DIRECTORY
+  //   when there is no -wal file and the directory cannot be written (SQLite
+  //   must create F-wal and F-shm there), so a writing command fails at once
+  //   instead of at its first write.
+  // kReadOnly: the command writes nothing. When this process can write the
+  //   file it opens read-write as kExisting does (migrating an older schema;
+  //   the last close checkpoints and removes -wal and -shm as usual) and then
+  //   sets PRAGMA query_only. Otherwise it opens SQLITE_OPEN_READONLY. A WAL
+  //   database needs its -wal and -shm files to exist or to be creatable
+  //   (https://www.sqlite.org/wal.html, "Read-Only Databases"); after a clean
+  //   close they are gone, so when SQLite cannot create them and no -wal file
+  //   exists the file is reopened with immutable=1: the main file then holds
+  //   every commit. immutable also turns off locking, right for read-only
+  //   media; on a file owned by another user, a writer starting during the
+  //   read could show it a torn file (SQLITE_CORRUPT, never a write). A -wal
+  //   whose -shm cannot be opened or created throws DbError SQLITE_CANTOPEN
+  //   (its commits cannot be read safely); an older schema on a read-only file
+  //   throws DbError SQLITE_READONLY (it cannot be migrated).
+  // All throw DbError: SQLITE_NOTADB for a file that is not SQLite,
   //   SQLITE_BUSY when another process holds a lock past the busy timeout,
   //   SQLITE_IOERR_SHMOPEN when the WAL's -shm file cannot be created; its
   //   message reads "open database 'F': <the problem> (SQLITE_NAME)", never
@@ -317,7 +346,8 @@ class Store {
   // Settles a claimed batch in ONE transaction: marks every acked id
   // published (published_at = now_ms) and records every failure (attempts+1,
   // last_error, next_attempt_at = now + min(base * 2^(attempts-1), cap), or
-  // parked_at = now once attempts reach policy.max_attempts). Applies only to
+  // parked_at = now once attempts reach policy.max_attempts or the failure
+  // says park_now). Applies only to
   // rows still holding token: a row whose lease expired and was claimed again
   // by another relay is left alone and counted as fenced. Throws DbError.
   SettleReport SettleBatch(std::int64_t token, const std::vector<std::int64_t>& acked,
@@ -364,18 +394,24 @@ class Store {
 
   // The database file this store opened.
   const std::string& path() const noexcept { return connection_.path(); }
+  // True when opened kReadOnly on a file this process cannot write and reopened with
+  // immutable=1 (see the constructor).
+  bool immutable() const noexcept { return immutable_; }
   // The clock of StoreOptions::clock, or the system clock. Relays use it
   // unless given their own.
   Clock& clock() const noexcept { return *clock_; }
 
  private:
   void Open(const StoreOptions& options, OpenMode mode);  // the constructor's work past the open
+  void OpenReadOnly(const StoreOptions& options);       // Open for kReadOnly
   void Migrate();
   void MigrateToV3();
+  void MigrateToV4();
 
   SystemClock system_clock_;  // used when StoreOptions::clock is null
   Clock* clock_;              // not owned
   sqlite::Connection connection_;
+  bool immutable_ = false;
 };
 
 }  // namespace outbox

@@ -14,14 +14,20 @@ struct ConsumeOptions {
   std::string group;
   bool dedupe = false;
   std::string effects_db;
+  std::int64_t retain_ms = 0;  // --retain; 0: never prune
+  std::int64_t prune_batch_size = 1000;
 };
 
 ExitCode RunIdempotentConsumer(const GlobalOptions& global, const ConsumeOptions& o) {
   if (o.group.empty() || o.effects_db.empty())
     throw CommandError(ExitCode::kUsage, "consume --dedupe needs --group G and --effects-db PATH");
+  lab::IdempotentConsumerOptions options{global.RequireBrokers(), global.topic, o.group,
+                                         o.effects_db, global.ParsedProperties(),
+                                         static_cast<int>(o.timeout_ms), global.clock.get()};
+  options.retain_ms = o.retain_ms;
+  options.prune_batch_size = o.prune_batch_size;
   const auto report = lab::ConsumeIdempotently(
-      {global.RequireBrokers(), global.topic, o.group, o.effects_db, global.ParsedProperties(),
-       static_cast<int>(o.timeout_ms), global.clock.get()},
+      options,
       [](const lab::ConsumedRecord& r) {
         fmt::print("[consume] partition={} offset={} event={} {}\n", r.partition, r.offset,
                    r.event_id, r.applied ? "applied" : "duplicate: skipped");
@@ -29,6 +35,10 @@ ExitCode RunIdempotentConsumer(const GlobalOptions& global, const ConsumeOptions
       });
   fmt::print("[consume] read={} applied={} skipped={} effects-total={}\n", report.read,
              report.applied, report.skipped, report.effects_total);
+  if (o.retain_ms > 0)
+    fmt::print("[consume] pruned={} batches={} processed-kept={} (processed_event rows older than "
+               "{} ms)\n",
+               report.pruned, report.prune_batches, report.processed_kept, o.retain_ms);
   return ExitCode::kOk;
 }
 
@@ -48,8 +58,21 @@ Command AddConsumeCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--group", o->group, "Consumer group (with --dedupe): where offsets are committed");
   sub->add_option("--effects-db", o->effects_db,
                   "SQLite file for the consumer's effects and processed_event (with --dedupe)");
+  AddDurationOption(*sub, "--retain", o->retain_ms,
+                    "With --dedupe: after consuming, delete processed_event rows older than this, "
+                    "in bounded batches. Keep it above the longest re-send window (relay lease, "
+                    "backoff cap, time to unpark, offset rewinds): an event re-sent after its row "
+                    "is gone is applied twice. Default: keep every row",
+                    1, 3'650LL * 86'400'000);
+  sub->add_option("--prune-batch-size", o->prune_batch_size,
+                  "With --retain: processed_event rows deleted per transaction")
+      ->check(PositiveInteger())
+      ->capture_default_str();
   return {sub, [&global, o]() -> ExitCode {
             if (o->dedupe) return RunIdempotentConsumer(global, *o);
+            if (o->retain_ms > 0)
+              throw CommandError(ExitCode::kUsage, "consume --retain prunes the dedupe table: "
+                                                   "it needs --dedupe");
             const auto records = lab::ReadTopic(
                 {global.RequireBrokers(), global.topic, global.ParsedProperties(), static_cast<int>(o->timeout_ms)});
             for (const auto& r : records) {

@@ -21,6 +21,7 @@ enum class ExitCode : int {
   kParkedRows = 14,        // relay --fail-on-parked: finished with parked rows in the outbox
   kNotDrained = 15,        // check: nothing lost so far, but outbox rows are still unpublished
   kCannotJudge = 16,       // check: the broker dropped records (retention): some events unjudgeable
+  kDbReadOnly = 17,        // a command that writes met a read-only database file or directory
   kInternal = 70,          // a bug: an unexpected exception
 };
 

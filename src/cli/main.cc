@@ -27,9 +27,9 @@ ExitCode ForDbError(const outbox::DbError& e) {
     case SQLITE_LOCKED: return ExitCode::kDbBusy;
     case SQLITE_NOTADB:
     case SQLITE_CORRUPT: return ExitCode::kDbNotSqlite;
+    case SQLITE_READONLY: return ExitCode::kDbReadOnly;
     case SQLITE_CANTOPEN:
-    case SQLITE_PERM:
-    case SQLITE_READONLY: return ExitCode::kDbUnavailable;
+    case SQLITE_PERM: return ExitCode::kDbUnavailable;
     default: return ExitCode::kDbError;
   }
 }

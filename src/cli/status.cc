@@ -17,7 +17,7 @@ namespace outbox::cli {
 namespace {
 
 OutboxStatus ReadStatus(const GlobalOptions& global) {
-  Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
+  Store store(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
   return store.Status(store.clock().EpochMs());
 }
 
@@ -27,7 +27,7 @@ struct StatusView {
 };
 
 StatusView ReadStatusView(const GlobalOptions& global) {
-  Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
+  Store store(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
   const std::int64_t now_ms = store.clock().EpochMs();
   return {store.Status(now_ms), store.ClaimOwners(now_ms)};
 }

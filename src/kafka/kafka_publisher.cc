@@ -27,17 +27,28 @@ rd_kafka_resp_err_t ProduceOutboundMessage(rd_kafka_t* producer, const std::stri
                                            const std::string& run_id) noexcept {
   char outbox_id[24];
   const auto id_end = std::to_chars(outbox_id, outbox_id + sizeof outbox_id, m.outbox_id).ptr;
+  // One header list for the relay's headers and the application's (RD_KAFKA_V_HEADER cannot be
+  // mixed with RD_KAFKA_V_HEADERS); rd_kafka_header_add copies. producev takes the list only
+  // when it accepts the message: until then the handle owns it.
+  HeadersHandle headers(rd_kafka_headers_new(4 + m.headers.size()));
+  rd_kafka_header_add(headers.get(), "event_id", -1, m.event_id.data(),
+                      static_cast<ssize_t>(m.event_id.size()));
+  rd_kafka_header_add(headers.get(), "event_type", -1, m.event_type.data(),
+                      static_cast<ssize_t>(m.event_type.size()));
+  rd_kafka_header_add(headers.get(), "outbox_id", -1, outbox_id,
+                      static_cast<ssize_t>(id_end - outbox_id));
+  // The run's id (Store::RunId), so check counts this run's records apart from others'.
+  rd_kafka_header_add(headers.get(), "run_id", -1, run_id.data(), static_cast<ssize_t>(run_id.size()));
+  for (const RecordHeader& h : m.headers)
+    rd_kafka_header_add(headers.get(), h.name.data(), static_cast<ssize_t>(h.name.size()),
+                        h.value.data(), static_cast<ssize_t>(h.value.size()));
   for (;;) {
     const rd_kafka_resp_err_t err = rd_kafka_producev(
         producer, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_KEY(m.key.data(), m.key.size()),
         RD_KAFKA_V_VALUE(const_cast<char*>(m.payload.data()), m.payload.size()),
-        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-        RD_KAFKA_V_HEADER("event_id", m.event_id.data(), static_cast<ssize_t>(m.event_id.size())),
-        RD_KAFKA_V_HEADER("event_type", m.event_type.data(),
-                          static_cast<ssize_t>(m.event_type.size())),
-        RD_KAFKA_V_HEADER("outbox_id", outbox_id, static_cast<ssize_t>(id_end - outbox_id)),
-        RD_KAFKA_V_HEADER("run_id", run_id.data(), static_cast<ssize_t>(run_id.size())),
+        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(headers.get()),
         RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) headers.release();  // librdkafka owns the list now
     if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) return err;
     rd_kafka_poll(producer, kQueueFullPollMs);  // serve delivery reports to make room
   }

@@ -25,6 +25,7 @@ CREATE TABLE IF NOT EXISTS loan_effect (
   loan_id    TEXT NOT NULL,
   applied_at INTEGER NOT NULL
 );
+CREATE INDEX IF NOT EXISTS processed_event_by_time ON processed_event(processed_at);
 )sql";
 
 std::string HeaderOrPayloadEventId(const rd_kafka_message_t* msg, std::string& loan_id) {
@@ -45,6 +46,54 @@ std::string HeaderOrPayloadEventId(const rd_kafka_message_t* msg, std::string& l
 
 }  // namespace
 
+sqlite::Connection OpenEffectsDatabase(const std::string& path) {
+  sqlite::Connection effects(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX);
+  effects.SetBusyTimeout(5000);
+  effects.Exec("PRAGMA journal_mode=WAL");
+  effects.Exec(kEffectsSchema);
+  return effects;
+}
+
+bool ApplyOnce(sqlite::Connection& effects, const std::string& event_id,
+               const std::string& loan_id, std::int64_t now_ms) {
+  // The effect and the dedup row share one transaction: both or neither.
+  sqlite::Transaction txn(effects);
+  auto mark = effects.Prepare(
+      "INSERT OR IGNORE INTO processed_event(event_id, processed_at) VALUES(?1, ?2)");
+  mark.Bind(1, event_id).Bind(2, now_ms).Run();
+  const bool applied = effects.Changes() == 1;
+  if (applied) {
+    auto apply = effects.Prepare(
+        "INSERT INTO loan_effect(event_id, loan_id, applied_at) VALUES(?1, ?2, ?3)");
+    apply.Bind(1, event_id).Bind(2, loan_id).Bind(3, now_ms).Run();
+  }
+  txn.Commit();
+  return applied;
+}
+
+PruneReport PruneProcessedEvents(sqlite::Connection& effects, std::int64_t cutoff_ms,
+                                 std::int64_t batch_size) {
+  if (batch_size <= 0)
+    throw ConfigError(fmt::format("prune batch size {}: must be at least 1", batch_size));
+  PruneReport report;
+  // Through the processed_at index: each batch reads only the rows it deletes.
+  auto prune = effects.Prepare(
+      "DELETE FROM processed_event WHERE rowid IN (SELECT rowid FROM processed_event "
+      "WHERE processed_at < ?1 ORDER BY processed_at LIMIT ?2)");
+  for (;;) {
+    sqlite::Transaction txn(effects);
+    prune.Reset();
+    prune.Bind(1, cutoff_ms).Bind(2, batch_size).Run();
+    const std::int64_t deleted = effects.Changes();
+    if (deleted == 0) break;
+    HitFailpoint("consume.mid_prune");
+    txn.Commit();
+    report.pruned += deleted;
+    ++report.batches;
+  }
+  return report;
+}
+
 ConsumeReport ConsumeIdempotently(const IdempotentConsumerOptions& options,
                                   const std::function<void(const ConsumedRecord&)>& on_record) {
   const Deadline deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeout_ms);
@@ -53,11 +102,10 @@ ConsumeReport ConsumeIdempotently(const IdempotentConsumerOptions& options,
 
   SystemClock system_clock;
   Clock& clock = options.clock ? *options.clock : system_clock;
-  sqlite::Connection effects(options.effects_db,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX);
-  effects.SetBusyTimeout(5000);
-  effects.Exec("PRAGMA journal_mode=WAL");
-  effects.Exec(kEffectsSchema);
+  if (options.retain_ms < 0 || options.prune_batch_size <= 0)
+    throw ConfigError(fmt::format("consume: retain {} ms and prune batch size {}: must be positive",
+                                  options.retain_ms, options.prune_batch_size));
+  sqlite::Connection effects = OpenEffectsDatabase(options.effects_db);
 
   std::vector<kafka::Property> properties = {
       {"bootstrap.servers", options.brokers}, {"group.id", options.group},
@@ -105,8 +153,6 @@ ConsumeReport ConsumeIdempotently(const IdempotentConsumerOptions& options,
     if (err) kafka::ThrowKafkaError(what + ": assign", err);
   }
 
-  auto mark = effects.Prepare("INSERT OR IGNORE INTO processed_event(event_id, processed_at) VALUES(?1, ?2)");
-  auto apply = effects.Prepare("INSERT INTO loan_effect(event_id, loan_id, applied_at) VALUES(?1, ?2, ?3)");
   ReadPartitionsToEnd(
       consumer.get(), next_offset, end_offset, deadline, options.timeout_ms, what,
       [&](const rd_kafka_message_t& msg) {
@@ -115,19 +161,7 @@ ConsumeReport ConsumeIdempotently(const IdempotentConsumerOptions& options,
         record.offset = msg.offset;
         std::string loan_id;
         record.event_id = HeaderOrPayloadEventId(&msg, loan_id);
-        {
-          // The effect and the dedup row share one transaction: both or neither.
-          sqlite::Transaction txn(effects);
-          const std::int64_t now = clock.EpochMs();
-          mark.Reset();
-          mark.Bind(1, record.event_id).Bind(2, now).Run();
-          record.applied = effects.Changes() == 1;
-          if (record.applied) {
-            apply.Reset();
-            apply.Bind(1, record.event_id).Bind(2, loan_id).Bind(3, now).Run();
-          }
-          txn.Commit();
-        }
+        record.applied = ApplyOnce(effects, record.event_id, loan_id, clock.EpochMs());
         ++report.read;
         if (record.applied) ++report.applied; else ++report.skipped;
         if (on_record) on_record(record);
@@ -136,7 +170,14 @@ ConsumeReport ConsumeIdempotently(const IdempotentConsumerOptions& options,
         const rd_kafka_resp_err_t committed = rd_kafka_commit_message(consumer.get(), &msg, /*async=*/0);
         if (committed) kafka::ThrowKafkaError(what + ": commit offset", committed);
       });
+  if (options.retain_ms > 0) {
+    const PruneReport pruned =
+        PruneProcessedEvents(effects, clock.EpochMs() - options.retain_ms, options.prune_batch_size);
+    report.pruned = pruned.pruned;
+    report.prune_batches = pruned.batches;
+  }
   report.effects_total = effects.QueryInt64("SELECT COUNT(*) FROM loan_effect");
+  report.processed_kept = effects.QueryInt64("SELECT COUNT(*) FROM processed_event");
   return report;
 }
 

@@ -21,6 +21,8 @@ void RegisterLabFailpoints() {
       {"consume.after_effect",
        "the consumer's effect and processed_event row; offset not committed: re-delivered, "
        "deduplicated"},
+      {"consume.mid_prune",
+       "earlier prune batches of processed_event; this batch's deletes roll back"},
   });
 }
 

@@ -27,8 +27,12 @@ bool HasLoanTable(sqlite::Connection& connection) {
 
 }  // namespace
 
-std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptions& options) {
-  auto store = std::make_unique<Store>(path, options, OpenMode::kExisting);
+std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptions& options,
+                                       OpenMode mode) {
+  if (mode == OpenMode::kCreate)
+    throw ConfigError(fmt::format("open database '{}': OpenLabDatabase never creates; use "
+                                  "ResetLabDatabase", path));
+  auto store = std::make_unique<Store>(path, options, mode);
   bool has_loans = false;
   {
     auto txn = store->BeginRead();

@@ -22,9 +22,11 @@ struct Loan {
 };
 
 // Opens the lab database: the file must exist with both business_loan and
-// outbox tables. Throws SchemaMissingError ("run reset first") otherwise,
-// having created and changed nothing; DbError as Store does.
-std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptions& options);
+// outbox tables. mode is kExisting (the command writes) or kReadOnly (it only
+// reads: works on read-only media, see Store). Throws SchemaMissingError ("run
+// reset first") otherwise, having created and changed nothing; DbError as Store does.
+std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptions& options,
+                                       OpenMode mode = OpenMode::kExisting);
 
 // reset: creates parent directories and the file, then drops and recreates
 // both tables. Throws DbError (SQLITE_NOTADB for a file that is not SQLite:

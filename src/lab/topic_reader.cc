@@ -39,6 +39,20 @@ std::string EventIdOf(const rd_kafka_message_t* msg, const std::string& key,
   return key;
 }
 
+std::vector<RecordHeader> HeadersOf(const rd_kafka_message_t* msg) {
+  std::vector<RecordHeader> out;
+  rd_kafka_headers_t* headers = nullptr;
+  if (rd_kafka_message_headers(msg, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) return out;
+  const char* name = nullptr;
+  const void* data = nullptr;
+  size_t size = 0;
+  for (size_t i = 0; rd_kafka_header_get_all(headers, i, &name, &data, &size) ==
+                     RD_KAFKA_RESP_ERR_NO_ERROR;
+       ++i)
+    out.push_back({name, data ? std::string(static_cast<const char*>(data), size) : std::string()});
+  return out;
+}
+
 }  // namespace
 
 std::int64_t TopicLog::Dropped() const {
@@ -111,6 +125,7 @@ TopicLog ReadTopicLog(const TopicReadOptions& options) {
         if (msg.payload) record.value.assign(static_cast<const char*>(msg.payload), msg.len);
         record.event_id = EventIdOf(&msg, record.key, record.value);
         record.run_id = HeaderOf(&msg, "run_id");
+        record.headers = HeadersOf(&msg);
         records.push_back(std::move(record));
       });
   std::stable_sort(records.begin(), records.end(), [](const TopicRecord& a, const TopicRecord& b) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "outbox/event.h"
 #include "outbox/kafka/handles.h"
 
 namespace outbox::lab {
@@ -21,6 +22,7 @@ struct TopicRecord {
   // Header "run_id" (Store::RunId() of the database it came from), or empty
   // when the record has none (produced by another client, or before run ids).
   std::string run_id;
+  std::vector<RecordHeader> headers = {};  // every record header, in order
 };
 
 // One partition as the read found it.

@@ -4,6 +4,7 @@
 
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
+#include "outbox/record_headers.h"
 
 namespace outbox {
 
@@ -30,7 +31,16 @@ PerRowRelayReport RunPerRowRelay(Store& store, Publisher& publisher,
       break;
     }
     PerRowRelayStep step;
-    step.delivery = publisher.Publish({MessageForRow(row)}).front();
+    ParsedHeaders headers = ParseRecordHeaders(row.event.headers);
+    if (headers.ok()) {
+      OutboundMessage message = MessageForRow(row);
+      message.headers = std::move(headers.headers);
+      step.delivery = publisher.Publish({message}).front();
+    } else {
+      // Not sent: the chapter's relay stops at a failed row, and this one can never succeed.
+      step.delivery.outbox_id = row.id;
+      step.delivery.error = std::move(headers.error);
+    }
     if (!step.delivery.ok) {
       ++report.failed;
       step.row = std::move(row);

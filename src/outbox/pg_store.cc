@@ -173,7 +173,7 @@ SettleReport PgStore::SettleBatch(std::int64_t token, const std::vector<std::int
       continue;
     }
     const std::int64_t attempts = owned.Int(0, 0) + 1;
-    const bool park = attempts >= policy.max_attempts;
+    const bool park = failure.park_now || attempts >= policy.max_attempts;
     connection_.Query(
         "UPDATE outbox SET attempts = $3, last_error = $4, "
         "next_attempt_at = now() + $5::bigint * interval '1 millisecond', "

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "outbox/per_row_relay.h"
+#include "outbox/record_headers.h"
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
 
@@ -89,16 +90,25 @@ bool Relay::StartBatch() {
 
   std::vector<OutboundMessage> messages;
   messages.reserve(claim.rows.size());
+  std::vector<FailedDelivery> failed;
   for (const OutboxRow& row : claim.rows) {
+    ParsedHeaders headers = ParseRecordHeaders(row.event.headers);
+    if (!headers.ok()) {
+      // The row is bad, not the broker: park it now with the reason; the batch goes on.
+      failed.push_back({row.id, std::move(headers.error), /*park_now=*/true});
+      continue;
+    }
     OutboundMessage message = MessageForRow(row);
+    message.headers = std::move(headers.headers);
     if (options_.key == KeyChoice::kAggregateId) message.key = row.event.aggregate_id;
     messages.push_back(std::move(message));
   }
   // Queued before the send: if Send throws, the claim is still known to be
-  // ours (its rows wait out the lease either way).
-  in_flight_.push_back(std::move(claim));
+  // ours (its rows wait out the lease either way). Rows refused for their
+  // headers travel with it, to be parked by its settle.
+  in_flight_.push_back({std::move(claim), std::move(failed)});
   try {
-    publisher_.Send(messages);
+    publisher_.Send(messages);  // even when empty: one Send per AwaitOldest
   } catch (...) {
     in_flight_.pop_back();
     throw;
@@ -110,7 +120,8 @@ BatchReport Relay::FinishBatch() {
   if (in_flight_.empty()) throw std::logic_error("Relay::FinishBatch: no batch in flight");
   // Out of the queue first: whatever happens below, this batch is done here
   // (an unsettled one is re-sent after its lease: duplicates, never losses).
-  const Claim claim = std::move(in_flight_.front());
+  const Claim claim = std::move(in_flight_.front().claim);
+  std::vector<FailedDelivery> failed = std::move(in_flight_.front().rejected);
   in_flight_.pop_front();
   BatchReport report;
   report.token = claim.token;
@@ -119,7 +130,6 @@ BatchReport Relay::FinishBatch() {
   HitFailpoint("relay.after_ack_before_mark");
 
   std::vector<std::int64_t> acked;
-  std::vector<FailedDelivery> failed;
   for (const DeliveryResult& result : results) {
     if (result.ok)
       acked.push_back(result.outbox_id);

@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <filesystem>
 #include <limits>
 #include <cstring>
@@ -106,6 +110,12 @@ END;
 PRAGMA user_version = 3;
 )sql";
 
+// Schema 3 -> 4: the application's record headers (issue 9 §8), a JSON object
+// of string values or NULL; checked when sent (ParseRecordHeaders), never here,
+// so a bad value parks its row and never fails the application's INSERT.
+// Applied per table by MigrateToV4, which skips a table that has the column.
+constexpr const char* kHeadersColumn = "headers TEXT";
+
 // Rows that break the created_at contract (rows written before schema 3, or
 // with the triggers dropped): the same range as the triggers.
 constexpr const char* kCreatedAtValid =
@@ -121,7 +131,62 @@ const char* SynchronousPragma(Synchronous s) {
   return "PRAGMA synchronous=FULL";
 }
 
-int OpenFlags(OpenMode mode) {
+// A DbError whose message already says what is wrong in the user's words, file
+// and code included: the constructor passes it on instead of rephrasing it.
+class PhrasedDbError : public DbError {
+ public:
+  using DbError::DbError;
+};
+
+constexpr const char* kReadingCommands = "status, metrics, parked, verify, check and report";
+
+// Why this process cannot write the database, or empty when it can: the
+// file, and without a -wal file its directory too (SQLite must create F-wal
+// and F-shm there). access(2) answers for this process: EROFS on read-only
+// media, EACCES for another user's file (root passes: it can write).
+struct WriteRefusal {
+  std::string message;  // "open database 'F' for writing: ... (SQLITE_READONLY...)"
+  int code = SQLITE_OK;
+};
+
+WriteRefusal WhyReadOnly(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(path, ec) && ::access(path.c_str(), W_OK) != 0) {
+    const int why = errno;
+    return {fmt::format("open database '{}' for writing: the file is read-only ({}); the commands "
+                        "that only read work on it: {} (SQLITE_READONLY)",
+                        path, std::strerror(why), kReadingCommands),
+            SQLITE_READONLY};
+  }
+  const fs::path parent = fs::path(path).parent_path();
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
+  if (!fs::exists(path + "-wal", ec) && ::access(dir.c_str(), W_OK) != 0) {
+    const int why = errno;
+    return {fmt::format("open database '{}' for writing: its directory '{}' is read-only ({}), "
+                        "and SQLite must create '{}-wal' and '{}-shm' there; the commands that "
+                        "only read work on it: {} (SQLITE_READONLY_DIRECTORY)",
+                        path, dir, std::strerror(why), path, path, kReadingCommands),
+            SQLITE_READONLY_DIRECTORY};
+  }
+  return {};
+}
+
+// For a mode that writes, before SQLite opens anything: sqlite3_open_v2 with
+// SQLITE_OPEN_READWRITE quietly falls back to read-only on a file it cannot
+// write, and a missing -wal is only found missing at the first statement.
+void RequireWritable(const std::string& path) {
+  WriteRefusal refusal = WhyReadOnly(path);
+  if (refusal.code != SQLITE_OK) throw PhrasedDbError(refusal.message, refusal.code);
+}
+
+// kReadOnly opens read-write when this process can write, so that the last
+// connection's close checkpoints and removes the -wal and -shm as before (a
+// SQLITE_OPEN_READONLY connection in a writable directory creates both and
+// leaves them behind); PRAGMA query_only then keeps the command from writing.
+int OpenFlags(OpenMode mode, const std::string& path) {
+  if (mode == OpenMode::kReadOnly && WhyReadOnly(path).code != SQLITE_OK)
+    return SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX;
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX;
   if (mode == OpenMode::kCreate) flags |= SQLITE_OPEN_CREATE;
   return flags;
@@ -131,17 +196,51 @@ int OpenFlags(OpenMode mode) {
 const std::string& CheckPath(const std::string& path, OpenMode mode) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (mode == OpenMode::kExisting) {
+  if (mode != OpenMode::kCreate) {
     if (!fs::exists(path, ec))
       throw SchemaMissingError(
           fmt::format("open database '{}': no such file", path));
+    if (mode == OpenMode::kExisting) RequireWritable(path);
     return path;
   }
   const fs::path parent = fs::path(path).parent_path();
   if (!parent.empty() && !fs::create_directories(parent, ec) && ec)
     throw DbError(fmt::format("create directory '{}': {}", parent.string(), ec.message()),
                   SQLITE_CANTOPEN);
+  RequireWritable(path);
   return path;
+}
+
+// "file:/abs/path?immutable=1" (https://www.sqlite.org/uri.html): every byte
+// of the absolute path but unreserved ones and '/' percent-encoded, so '?',
+// '#' and '%' in a file name stay part of it.
+std::string ImmutableUri(const std::string& path) {
+  std::error_code ec;
+  const std::string absolute = std::filesystem::absolute(path, ec).string();
+  std::string uri = "file:";
+  for (const unsigned char c : ec ? path : absolute) {
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '.' || c == '_' || c == '~')
+      uri += static_cast<char>(c);
+    else
+      uri += fmt::format("%{:02X}", c);
+  }
+  return uri + "?immutable=1";
+}
+
+// Runs op and rephrases a DbError from it as "<what> in 'F': <SQLite's words>
+// (NAME)", code kept (the relay retries by code): the user reads what failed,
+// never our SQL (issue 9 §3).
+template <typename Op>
+auto Phrased(const std::string& what, const std::string& path, Op&& op) -> decltype(op()) {
+  try {
+    return op();
+  } catch (const PhrasedDbError&) {
+    throw;
+  } catch (const DbError& e) {
+    throw PhrasedDbError(fmt::format("{} in '{}': {} ({})", what, path, e.reason(),
+                                     sqlite::ResultCodeName(e.code())),
+                         e.code(), e.reason());
+  }
 }
 
 }  // namespace
@@ -191,9 +290,14 @@ std::string OpenFailure(const std::string& path, sqlite3* db, int code) {
 
 Store::Store(const std::string& path, const StoreOptions& options, OpenMode mode)
     : clock_(options.clock ? options.clock : &system_clock_),
-      connection_(CheckPath(path, mode), OpenFlags(mode)) {
+      connection_(CheckPath(path, mode), OpenFlags(mode, path)) {
   try {
-    Open(options, mode);
+    if (mode == OpenMode::kReadOnly)
+      OpenReadOnly(options);
+    else
+      Open(options, mode);
+  } catch (const PhrasedDbError&) {
+    throw;
   } catch (const DbError& e) {
     throw DbError(OpenFailure(path, connection_.get(), e.code()), e.code());
   }
@@ -212,6 +316,52 @@ void Store::Open(const StoreOptions& options, OpenMode mode) {
   if (HasSchema()) Migrate();
 }
 
+void Store::OpenReadOnly(const StoreOptions& options) {
+  const std::string path = connection_.path();
+  if (!sqlite3_db_readonly(connection_.get(), "main")) {
+    // This process can write (OpenFlags): open as kExisting does, then refuse every write.
+    Open(options, OpenMode::kExisting);
+    connection_.Exec("PRAGMA query_only = 1");
+    return;
+  }
+  connection_.SetBusyTimeout(options.busy_timeout_ms);
+  bool has_schema = false;
+  try {
+    has_schema = HasSchema();
+  } catch (const DbError& e) {
+    // SQLite could not open or create the -wal or -shm file (wal.html, "Read-Only Databases"):
+    // CANTOPEN on read-only media, READONLY_DIRECTORY in a directory this user cannot write.
+    if (e.primary_code() != SQLITE_CANTOPEN && e.code() != SQLITE_READONLY_DIRECTORY) throw;
+    std::error_code ec;
+    if (std::filesystem::exists(path + "-wal", ec))
+      throw PhrasedDbError(
+          fmt::format("open database '{}' read-only: its write-ahead log '{}-wal' may hold "
+                      "commits, and the shared-memory file '{}-shm' needed to read them cannot be "
+                      "opened or created here; open the database once where it can be written, "
+                      "or copy the three files to a writable directory ({})",
+                      path, path, path, sqlite::ResultCodeName(e.code())),
+          e.code());
+    // No -wal: the last connection closed cleanly and checkpointed every commit into the main file.
+    connection_ = sqlite::Connection(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI,
+                                     ImmutableUri(path));
+    immutable_ = true;
+    connection_.SetBusyTimeout(options.busy_timeout_ms);
+    has_schema = HasSchema();
+  }
+  if (!has_schema)
+    throw SchemaMissingError(fmt::format(
+        "open database '{}': no outbox table; run `outbox-lab reset` first", path));
+  const std::int64_t version = connection_.QueryInt64("PRAGMA user_version");
+  if (version < kSchemaVersion)
+    throw PhrasedDbError(
+        fmt::format("open database '{}': its schema version {} must be migrated to {} before it "
+                    "can be read, and the file is read-only; run a writing command (say "
+                    "`outbox-lab unpark --all`) on it once where it can be written "
+                    "(SQLITE_READONLY)",
+                    path, version, kSchemaVersion),
+        SQLITE_READONLY);
+}
+
 void Store::Migrate() {
   if (connection_.QueryInt64("PRAGMA user_version") >= kSchemaVersion) return;
   sqlite::Transaction txn(connection_);
@@ -219,6 +369,7 @@ void Store::Migrate() {
   const std::int64_t version = connection_.QueryInt64("PRAGMA user_version");
   if (version < 2) connection_.Exec(kMigrateToV2);
   if (version < 3) MigrateToV3();
+  if (version < 4) MigrateToV4();
   txn.Commit();
 }
 
@@ -250,6 +401,7 @@ void Store::ResetSchema() {
   connection_.Exec(kOutboxSchemaV1);
   connection_.Exec(kMigrateToV2);
   MigrateToV3();
+  MigrateToV4();
   // Not part of the versioned schema: a database reset before run ids existed
   // simply has no run (RunId() is empty) and needs no migration.
   connection_.Exec(
@@ -272,6 +424,21 @@ std::string Store::RunId() {
   return select.Step() ? select.ColumnText(0) : std::string();
 }
 
+// Inside the caller's transaction. A table that already has the column (a
+// database whose user_version was set back by hand, as tests do) keeps it:
+// SQLite has no ADD COLUMN IF NOT EXISTS.
+void Store::MigrateToV4() {
+  for (const char* table : {"outbox", "outbox_archive"}) {
+    auto has = connection_.Prepare(
+        "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = 'headers'");
+    has.Bind(1, std::string_view(table));
+    has.Step();
+    if (has.ColumnInt64(0) == 0)
+      connection_.Exec(fmt::format("ALTER TABLE {} ADD COLUMN {}", table, kHeadersColumn));
+  }
+  connection_.Exec("PRAGMA user_version = 4");
+}
+
 sqlite::Transaction Store::BeginWrite() { return sqlite::Transaction(connection_); }
 
 sqlite::ReadTransaction Store::BeginRead() { return sqlite::ReadTransaction(connection_); }
@@ -282,13 +449,14 @@ std::int64_t Store::Enqueue(sqlite::Transaction& txn, const OutboxEvent& event) 
                                   "store's connection; begin it with Store::BeginWrite()",
                                   event.event_id, connection_.path()));
   auto insert = connection_.Prepare(
-      "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at) "
-      "VALUES(?1, ?2, ?3, ?4, ?5)");
+      "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at, headers) "
+      "VALUES(?1, ?2, ?3, ?4, ?5, ?6)");
   insert.Bind(1, event.event_id)
       .Bind(2, event.aggregate_id)
       .Bind(3, event.event_type)
       .Bind(4, event.payload)
       .Bind(5, event.created_at_ms);
+  if (event.headers.empty()) insert.BindNull(6); else insert.Bind(6, event.headers);
   insert.Run();
   return connection_.LastInsertRowid();
 }
@@ -299,7 +467,7 @@ std::int64_t Store::BulkLoad(std::int64_t count,
   sqlite::Transaction txn(connection_);
   auto insert = connection_.Prepare(
       "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at, published, "
-      "published_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+      "published_at, headers) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
   for (std::int64_t i = 0; i < count; ++i) {
     const OutboxEvent event = make_event(i);
     insert.Reset();
@@ -310,6 +478,7 @@ std::int64_t Store::BulkLoad(std::int64_t count,
         .Bind(5, event.created_at_ms)
         .Bind(6, std::int64_t{published ? 1 : 0});
     if (published) insert.Bind(7, event.created_at_ms); else insert.BindNull(7);
+    if (event.headers.empty()) insert.BindNull(8); else insert.Bind(8, event.headers);
     insert.Run();
   }
   txn.Commit();
@@ -369,7 +538,7 @@ std::string Store::IntegrityCheck() {
 
 std::vector<OutboxRow> Store::FetchUnpublished(std::int64_t after_id, std::int64_t limit) {
   auto select = connection_.Prepare(
-      "SELECT id, event_id, aggregate_id, event_type, payload, created_at FROM outbox "
+      "SELECT id, event_id, aggregate_id, event_type, payload, created_at, headers FROM outbox "
       "WHERE published = 0 AND id > ?1 ORDER BY id LIMIT ?2");
   select.Bind(1, after_id).Bind(2, limit);
   std::vector<OutboxRow> rows;
@@ -381,19 +550,22 @@ std::vector<OutboxRow> Store::FetchUnpublished(std::int64_t after_id, std::int64
     row.event.event_type = select.ColumnText(3);
     row.event.payload = select.ColumnText(4);
     row.event.created_at_ms = select.ColumnInt64(5);
+    row.event.headers = select.ColumnText(6);
     rows.push_back(std::move(row));
   }
   return rows;
 }
 
 bool Store::MarkPublished(std::int64_t id) {
-  sqlite::Transaction txn(connection_);
-  auto update = connection_.Prepare(
-      "UPDATE outbox SET published = 1, published_at = ?2 WHERE id = ?1 AND published = 0");
-  update.Bind(1, id).Bind(2, clock_->EpochMs()).Run();
-  const bool changed = connection_.Changes() == 1;
-  txn.Commit();
-  return changed;
+  return Phrased(fmt::format("mark outbox row {} published", id), path(), [&] {
+    sqlite::Transaction txn(connection_);
+    auto update = connection_.Prepare(
+        "UPDATE outbox SET published = 1, published_at = ?2 WHERE id = ?1 AND published = 0");
+    update.Bind(1, id).Bind(2, clock_->EpochMs()).Run();
+    const bool changed = connection_.Changes() == 1;
+    txn.Commit();
+    return changed;
+  });
 }
 
 std::int64_t Store::MarkPublished(const std::vector<std::int64_t>& ids) {
@@ -472,94 +644,99 @@ std::int64_t Store::PendingCount() {
 }
 
 Claim Store::ClaimBatch(const ClaimRequest& request) {
-  Claim claim;
-  sqlite::Transaction txn(connection_);
-  claim.token = connection_.QueryInt64("UPDATE outbox_fence SET token = token + 1 RETURNING token");
-  // The IN (...) subquery is evaluated before any row is updated.
-  auto update = connection_.Prepare(fmt::format(
-      "UPDATE outbox SET claim_token = ?1, claim_owner = ?2, claim_until = ?3 + ?4, claimed_at = ?3 "
-      "WHERE id IN (SELECT o.id FROM outbox o WHERE {} ORDER BY o.id LIMIT ?7) "
-      "RETURNING id, event_id, aggregate_id, event_type, payload, created_at, attempts",
-      kClaimableWhere));
-  update.Bind(1, claim.token)
-      .Bind(2, request.owner)
-      .Bind(3, request.now_ms)
-      .Bind(4, request.lease_ms)
-      .Bind(5, request.after_id)
-      .Bind(6, static_cast<std::int64_t>(request.block_key ? 1 : 0))
-      .Bind(7, request.limit)
-      .Bind(8, UpperBound(request));
-  std::vector<std::pair<OutboxRow, std::int64_t>> claimed;
-  while (update.Step()) {
-    OutboxRow row;
-    row.id = update.ColumnInt64(0);
-    row.event.event_id = update.ColumnText(1);
-    row.event.aggregate_id = update.ColumnText(2);
-    row.event.event_type = update.ColumnText(3);
-    row.event.payload = update.ColumnText(4);
-    row.event.created_at_ms = update.ColumnInt64(5);
-    claimed.emplace_back(std::move(row), update.ColumnInt64(6));
-  }
-  txn.Commit();
-  // RETURNING gives no order guarantee (https://www.sqlite.org/lang_returning.html).
-  std::sort(claimed.begin(), claimed.end(),
-            [](const auto& a, const auto& b) { return a.first.id < b.first.id; });
-  for (auto& [row, attempts] : claimed) {
-    claim.rows.push_back(std::move(row));
-    claim.attempts.push_back(attempts);
-  }
-  return claim;
+  return Phrased(fmt::format("claim a batch of up to {} rows for {}", request.limit, request.owner), path(), [&] {
+    Claim claim;
+    sqlite::Transaction txn(connection_);
+    claim.token = connection_.QueryInt64("UPDATE outbox_fence SET token = token + 1 RETURNING token");
+    // The IN (...) subquery is evaluated before any row is updated.
+    auto update = connection_.Prepare(fmt::format(
+        "UPDATE outbox SET claim_token = ?1, claim_owner = ?2, claim_until = ?3 + ?4, claimed_at = ?3 "
+        "WHERE id IN (SELECT o.id FROM outbox o WHERE {} ORDER BY o.id LIMIT ?7) "
+        "RETURNING id, event_id, aggregate_id, event_type, payload, created_at, attempts, headers",
+        kClaimableWhere));
+    update.Bind(1, claim.token)
+        .Bind(2, request.owner)
+        .Bind(3, request.now_ms)
+        .Bind(4, request.lease_ms)
+        .Bind(5, request.after_id)
+        .Bind(6, static_cast<std::int64_t>(request.block_key ? 1 : 0))
+        .Bind(7, request.limit)
+        .Bind(8, UpperBound(request));
+    std::vector<std::pair<OutboxRow, std::int64_t>> claimed;
+    while (update.Step()) {
+      OutboxRow row;
+      row.id = update.ColumnInt64(0);
+      row.event.event_id = update.ColumnText(1);
+      row.event.aggregate_id = update.ColumnText(2);
+      row.event.event_type = update.ColumnText(3);
+      row.event.payload = update.ColumnText(4);
+      row.event.created_at_ms = update.ColumnInt64(5);
+      row.event.headers = update.ColumnText(7);
+      claimed.emplace_back(std::move(row), update.ColumnInt64(6));
+    }
+    txn.Commit();
+    // RETURNING gives no order guarantee (https://www.sqlite.org/lang_returning.html).
+    std::sort(claimed.begin(), claimed.end(),
+              [](const auto& a, const auto& b) { return a.first.id < b.first.id; });
+    for (auto& [row, attempts] : claimed) {
+      claim.rows.push_back(std::move(row));
+      claim.attempts.push_back(attempts);
+    }
+    return claim;
+  });
 }
 
 SettleReport Store::SettleBatch(std::int64_t token, const std::vector<std::int64_t>& acked,
                                 const std::vector<FailedDelivery>& failed,
                                 const SettlePolicy& policy, std::int64_t now_ms) {
-  SettleReport report;
-  sqlite::Transaction txn(connection_);
-  auto mark = connection_.Prepare(
-      "UPDATE outbox SET published = 1, published_at = ?3, claim_token = NULL, "
-      "claim_owner = NULL, claim_until = NULL WHERE id = ?1 AND claim_token = ?2");
-  for (std::int64_t id : acked) {
-    mark.Reset();
-    mark.Bind(1, id).Bind(2, token).Bind(3, now_ms).Run();
-    if (connection_.Changes() == 1) {
-      ++report.marked;
-      report.marked_ids.push_back(id);
-    } else {
-      ++report.fenced;
-      report.fenced_ids.push_back(id);
+  return Phrased(fmt::format("settle the batch of claim {} ({} acknowledged, {} failed)", token, acked.size(), failed.size()), path(), [&] {
+    SettleReport report;
+    sqlite::Transaction txn(connection_);
+    auto mark = connection_.Prepare(
+        "UPDATE outbox SET published = 1, published_at = ?3, claim_token = NULL, "
+        "claim_owner = NULL, claim_until = NULL WHERE id = ?1 AND claim_token = ?2");
+    for (std::int64_t id : acked) {
+      mark.Reset();
+      mark.Bind(1, id).Bind(2, token).Bind(3, now_ms).Run();
+      if (connection_.Changes() == 1) {
+        ++report.marked;
+        report.marked_ids.push_back(id);
+      } else {
+        ++report.fenced;
+        report.fenced_ids.push_back(id);
+      }
     }
-  }
-  auto attempts_of = connection_.Prepare("SELECT attempts FROM outbox WHERE id = ?1 AND claim_token = ?2");
-  auto record = connection_.Prepare(
-      "UPDATE outbox SET attempts = ?3, last_error = ?4, next_attempt_at = ?5, parked_at = ?6, "
-      "claim_token = NULL, claim_owner = NULL, claim_until = NULL "
-      "WHERE id = ?1 AND claim_token = ?2");
-  for (const FailedDelivery& failure : failed) {
-    attempts_of.Reset();
-    attempts_of.Bind(1, failure.id).Bind(2, token);
-    if (!attempts_of.Step()) {
-      ++report.fenced;
-      report.fenced_ids.push_back(failure.id);
-      continue;
+    auto attempts_of = connection_.Prepare("SELECT attempts FROM outbox WHERE id = ?1 AND claim_token = ?2");
+    auto record = connection_.Prepare(
+        "UPDATE outbox SET attempts = ?3, last_error = ?4, next_attempt_at = ?5, parked_at = ?6, "
+        "claim_token = NULL, claim_owner = NULL, claim_until = NULL "
+        "WHERE id = ?1 AND claim_token = ?2");
+    for (const FailedDelivery& failure : failed) {
+      attempts_of.Reset();
+      attempts_of.Bind(1, failure.id).Bind(2, token);
+      if (!attempts_of.Step()) {
+        ++report.fenced;
+        report.fenced_ids.push_back(failure.id);
+        continue;
+      }
+      const std::int64_t attempts = attempts_of.ColumnInt64(0) + 1;
+      attempts_of.Reset();
+      const bool park = failure.park_now || attempts >= policy.max_attempts;
+      record.Reset();
+      record.Bind(1, failure.id).Bind(2, token).Bind(3, attempts).Bind(4, failure.error)
+          .Bind(5, now_ms + BackoffMs(attempts, policy));
+      if (park) record.Bind(6, now_ms); else record.BindNull(6);
+      record.Run();
+      if (park) {
+        ++report.parked;
+        report.parked_ids.push_back(failure.id);
+      } else {
+        ++report.retried;
+      }
     }
-    const std::int64_t attempts = attempts_of.ColumnInt64(0) + 1;
-    attempts_of.Reset();
-    const bool park = attempts >= policy.max_attempts;
-    record.Reset();
-    record.Bind(1, failure.id).Bind(2, token).Bind(3, attempts).Bind(4, failure.error)
-        .Bind(5, now_ms + BackoffMs(attempts, policy));
-    if (park) record.Bind(6, now_ms); else record.BindNull(6);
-    record.Run();
-    if (park) {
-      ++report.parked;
-      report.parked_ids.push_back(failure.id);
-    } else {
-      ++report.retried;
-    }
-  }
-  txn.Commit();
-  return report;
+    txn.Commit();
+    return report;
+  });
 }
 
 std::vector<ClaimOwner> Store::ClaimOwners(std::int64_t now_ms) {
@@ -581,23 +758,27 @@ std::vector<ClaimOwner> Store::ClaimOwners(std::int64_t now_ms) {
 }
 
 std::int64_t Store::ReleaseClaimsOf(const std::string& owner) {
-  sqlite::Transaction txn(connection_);
-  auto release = connection_.Prepare(
-      "UPDATE outbox SET claim_token = NULL, claim_owner = NULL, claim_until = NULL "
-      "WHERE claim_owner = ?1 AND published = 0");
-  release.Bind(1, owner).Run();
-  const std::int64_t released = connection_.Changes();
-  txn.Commit();
-  return released;
+  return Phrased(fmt::format("release the claims of {}", owner), path(), [&] {
+    sqlite::Transaction txn(connection_);
+    auto release = connection_.Prepare(
+        "UPDATE outbox SET claim_token = NULL, claim_owner = NULL, claim_until = NULL "
+        "WHERE claim_owner = ?1 AND published = 0");
+    release.Bind(1, owner).Run();
+    const std::int64_t released = connection_.Changes();
+    txn.Commit();
+    return released;
+  });
 }
 
 void Store::ReleaseClaim(std::int64_t token) {
-  sqlite::Transaction txn(connection_);
-  auto release = connection_.Prepare(
-      "UPDATE outbox SET claim_token = NULL, claim_owner = NULL, claim_until = NULL "
-      "WHERE claim_token = ?1 AND published = 0");  // published = 0: the partial index
-  release.Bind(1, token).Run();
-  txn.Commit();
+  return Phrased(fmt::format("release claim {}", token), path(), [&] {
+    sqlite::Transaction txn(connection_);
+    auto release = connection_.Prepare(
+        "UPDATE outbox SET claim_token = NULL, claim_owner = NULL, claim_until = NULL "
+        "WHERE claim_token = ?1 AND published = 0");  // published = 0: the partial index
+    release.Bind(1, token).Run();
+    txn.Commit();
+  });
 }
 
 OutboxStatus Store::Status(std::int64_t now_ms) {
@@ -677,63 +858,80 @@ TroubledRows Store::ListTroubled(std::int64_t now_ms, std::int64_t limit) {
 }
 
 bool Store::Unpark(std::int64_t id) {
-  sqlite::Transaction txn(connection_);
-  auto update = connection_.Prepare(
-      "UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = 0 "
-      "WHERE id = ?1 AND published = 0 AND parked_at IS NOT NULL");
-  update.Bind(1, id).Run();
-  const bool changed = connection_.Changes() == 1;
-  txn.Commit();
-  return changed;
+  return Phrased(fmt::format("unpark outbox row {}", id), path(), [&] {
+    sqlite::Transaction txn(connection_);
+    auto update = connection_.Prepare(
+        "UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = 0 "
+        "WHERE id = ?1 AND published = 0 AND parked_at IS NOT NULL");
+    update.Bind(1, id).Run();
+    const bool changed = connection_.Changes() == 1;
+    txn.Commit();
+    return changed;
+  });
 }
 
 std::int64_t Store::UnparkAll() {
-  sqlite::Transaction txn(connection_);
-  connection_.Exec(
-      "UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = 0 "
-      "WHERE published = 0 AND parked_at IS NOT NULL");
-  const std::int64_t changed = connection_.Changes();
-  txn.Commit();
-  return changed;
+  return Phrased(std::string("unpark every parked row"), path(), [&] {
+    sqlite::Transaction txn(connection_);
+    connection_.Exec(
+        "UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = 0 "
+        "WHERE published = 0 AND parked_at IS NOT NULL");
+    const std::int64_t changed = connection_.Changes();
+    txn.Commit();
+    return changed;
+  });
 }
 
 PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_size, bool archive) {
   if (batch_size <= 0)
     throw ConfigError(fmt::format("purge batch size {}: must be at least 1", batch_size));
   PurgeReport report;
-  const std::int64_t now_ms = clock_->EpochMs();
-  auto pick = connection_.Prepare(
-      "SELECT id FROM outbox WHERE published <> 0 AND COALESCE(published_at, created_at) < ?1 "
-      "ORDER BY id LIMIT ?2");
-  auto copy = connection_.Prepare(
-      "INSERT OR REPLACE INTO outbox_archive(id, event_id, aggregate_id, event_type, payload, "
-      "created_at, published_at, attempts, archived_at) SELECT id, event_id, aggregate_id, "
-      "event_type, payload, created_at, published_at, attempts, ?2 FROM outbox WHERE id = ?1");
-  auto remove = connection_.Prepare("DELETE FROM outbox WHERE id = ?1 AND published <> 0");
-  for (;;) {
-    sqlite::Transaction txn(connection_);
-    pick.Reset();
-    pick.Bind(1, cutoff_ms).Bind(2, batch_size);
-    std::vector<std::int64_t> ids;
-    while (pick.Step()) ids.push_back(pick.ColumnInt64(0));
-    pick.Reset();
-    if (ids.empty()) break;
-    for (std::int64_t id : ids) {
-      if (archive) {
-        copy.Reset();
-        copy.Bind(1, id).Bind(2, now_ms).Run();
-        ++report.archived;
+  std::int64_t committed = 0;  // rows deleted by committed batches
+  try {
+    const std::int64_t now_ms = clock_->EpochMs();
+    auto pick = connection_.Prepare(
+        "SELECT id FROM outbox WHERE published <> 0 AND COALESCE(published_at, created_at) < ?1 "
+        "ORDER BY id LIMIT ?2");
+    auto copy = connection_.Prepare(
+        "INSERT OR REPLACE INTO outbox_archive(id, event_id, aggregate_id, event_type, payload, "
+        "created_at, published_at, attempts, archived_at, headers) SELECT id, event_id, "
+        "aggregate_id, event_type, payload, created_at, published_at, attempts, ?2, headers "
+        "FROM outbox WHERE id = ?1");
+    auto remove = connection_.Prepare("DELETE FROM outbox WHERE id = ?1 AND published <> 0");
+    for (;;) {
+      sqlite::Transaction txn(connection_);
+      pick.Reset();
+      pick.Bind(1, cutoff_ms).Bind(2, batch_size);
+      std::vector<std::int64_t> ids;
+      while (pick.Step()) ids.push_back(pick.ColumnInt64(0));
+      pick.Reset();
+      if (ids.empty()) break;
+      for (std::int64_t id : ids) {
+        if (archive) {
+          copy.Reset();
+          copy.Bind(1, id).Bind(2, now_ms).Run();
+          ++report.archived;
+        }
+        remove.Reset();
+        remove.Bind(1, id).Run();
+        report.deleted += connection_.Changes();
       }
-      remove.Reset();
-      remove.Bind(1, id).Run();
-      report.deleted += connection_.Changes();
+      HitFailpoint("purge.mid_batch");
+      txn.Commit();
+      ++report.batches;
+      committed = report.deleted;
     }
-    HitFailpoint("purge.mid_batch");
-    txn.Commit();
-    ++report.batches;
+    connection_.Exec("PRAGMA wal_checkpoint(TRUNCATE)");
+    return report;
+  } catch (const DbError& e) {
+    // Say what is durable: the batches before the failing one are committed.
+    throw PhrasedDbError(
+        fmt::format("purge published rows in '{}': failed after {} batches of up to {} rows "
+                    "({} rows deleted and committed): {} ({})",
+                    path(), report.batches, batch_size, committed, e.reason(),
+                    sqlite::ResultCodeName(e.code())),
+        e.code(), e.reason());
   }
-  connection_.Exec("PRAGMA wal_checkpoint(TRUNCATE)");
-  return report;
 }
 
 }  // namespace outbox

@@ -128,7 +128,7 @@ void ThrowDbError(sqlite3* db, int rc, std::string_view what) {
   const int extended = db ? sqlite3_extended_errcode(db) : rc;
   const int code = (extended & 0xff) == (rc & 0xff) ? extended : rc;
   const char* message = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-  throw DbError(fmt::format("{}: {} ({})", what, message, ResultCodeName(code)), code);
+  throw DbError(fmt::format("{}: {} ({})", what, message, ResultCodeName(code)), code, message);
 }
 
 Statement::Statement(sqlite3* db, std::string_view sql) : db_(db), sql_(sql) {
@@ -189,9 +189,11 @@ bool Statement::ColumnIsNull(int column) const {
   return sqlite3_column_type(stmt_.get(), column) == SQLITE_NULL;
 }
 
-Connection::Connection(const std::string& path, int flags) : path_(path) {
+Connection::Connection(const std::string& path, int flags) : Connection(path, flags, path) {}
+
+Connection::Connection(const std::string& path, int flags, const std::string& uri) : path_(path) {
   sqlite3* raw = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  const int rc = sqlite3_open_v2(uri.c_str(), &raw, flags, nullptr);
   // sqlite3_open_v2 allocates a handle even on failure: own it before checking.
   db_.reset(raw);
   if (rc != SQLITE_OK) ThrowDbError(db_.get(), rc, fmt::format("open database '{}'", path));

@@ -97,7 +97,7 @@ TEST_CASE("A schema 2 database migrates and status reports its rows with a bad c
         "UPDATE sqlite_sequence SET seq = 20 WHERE name = 'outbox';");
   }
   Store store(path, StoreOptions{}, OpenMode::kExisting);
-  REQUIRE(store.BeginRead().connection().QueryInt64("PRAGMA user_version") == 3);
+  REQUIRE(store.BeginRead().connection().QueryInt64("PRAGMA user_version") == outbox::kSchemaVersion);
   CHECK(store.Count().total == 3);
 
   const outbox::OutboxStatus status = store.Status(1700000001008);

@@ -29,6 +29,9 @@ struct MessageDeleter {
 struct TopicDeleter {
   void operator()(rd_kafka_topic_t* topic) const noexcept { rd_kafka_topic_destroy(topic); }
 };
+struct HeadersDeleter {
+  void operator()(rd_kafka_headers_t* headers) const noexcept { rd_kafka_headers_destroy(headers); }
+};
 struct MetadataDeleter {
   void operator()(const rd_kafka_metadata_t* md) const noexcept { rd_kafka_metadata_destroy(md); }
 };
@@ -40,6 +43,7 @@ using TopicPartitionListHandle =
 using MessageHandle = std::unique_ptr<rd_kafka_message_t, MessageDeleter>;
 using MetadataHandle = std::unique_ptr<const rd_kafka_metadata_t, MetadataDeleter>;
 using TopicHandle = std::unique_ptr<rd_kafka_topic_t, TopicDeleter>;
+using HeadersHandle = std::unique_ptr<rd_kafka_headers_t, HeadersDeleter>;
 
 // A librdkafka property, as given with -X name=value.
 using Property = std::pair<std::string, std::string>;

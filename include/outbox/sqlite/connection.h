@@ -60,6 +60,9 @@ class Connection {
   // Opens path with sqlite3_open_v2 flags. Throws DbError when SQLite refuses
   // (SQLITE_CANTOPEN for a missing file without SQLITE_OPEN_CREATE).
   Connection(const std::string& path, int flags);
+  // Opens uri (a "file:" URI; flags must include SQLITE_OPEN_URI) and names the
+  // connection path in messages and path(). Throws DbError as above.
+  Connection(const std::string& path, int flags, const std::string& uri);
 
   // Executes one or more statements without results. Throws DbError.
   void Exec(std::string_view sql);
