@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "outbox/publisher.h"
@@ -60,6 +61,13 @@ struct RelayOptions {
   // failpoint (so a kill there leaves the record); may be empty. Must not
   // throw: the batch is already settled.
   std::function<void(const SettleRecord&)> on_settle;
+  // Called at each phase transition of a batch, with the claim's token: "claim"
+  // (the claim committed; before relay.after_claim), "produce" (just before the
+  // publisher produces), "acked" (every delivery report is in; before
+  // relay.after_ack_before_mark), "mark" (the settle committed; after
+  // on_settle), and "idle" (0 rows to claim; token 0). A lab records them so a
+  // kill -9's window can be told afterwards. May be empty. Must not throw.
+  std::function<void(std::string_view phase, std::int64_t token)> on_phase;
 };
 
 struct BatchReport {
@@ -93,6 +101,7 @@ class Relay {
  private:
   std::int64_t Now() const;
   ClaimRequest MakeClaimRequest(std::int64_t after_id) const;
+  void Phase(std::string_view phase, std::int64_t token) const;  // options_.on_phase, if any
 
   Store& store_;
   Publisher& publisher_;

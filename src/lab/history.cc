@@ -36,6 +36,18 @@ History::~History() {
 
 void History::Record(std::string_view type, std::string_view f, std::string_view value,
                      std::string_view error, std::int64_t token) {
+  Write(type, f, value, error, token, -1);
+}
+
+void History::RecordPhase(std::string_view phase, std::int64_t token) {
+  using namespace std::chrono;
+  const std::int64_t mono_us =
+      duration_cast<microseconds>(steady_clock::now().time_since_epoch()).count();
+  Write("note", "phase", phase, {}, token, mono_us);
+}
+
+void History::Write(std::string_view type, std::string_view f, std::string_view value,
+                    std::string_view error, std::int64_t token, std::int64_t mono_us) {
   using namespace std::chrono;
   nlohmann::ordered_json op;
   op["process"] = getpid();
@@ -47,6 +59,7 @@ void History::Record(std::string_view type, std::string_view f, std::string_view
   op["value"] = BytesToJson(value);
   if (!error.empty()) op["error"] = BytesToJson(error);
   if (token > 0) op["token"] = token;
+  if (mono_us >= 0) op["mono_us"] = mono_us;
   const std::string line = op.dump() + "\n";
   // Best effort: a history that cannot be written must not change the run.
   [[maybe_unused]] const ssize_t n = write(fd_, line.data(), line.size());

@@ -45,7 +45,8 @@ struct WrittenLoan {
 // LoanCreated event in one BEGIN IMMEDIATE transaction, with failpoints
 // write.before_commit and write.after_commit. Throws DbError (nothing of the
 // loan is committed then) or FailpointError.
-// history (may be null) gets an invoke before BEGIN and ok/fail after.
+// history (may be null) gets a "begin" phase and an invoke before BEGIN, ok/fail
+// after, and a "commit" phase after the commit (History::RecordPhase).
 WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* history = nullptr);
 
 // Inserts loan. Call inside a sqlite::Transaction. Throws DbError

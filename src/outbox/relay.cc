@@ -51,13 +51,20 @@ ClaimRequest Relay::MakeClaimRequest(std::int64_t after_id) const {
   return request;
 }
 
+void Relay::Phase(std::string_view phase, std::int64_t token) const {
+  if (options_.on_phase) options_.on_phase(phase, token);
+}
+
 bool Relay::HasClaimable() { return store_.HasClaimable(MakeClaimRequest(0)); }
 
 bool Relay::CanOnlyWaitForever() { return !HasClaimable() && store_.WaitingCount(Now()) == 0; }
 
 BatchReport Relay::RunBatch() {
   BatchReport report;
-  if (!store_.HasClaimable(MakeClaimRequest(0))) return report;  // idle: read only
+  if (!store_.HasClaimable(MakeClaimRequest(0))) {  // idle: read only
+    Phase("idle", 0);
+    return report;
+  }
   if (cursor_ > 0) {
     ClaimRequest behind = MakeClaimRequest(0);
     behind.up_to_id = cursor_;
@@ -70,8 +77,12 @@ BatchReport Relay::RunBatch() {
   }
   report.token = claim.token;
   report.claimed = static_cast<std::int64_t>(claim.rows.size());
-  if (claim.rows.empty()) return report;
+  if (claim.rows.empty()) {
+    Phase("idle", 0);
+    return report;
+  }
   cursor_ = claim.rows.back().id;
+  Phase("claim", claim.token);
   HitFailpoint("relay.after_claim");
 
   std::vector<OutboundMessage> messages;
@@ -81,7 +92,9 @@ BatchReport Relay::RunBatch() {
     if (options_.key == KeyChoice::kAggregateId) message.key = row.event.aggregate_id;
     messages.push_back(std::move(message));
   }
+  Phase("produce", claim.token);
   const std::vector<DeliveryResult> results = publisher_.Publish(messages);
+  Phase("acked", claim.token);
   HitFailpoint("relay.after_ack_before_mark");
 
   std::vector<std::int64_t> acked;
@@ -118,6 +131,7 @@ BatchReport Relay::RunBatch() {
                         to_event_ids(report.settle.parked_ids),
                         to_event_ids(report.settle.fenced_ids)});
   }
+  Phase("mark", claim.token);
   HitFailpoint("relay.after_mark");
   return report;
 }

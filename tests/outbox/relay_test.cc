@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "outbox/error.h"
@@ -670,4 +672,35 @@ TEST_CASE("RunBatch reports each settle to on_settle with its token and the mark
     CHECK(settles[0].marked.empty());
     CHECK(settles[0].fenced == std::vector<std::string>{"evt-1", "evt-2", "evt-3"});
   }
+}
+
+TEST_CASE("RunBatch reports claim then produce then acked then mark with the claim token and idle "
+          "when nothing is claimable",
+          "[relay]") {
+  RelayFixture f;
+  std::vector<std::pair<std::string, std::int64_t>> phases;
+  f.options.on_phase = [&](std::string_view phase, std::int64_t token) {
+    phases.emplace_back(std::string(phase), token);
+  };
+  EnqueueAll(f.store, {EventOn(1, "A"), EventOn(2, "B")});
+  FakePublisher publisher;
+  std::size_t phases_at_publish = 0;
+  publisher.on_publish = [&](const std::vector<outbox::OutboundMessage>&) {
+    phases_at_publish = phases.size();
+  };
+  Relay relay(f.store, publisher, f.options);
+
+  const BatchReport report = relay.RunBatch();
+  const BatchReport idle = relay.RunBatch();
+
+  CHECK(report.settle.marked == 2);
+  CHECK(idle.claimed == 0);
+  using Phases = std::vector<std::pair<std::string, std::int64_t>>;
+  CHECK(phases == Phases{{"claim", report.token},
+                         {"produce", report.token},
+                         {"acked", report.token},
+                         {"mark", report.token},
+                         {"idle", 0}});
+  // The produce phase is recorded before the publisher produces, acked after.
+  CHECK(phases_at_publish == 2);
 }
