@@ -360,11 +360,11 @@ while read -r n victim pid trigger; do
   [ "$trigger" != pause ] || [ "$w" = "relay between ack and mark" ] ||
     fail "kill $n paused at relay.after_ack_before_mark but its last phase is '$last'"
 done <"$KILLED"
-printf '  %-32s %5s %8s %6s %6s\n' window line instant pause all
+printf '  %-37s %5s %8s %6s %6s\n' window line instant pause all
 for w in "writer starting (no phase yet)" "writer before commit" "writer after commit" \
   "relay idle" "relay after claim" "relay after produce" "relay between ack and mark" \
   "relay after mark"; do
-  printf '  window %-25s %5d %8d %6d %6d\n' "$w" "${COUNT["$w|line"]:-0}" "${COUNT["$w|instant"]:-0}" \
+  printf '  window %-30s %5d %8d %6d %6d\n' "$w" "${COUNT["$w|line"]:-0}" "${COUNT["$w|instant"]:-0}" \
     "${COUNT["$w|pause"]:-0}" "${COUNT["$w|all"]:-0}"
 done
 ACK_MARK_KILLS=${COUNT["relay between ack and mark|all"]:-0}
