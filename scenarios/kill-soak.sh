@@ -188,6 +188,7 @@ supervise() {
     [ "${VICTIM[i]}" = "$name" ] || continue
     trigger=${TRIGGER[i]}
     k=${AT[i]}
+    # Only the writer has no next start (all its loans written): it says why in $RESULTS.
     _process_args "$name" "" "$i" || break
     rm -f -- "$fifo"
     mkfifo "$fifo" || { echo "FAIL $name: mkfifo $fifo" >>"$RESULTS"; return; }
@@ -267,10 +268,12 @@ _process_args() {
   else
     args=("${RELAY_ARGS[@]}")
     if [ "${TRIGGER[$3]}" = pause ]; then
-      local skip=${DELAY_US[$3]}
-      envs=("OUTBOX_FAILPOINTS=relay.after_ack_before_mark=$([ "$skip" -gt 0 ] && echo "$skip*off->")pause")
+      local skip=${DELAY_US[$3]} passes=''
+      [ "$skip" -eq 0 ] || passes="$skip*off->"
+      envs=("OUTBOX_FAILPOINTS=relay.after_ack_before_mark=${passes}pause")
     fi
   fi
+  return 0
 }
 
 step "reset, then the writer and $RELAYS relay(s) side by side, killed on schedule"
