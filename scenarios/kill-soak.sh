@@ -73,7 +73,7 @@ for value in "$SEED" "$KILLS" "$EVENTS" "$RELAYS" "$INSTANT_SHARE" "$PAUSE_SHARE
   [[ $value =~ ^[0-9]+$ ]] || die "options take non-negative integers; $usage"
 done
 [ "$RELAYS" -eq 1 ] || [ "$RELAYS" -eq 2 ] || die "--relays takes 1 or 2; $usage"
-[ "$INSTANT_SHARE" -le 100 ] && [ "$PAUSE_SHARE" -le 100 ] || die "shares are percentages (0..100)"
+{ [ "$INSTANT_SHARE" -le 100 ] && [ "$PAUSE_SHARE" -le 100 ]; } || die "shares are percentages (0..100)"
 [ "$KILLS" -ge 1 ] || die "--kills must be at least 1: a soak without kills tests no window"
 REPLAY="bash scenarios/kill-soak.sh --seed $SEED --kills $KILLS --events $EVENTS --relays $RELAYS --instant-share $INSTANT_SHARE --pause-share $PAUSE_SHARE"
 
