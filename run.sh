@@ -247,7 +247,7 @@ for arg in "$@"; do
       args+=("$arg")
       ;;
     # Global options that take a value: their value is not the subcommand.
-    --db | --topic | -X | --synchronous | --busy-timeout-ms)
+    --db | --topic | -X | --synchronous | --busy-timeout | --busy-timeout-ms)
       args+=("$arg")
       [ -n "$subcommand" ] || expect_value=1
       ;;

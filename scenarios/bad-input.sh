@@ -4,14 +4,20 @@
 #          missing file; SQLite files without the lab schema; a database whose write lock another
 #          process (the sqlite3 CLI, inside BEGIN IMMEDIATE) holds; a broker nobody listens on
 #          (127.0.0.1:1) for publish and for verify; an unknown librdkafka property; a bad
-#          --expect key; no broker at all.
+#          --expect key; no broker at all; (issue 9) rows inserted by the sqlite3 CLI with the bytes
+#          C3 28 (not UTF-8) in event_id, aggregate_id, event_type and payload; INSERTs whose
+#          created_at is in seconds, text or omitted; a schema 2 database holding such rows.
 # Expects: each refusal exits with its documented code (src/cli/exit_code.h: usage 2, config 3,
 #          db-unavailable 4, not-sqlite 5, schema-missing 6, busy 7, broker-unavailable 8,
 #          delivery-failed 9), says so in one `outbox-lab: error: ...` line on stderr (librdkafka
 #          may log before it), returns promptly, and leaves every file byte-for-byte as it was
 #          (sha256) — a missing file stays missing. The one refusal without an error line is a
 #          failed delivery: publish reports it per row on stdout, as the relay's result, and the
-#          row stays unpublished.
+#          row stays unpublished. Foreign bytes: `relay --until-empty --history` delivers every
+#          row (exit 0), Kafka holds the bytes unchanged (key, value, event_id header: check ok),
+#          and check/status/verify/relay --json print JSON that jq accepts. The created_at
+#          contract: a bad INSERT fails in the writer's transaction, an omitted created_at gets
+#          the database clock, and status names the old rows that break it instead of aging them.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -139,10 +145,112 @@ expect_refused 3 "-X no.such.prop=1 write-hold 1"
 run verify -X no.such.prop=1 --no-kafka
 expect_refused 3 "verify -X no.such.prop=1"
 run verify --no-kafka --expect no_such_key=1
-expect_refused 3 "verify --expect no_such_key=1"
+expect_refused 2 "verify --expect no_such_key=1"
 run publish 1
 expect_refused 3 "publish with no broker configured"
 expect_verify business=2,outbox=2,published=0,unpublished=2
 db_untouched "the configuration errors"
+
+# --- issue 9: rows written by other programs -----------------------------------------------------
+# From here on a broker runs (the steps above pass their own --brokers or none).
+
+step "bytes that are not UTF-8 (C3 28) in each TEXT column: the relay delivers them unchanged"
+start_broker
+DB=$TMP/foreign-bytes.db
+run reset
+expect_rc 0 "reset"
+run write 2 --quiet
+expect_rc 0 "write 2"
+echo "\$ sqlite3 $DB  # four loans and their events, each with X'C328' in one TEXT column"
+sqlite3 -bail "$DB" <<'SQL' || die "sqlite3 could not insert the rows with foreign bytes"
+.timeout 5000
+BEGIN IMMEDIATE;
+INSERT INTO business_loan(loan_id, book_id, member_id, status, created_at)
+  SELECT loan, 'B-1', 'M-1', 'BORROWED', CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+  FROM (SELECT 'L-b1' AS loan UNION ALL SELECT 'L-' || CAST(X'C328' AS TEXT)
+        UNION ALL SELECT 'L-b3' UNION ALL SELECT 'L-b4');
+INSERT INTO outbox(event_id, aggregate_id, event_type, payload) VALUES
+  ('evt-id-' || CAST(X'C328' AS TEXT), 'L-b1', 'LoanCreated', '{"n":1}'),
+  ('evt-agg', 'L-' || CAST(X'C328' AS TEXT), 'LoanCreated', '{"n":2}'),
+  ('evt-type', 'L-b3', 'Loan' || CAST(X'C328' AS TEXT), '{"n":3}'),
+  ('evt-payload', 'L-b4', 'LoanCreated', 'raw ' || CAST(X'C328' AS TEXT));
+COMMIT;
+SQL
+bytes_history=$TMP/foreign-bytes.history.jsonl
+run --history "$bytes_history" relay --until-empty --json --key aggregate-id
+expect_rc 0 "relay --until-empty --history over rows with foreign bytes"
+expect_eq 6 "$(relay_final "$OUT" marked)" "rows the relay marked published"
+expect_eq 0 "$(relay_final "$OUT" pending)" "rows left pending"
+jq -e . "$bytes_history" >/dev/null || fail "the relay's history is not valid JSON lines"
+run consume
+expect_rc 0 "consume"
+# consume prints key,value byte for byte: the aggregate id (the key) and the payload arrive as written.
+grep -a -q -F "L-$(printf '\xc3(')," "$OUT" || fail "no record keyed L-C3 28 on the topic"
+grep -a -q -F ",raw $(printf '\xc3(')" "$OUT" || fail "no record whose value is raw C3 28"
+# check matches outbox event ids to the records' event_id headers byte for byte: ok=6, nothing lost.
+run check --json
+expect_rc 0 "check --json over foreign bytes"
+jq -e . "$OUT" >/dev/null || fail "check --json printed invalid JSON"
+expect_json "$OUT" '.valid == true and .ok == 6 and (.lost | length) == 0' "check --json"
+for args in "status --json" "verify --json"; do
+  # shellcheck disable=SC2086  # split the words of args on purpose
+  run $args
+  expect_rc 0 "$args over foreign bytes"
+  jq -e . "$OUT" >/dev/null || fail "$args printed invalid JSON"
+done
+# Deleting the row behind evt-id- C3 28 makes check report it as phantom, in JSON and in text.
+sqlite3 "$DB" "DELETE FROM outbox WHERE event_id = 'evt-id-' || CAST(X'C328' AS TEXT)" ||
+  die "sqlite3 could not delete the row"
+run check --json
+expect_rc 1 "check --json with a phantom of foreign bytes"
+expect_json "$OUT" '.phantom[0].hex == "6576742d69642dc328"' "check --json phantom as hex"
+run check
+expect_rc 1 "check with a phantom of foreign bytes"
+expect_line '^\[check\] phantom: evt-id-\\xC3\($' "$OUT"
+
+step "the created_at contract: bad INSERTs fail in the writer's transaction"
+DB=$TMP/contract.db
+run reset
+expect_rc 0 "reset"
+for created_at in 1700000000 "'2026-11-30 10:00:00'" 1700000000000.5 NULL; do
+  echo "\$ sqlite3 $DB  # INSERT with created_at $created_at inside BEGIN ... COMMIT"
+  if sqlite3 -bail "$DB" "BEGIN; INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at) VALUES ('evt-c', 'L-c', 'T', '{}', $created_at); COMMIT;" 2>"$TMP/sqlite3.err"; then
+    fail "an INSERT with created_at $created_at was accepted"
+  fi
+  grep -q 'outbox.created_at must be an integer in epoch ms' "$TMP/sqlite3.err" ||
+    fail "created_at $created_at: sqlite3 said $(cat "$TMP/sqlite3.err")"
+done
+before_ms=$(($(date +%s%N) / 1000000))
+sqlite3 -bail "$DB" "INSERT INTO outbox(event_id, aggregate_id, event_type, payload) VALUES ('evt-now', 'L-n', 'T', '{}')" ||
+  fail "an INSERT without created_at was refused"
+after_ms=$(($(date +%s%N) / 1000000))
+created=$(sqlite3 "$DB" "SELECT created_at FROM outbox WHERE event_id = 'evt-now'")
+if [ "$created" -lt $((before_ms - 1)) ] || [ "$created" -gt $((after_ms + 1)) ]; then
+  fail "created_at of an INSERT without it: $created, expected $before_ms..$after_ms"
+fi
+run status --json
+expect_json "$OUT" '.unpublished == 1 and .bad_created_at == 0 and .oldest_unpublished_age_ms < 60000' "status after the contract INSERTs"
+
+step "a schema 2 database with rows in seconds and text migrates; status names them"
+DB=$TMP/schema2.db
+run reset
+expect_rc 0 "reset"
+run write 1 --quiet
+sqlite3 -bail "$DB" <<'SQL' || die "sqlite3 could not make a schema 2 database"
+DROP TRIGGER outbox_created_at_insert;
+DROP TRIGGER outbox_created_at_update;
+PRAGMA user_version = 2;
+INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at)
+  VALUES ('evt-seconds', 'L-s', 'T', '{}', 1764496800),
+         ('evt-text', 'L-t', 'T', '{}', '2026-11-30 10:00:00');
+SQL
+run status
+expect_rc 0 "status on a schema 2 database"
+expect_line '^\[status\] bad-created-at=2 ids=2,3: ' "$OUT"
+run status --json
+expect_json "$OUT" '.bad_created_at == 2 and .bad_created_at_ids == [2,3] and .oldest_unpublished_age_ms < 60000' "status --json on the migrated database"
+[ "$(sqlite3 "$DB" 'PRAGMA user_version')" = 3 ] || fail "the database was not migrated to schema 3"
+run metrics
+expect_line '^outbox_bad_created_at_rows 2$' "$OUT"
 
 finish

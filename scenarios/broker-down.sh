@@ -47,7 +47,8 @@ broker_ctl up
 lab_args
 RELAY_LOG=$TMP/relay.log
 echo "\$ outbox-lab relay ${RETRY_ARGS[*]} &"
-"$LAB_BIN" "${LAB_ARGS[@]}" relay "${RETRY_ARGS[@]}" </dev/null >"$RELAY_LOG" 2>&1 &
+: >"$RELAY_LOG"  # emptied by us, not by the child: see lib.sh start_hold
+"$LAB_BIN" "${LAB_ARGS[@]}" relay "${RETRY_ARGS[@]}" </dev/null >>"$RELAY_LOG" 2>&1 &
 RELAY_PID=$!
 PIDS+=("$RELAY_PID")
 wait_for 20 "$RELAY_PID" "relay publishes the first 5" _has_line ' acked=5 failed=0 marked=5 ' "$RELAY_LOG" ||

@@ -196,7 +196,8 @@ start_broker() {
   local addr_file=$TMP/broker.addr log=$TMP/broker.log
   local extra=()
   [ -n "$control" ] && extra=(--control "$control")
-  "$LAB_BIN" --topic "$TOPIC" broker --addr-file "$addr_file" "${extra[@]}" </dev/null >"$log" 2>&1 &
+  : >"$log"  # emptied by us, not by the child: see start_hold
+  "$LAB_BIN" --topic "$TOPIC" broker --addr-file "$addr_file" "${extra[@]}" </dev/null >>"$log" 2>&1 &
   BROKER_PID=$!
   PIDS+=("$BROKER_PID")
   # The broker creates its control socket before it writes the address file.
@@ -219,8 +220,11 @@ start_hold() {
   lab_args
   HOLD_LOG=$TMP/$name.log
   echo "\$ outbox-lab $* &"
-  # A simple command with & is forked and exec'd directly, so $! is the lab's own PID.
-  "$LAB_BIN" "${LAB_ARGS[@]}" "$@" </dev/null >"$HOLD_LOG" 2>&1 &
+  # A simple command with & is forked and exec'd directly, so $! is the lab's own PID. The log is
+  # emptied here, not by the child's `>`: the child truncates only when it is scheduled, and until
+  # then a poll would read an earlier run's log of the same name (HOLD and all).
+  : >"$HOLD_LOG"
+  "$LAB_BIN" "${LAB_ARGS[@]}" "$@" </dev/null >>"$HOLD_LOG" 2>&1 &
   HOLD_PID=$!
   PIDS+=("$HOLD_PID")
   if ! wait_for 30 "$HOLD_PID" "HOLD line of '$*'" _has_line 'HOLD' "$HOLD_LOG"; then
@@ -261,7 +265,8 @@ start_bg() {
   lab_args
   BG_LOG=$TMP/$name.log
   echo "\$ outbox-lab $* &"
-  "$LAB_BIN" "${LAB_ARGS[@]}" "$@" </dev/null >"$BG_LOG" 2>&1 &
+  : >"$BG_LOG"  # emptied by us, not by the child: see start_hold
+  "$LAB_BIN" "${LAB_ARGS[@]}" "$@" </dev/null >>"$BG_LOG" 2>&1 &
   BG_PID=$!
   PIDS+=("$BG_PID")
 }

@@ -17,6 +17,8 @@
 #   2. block-key, the poison parked at its first failure (--max-attempts 1) in a batch that ends
 #      with it (--batch-size 11), so evt-9002 is only ever seen behind a parked row:
 #      `relay --until-empty` must still exit (pending=1), with evt-9002 unpublished.
+#      In between (part 1): `relay --until-empty --fail-on-parked` exits 14 (parked rows left), and
+#      `parked` (text and --json) lists evt-9001 with 3 attempts, its last error and its age.
 #   3. skip (`--on-failure skip`): evt-9002 IS published while evt-9001 is parked. After
 #      `unpark --all` and a relay without the limit, evt-9001 comes after evt-9002 on the topic:
 #      check is valid (nothing lost) and reports exactly that one order violation — the price of
@@ -120,7 +122,7 @@ expect_eq "evt-9001 0 1 3,evt-9002 0 0 0" "$state" \
 expect_line '^\[relay\] batch token=[0-9]+ claimed=21 acked=20 failed=1 marked=20 retried=1 parked=0 fenced=0$' "$OUT"
 expect_line '^\[relay\] batch .* failed=1 .*parked=1 ' "$OUT"
 expect_line '^\[relay\] done: batches=[0-9]+ acked=20 marked=20 failed=3 parked=1 fenced=0 pending=1$' "$OUT"
-expect_status_json parked=1 published=20 unpublished=1 claimed=0
+expect_status_json parked=1 published=20 pending=1 claimed=0
 last_error=$(sqlite3 "$DB" "SELECT last_error FROM outbox WHERE event_id = 'evt-9001'")
 echo "evt-9001 last_error: $last_error"
 case "$last_error" in *MSG_SIZE_TOO_LARGE*) ;; *) fail "evt-9001 last_error is '$last_error', not MSG_SIZE_TOO_LARGE" ;; esac
@@ -129,12 +131,24 @@ expect_check_json 1 "poison parked, evt-9002 waiting: invalid until unparked" \
   '.kafka_records == 20' '.ok == 20' '.duplicated == {}' \
   '.phantom == [] and .atomicity == [] and .lost_after_mark == []'
 
+step "CI: relay --fail-on-parked exits 14 while a row is parked; parked lists it"
+RUN_TIMEOUT_S=15 run relay --until-empty --key aggregate-id --fail-on-parked
+expect_rc 14 "relay --until-empty --fail-on-parked with a parked row"
+expect_line '^\[relay\] done: .* parked=0 fenced=0 pending=1$' "$OUT"
+run parked
+expect_rc 0 "parked"
+expect_line '^\[parked\] id=11 state=parked attempts=3 age-ms=[0-9]+ event-id=evt-9001 aggregate=L-9001 last-error=.*MSG_SIZE_TOO_LARGE' "$OUT"
+expect_line '^\[parked\] parked=1 failing=0 listed=1$' "$OUT"
+run parked --json
+expect_rc 0 "parked --json"
+expect_json "$OUT" '.parked == 1 and .failing == 0 and (.rows | length) == 1 and .rows[0].id == 11 and .rows[0].state == "parked" and .rows[0].attempts == 3 and (.rows[0].last_error | test("MSG_SIZE_TOO_LARGE")) and .rows[0].age_ms >= 0' "parked --json"
+
 step "block-key: unpark, and a relay without the size limit publishes evt-9001, then evt-9002"
 run unpark --all
 expect_rc 0 "unpark --all"
 expect_line '^\[unpark\] unparked=1$' "$OUT"
-RUN_TIMEOUT_S=15 run relay --until-empty --key aggregate-id
-expect_rc 0 "relay --until-empty after unpark (block-key)"
+RUN_TIMEOUT_S=15 run relay --until-empty --key aggregate-id --fail-on-parked
+expect_rc 0 "relay --until-empty --fail-on-parked after unpark (block-key): nothing parked"
 expect_line '^\[relay\] done: batches=[0-9]+ acked=2 marked=2 failed=0 parked=0 fenced=0 pending=0$' "$OUT"
 expect_eq "evt-9001 1 0 0,evt-9002 1 0 0" "$(l9001_state)" "L-9001 events after unpark (event published parked attempts)"
 expect_check_json 0 "block-key after unpark" \
@@ -149,7 +163,7 @@ RUN_TIMEOUT_S=15 run "${POISON_LIMIT[@]}" relay --until-empty --key aggregate-id
 expect_rc 0 "relay --until-empty with a row blocked behind a parked row"
 expect_line '^\[relay\] batch token=[0-9]+ claimed=11 acked=10 failed=1 marked=10 retried=0 parked=1 fenced=0$' "$OUT"
 expect_line '^\[relay\] done: batches=2 acked=20 marked=20 failed=1 parked=1 fenced=0 pending=1$' "$OUT"
-expect_status_json parked=1 published=20 unpublished=1 claimed=0
+expect_status_json parked=1 published=20 pending=1 claimed=0
 expect_eq "evt-9001 0 1 1,evt-9002 0 0 0" "$(l9001_state)" "L-9001 events (event published parked attempts)"
 
 step "skip: evt-9002 flows past the parked evt-9001"
@@ -158,7 +172,7 @@ RUN_TIMEOUT_S=15 run "${POISON_LIMIT[@]}" relay --until-empty --key aggregate-id
   "${RELAY_RETRY[@]}"
 expect_rc 0 "relay --until-empty --on-failure skip"
 expect_line '^\[relay\] done: batches=[0-9]+ acked=21 marked=21 failed=3 parked=1 fenced=0 pending=0$' "$OUT"
-expect_status_json parked=1 published=21 unpublished=0 claimed=0
+expect_status_json parked=1 published=21 pending=0 claimed=0
 expect_eq "evt-9001 0 1 3,evt-9002 1 0 0" "$(l9001_state)" "L-9001 events after the skip relay"
 expect_check_json 1 "skip: only the parked poison missing" \
   '.lost == ["evt-9001"]' '.stuck == ["evt-9001"]' '.kafka_records == 21' \

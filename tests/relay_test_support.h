@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "outbox/clock.h"
 #include "outbox/event.h"
 #include "outbox/failpoint.h"
 #include "outbox/relay.h"
@@ -45,8 +46,8 @@ inline OutboxEvent EventOn(int i, const std::string& aggregate) {
 inline std::vector<std::int64_t> EnqueueAll(Store& store, const std::vector<OutboxEvent>& events) {
   std::vector<std::int64_t> ids;
   for (const OutboxEvent& event : events) {
-    sqlite::Transaction txn(store.connection());
-    ids.push_back(store.Enqueue(event));
+    auto txn = store.BeginWrite();
+    ids.push_back(store.Enqueue(txn, event));
     txn.Commit();
   }
   return ids;
@@ -62,7 +63,8 @@ inline std::vector<std::int64_t> EnqueueRange(Store& store, int from, int to) {
 // Column `column` of outbox row id read with a raw query; nullopt for NULL.
 inline std::optional<std::int64_t> IntColumn(Store& store, const std::string& column,
                                              std::int64_t id) {
-  auto select = store.connection().Prepare("SELECT " + column + " FROM outbox WHERE id = ?1");
+  auto txn = store.BeginRead();
+  auto select = txn.connection().Prepare("SELECT " + column + " FROM outbox WHERE id = ?1");
   select.Bind(1, id);
   REQUIRE(select.Step());
   if (select.ColumnIsNull(0)) return std::nullopt;
@@ -71,7 +73,8 @@ inline std::optional<std::int64_t> IntColumn(Store& store, const std::string& co
 
 inline std::optional<std::string> TextColumn(Store& store, const std::string& column,
                                              std::int64_t id) {
-  auto select = store.connection().Prepare("SELECT " + column + " FROM outbox WHERE id = ?1");
+  auto txn = store.BeginRead();
+  auto select = txn.connection().Prepare("SELECT " + column + " FROM outbox WHERE id = ?1");
   select.Bind(1, id);
   REQUIRE(select.Step());
   if (select.ColumnIsNull(0)) return std::nullopt;
@@ -94,12 +97,11 @@ inline std::vector<std::int64_t> IdsOf(const std::vector<OutboundMessage>& messa
   return ids;
 }
 
-// A clock the test moves by hand; clock() plugs into RelayOptions::clock.
-struct FakeClock {
-  std::int64_t now_ms = kNowMs;
-  std::function<std::int64_t()> clock() {
-    return [this] { return now_ms; };
-  }
+// A clock the test moves by hand, starting at kNowMs: plugs into
+// StoreOptions::clock and RelayOptions::clock.
+class FakeClock : public ManualClock {
+ public:
+  FakeClock() : ManualClock(kNowMs) {}
 };
 
 // A FakePublisher that also fails every message whose outbox id is in
@@ -131,13 +133,13 @@ class RowFailingPublisher : public FakePublisher {
   std::set<std::int64_t> failing;
 };
 
-// An IdleWaiter that never blocks: counts Drain and Wait calls, runs on_wait
+// An IdleWaiter that never blocks: counts ForgetWakeups and Wait calls, runs on_wait
 // (e.g. to move a FakeClock by the timeout), and reports a stop once stop is
 // set. After max_waits waits it requests a stop itself, so a loop that would
 // wait forever ends and the test can see it (stopped == true).
 class FakeWaiter : public IdleWaiter {
  public:
-  void Drain() override { ++drains; }
+  void ForgetWakeups() override { ++forgets; }
   Wake Wait(int timeout_ms) override {
     ++waits;
     timeouts_ms.push_back(timeout_ms);
@@ -147,7 +149,7 @@ class FakeWaiter : public IdleWaiter {
   }
   bool StopRequested() override { return stop; }
 
-  int drains = 0;
+  int forgets = 0;
   int waits = 0;
   int max_waits = 1000;
   std::vector<int> timeouts_ms;

@@ -16,13 +16,13 @@ class ChangeWatcher : public IdleWaiter {
  public:
   // db_path: the SQLite file to watch (and its -wal). stop_fd: a descriptor
   // that becomes readable on a stop request (e.g. a signalfd for SIGTERM and
-  // SIGINT), or -1 for none. Throws ConfigError when inotify is unavailable.
+  // SIGINT), or -1 for none. Throws SystemError when inotify is unavailable or the directory cannot be watched.
   ChangeWatcher(const std::string& db_path, int stop_fd);
   ~ChangeWatcher() override;
   ChangeWatcher(const ChangeWatcher&) = delete;
   ChangeWatcher& operator=(const ChangeWatcher&) = delete;
 
-  void Drain() override;
+  void ForgetWakeups() override;
   Wake Wait(int timeout_ms) override;
   bool StopRequested() override;
 

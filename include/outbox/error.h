@@ -49,23 +49,27 @@ class KafkaError : public Error {
   int code_;
 };
 
+// An operating-system call failed: inotify, a socket, signalfd, a history or
+// address file, fork/exec. The message ends with strerror(errno); errno_value()
+// keeps the number (0 when the failure had none, e.g. a short write).
+class SystemError : public Error {
+ public:
+  explicit SystemError(const std::string& message, int errno_value = 0)
+      : Error(message), errno_value_(errno_value) {}
+  int errno_value() const noexcept { return errno_value_; }
+
+ private:
+  int errno_value_;
+};
+
+// Throws SystemError "<what>: <strerror(errno_value)>".
+[[noreturn]] void ThrowSystemError(const std::string& what, int errno_value);
+
 // Invalid configuration: an unknown or invalid librdkafka property, a bad
 // option value.
 class ConfigError : public Error {
  public:
   using Error::Error;
-};
-
-// An operating-system call failed (a socket, a file, inotify). code() is the
-// errno value, or 0 when there is none.
-class SystemError : public Error {
- public:
-  explicit SystemError(const std::string& message, int errno_value = 0)
-      : Error(message), code_(errno_value) {}
-  int code() const noexcept { return code_; }
-
- private:
-  int code_;
 };
 
 }  // namespace outbox

@@ -78,4 +78,13 @@ void ConfigureFailpointsFromEnv();
 // chapter's own words at its hold points.
 void HitFailpoint(std::string_view name, std::string_view hold_line = {});
 
+// What a failpoint asks of a caller that must not throw (an SQLite VFS callback).
+enum class FailpointOutcome { kNone, kError, kEnospc };
+
+// Evaluates the failpoint name as HitFailpoint does, but never throws:
+// kill, hold and sleep act on the spot as there; error returns kError, and
+// the action enospc (disk full; HitFailpoint treats it as error) returns
+// kEnospc. Used by the power-loss VFS shim for the vfs.* points.
+FailpointOutcome QueryFailpoint(std::string_view name) noexcept;
+
 }  // namespace outbox

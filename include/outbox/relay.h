@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "outbox/clock.h"
 #include "outbox/publisher.h"
 #include "outbox/store.h"
 
@@ -56,7 +57,9 @@ struct RelayOptions {
   SettlePolicy settle;             // max attempts and backoff
   std::int64_t lease_ms = 30000;   // how long a claim holds, ms; must exceed the delivery timeout
   std::string owner;               // recorded with each claim, e.g. "relay-4242"
-  std::function<std::int64_t()> clock;  // epoch ms; system clock when empty
+  // Where claims, leases, backoffs and marks read the time. Not owned; must
+  // outlive the Relay. Null: the store's clock (Store::clock()).
+  Clock* clock = nullptr;
   // Called right after each settle commits and before the relay.after_mark
   // failpoint (so a kill there leaves the record); may be empty. Must not
   // throw: the batch is already settled.
@@ -106,6 +109,7 @@ class Relay {
   Store& store_;
   Publisher& publisher_;
   RelayOptions options_;
+  Clock& clock_;
   std::int64_t cursor_ = 0;
 };
 
@@ -115,8 +119,8 @@ class IdleWaiter {
  public:
   enum class Wake { kTimeout, kChanged, kStop };
   virtual ~IdleWaiter() = default;
-  // Forgets changes seen so far.
-  virtual void Drain() = 0;
+  // Discards the wake-ups (changes) seen so far, so the next Wait blocks until a new one.
+  virtual void ForgetWakeups() = 0;
   // Blocks up to timeout_ms; returns early on a change or a stop request.
   virtual Wake Wait(int timeout_ms) = 0;
   // True once a stop was requested (e.g. SIGTERM); never blocks.
@@ -134,6 +138,12 @@ struct LoopOptions {
   LoopMode mode = LoopMode::kForever;
   int idle_min_ms = 5;     // first idle wait, ms
   int idle_max_ms = 1000;  // idle waits double up to this, ms
+  // Batches in a row that may fail with an I/O error (SQLITE_IOERR_*,
+  // SQLITE_FULL) before the error is taken as persistent and thrown; each is
+  // retried after the idle backoff. A disk error can pass (space freed, a
+  // flaky path); the settle is one transaction, so a failed one marks nothing
+  // and the claim's rows are re-sent after the lease: duplicates, not losses.
+  int max_io_errors = 5;
 };
 
 struct LoopReport {
@@ -144,14 +154,16 @@ struct LoopReport {
   std::int64_t parked = 0;
   std::int64_t fenced = 0;
   bool stopped = false;  // ended by a stop request
+  std::int64_t io_errors = 0;  // batches that failed with an I/O error and were retried
 };
 
 // Runs relay.RunBatch() per mode. A stop request is honoured between batches:
 // the batch in flight finishes (its deliveries are bounded by the delivery
 // timeout) and is settled first, so every acked row is marked.
 // on_batch is called after each non-empty batch. SQLITE_BUSY (another writer
-// held the lock past the busy timeout) counts as an empty poll, except in
-// kOnce mode. Throws what RunBatch throws otherwise.
+// held the lock past the busy timeout) counts as an empty poll, and an I/O
+// error is retried up to max_io_errors times in a row, except in kOnce mode.
+// Throws what RunBatch throws otherwise.
 LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter,
                         const LoopOptions& options,
                         const std::function<void(const BatchReport&)>& on_batch);

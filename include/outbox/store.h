@@ -1,14 +1,21 @@
-// Store: the outbox table in an SQLite file.
+// Store: the outbox table in an SQLite file, and the only code that reads or
+// writes the outbox tables (outbox, outbox_fence, outbox_archive).
 //
 // The business transaction and the outbox insert share one local transaction
-// on connection() (chapter 7.1, "同库同事务"): both rows commit or neither does.
+// (chapter 7.1, "同库同事务"): the caller begins it with BeginWrite(), runs its
+// own business SQL on txn.connection(), adds the event with
+// Enqueue(txn, event) and commits both or neither. The caller's SQL touches
+// its own tables only; everything on the outbox tables is a Store operation.
 // The store owns its connection; one Store per thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "outbox/clock.h"
 #include "outbox/event.h"
 #include "outbox/sqlite/connection.h"
 
@@ -28,6 +35,9 @@ struct StoreOptions {
   // sqlite3_busy_timeout: how long a write waits for another writer's lock
   // before failing with SQLITE_BUSY, in ms.
   int busy_timeout_ms = 5000;
+  // Where MarkPublished and PurgePublished read the time (published_at,
+  // archived_at). Not owned; must outlive the Store. Null: the system clock.
+  Clock* clock = nullptr;
 };
 
 enum class OpenMode {
@@ -41,11 +51,33 @@ struct OutboxCounts {
   std::int64_t unpublished = 0;
 };
 
+// One outbox row as the checker and reconciliation see it.
+struct SnapshotRow {
+  std::int64_t id = 0;
+  std::string event_id;
+  std::string aggregate_id;
+  bool published = false;  // true for every archived row
+  bool parked = false;     // unpublished and parked after max attempts
+  bool archived = false;   // moved to outbox_archive by PurgePublished(archive = true)
+};
+
+// Every outbox and archive row, read in one read transaction.
+struct OutboxSnapshot {
+  std::vector<SnapshotRow> rows;  // outbox and archive rows together, in id order
+
+  // Counts over the rows still in the outbox table (archived rows excluded).
+  OutboxCounts Counts() const;
+};
+
 // The schema version kept in PRAGMA user_version. 1 is the chapter's table;
 // 2 adds the relay's columns (published_at, attempts, last_error,
 // next_attempt_at, parked_at, claim_*) and the fencing-token counter.
-// Opening an older database migrates it in one transaction.
-inline constexpr int kSchemaVersion = 2;
+// 3 adds claimed_at (when a claim was taken, for its age in status), gives created_at a default from the database clock (epoch ms) and rejects
+// an INSERT or UPDATE whose created_at is not an integer epoch ms between
+// 2000-01-01 and 2100-01-01 (README, "Writing to the outbox from your
+// application"). Opening an older database migrates it in one transaction;
+// rows that already break the contract are kept and reported by Status().
+inline constexpr int kSchemaVersion = 3;
 
 // A batch claimed by one relay (Store::ClaimBatch).
 struct Claim {
@@ -89,15 +121,55 @@ struct SettleReport {
   std::vector<std::int64_t> fenced_ids;
 };
 
+// The unexpired claims of one relay (Store::ClaimOwners).
+struct ClaimOwner {
+  std::string owner;  // ClaimRequest::owner, e.g. "relay-4242@host"
+  std::int64_t rows = 0;
+  std::int64_t age_ms = 0;         // since its oldest claim was taken, ms
+  std::int64_t expires_in_ms = 0;  // until its last lease runs out, ms
+};
+
 // Everything status and metrics report, read in one transaction.
+// "unpublished" means one thing everywhere (verify, status, Count): not yet
+// published, parked rows included. "pending" is the part a relay still works
+// on: unpublished and not parked (PendingCount).
 struct OutboxStatus {
-  std::int64_t unpublished = 0;     // not published, not parked
-  std::int64_t oldest_unpublished_age_ms = 0;  // now - oldest created_at, >= 0; 0 when none
+  std::int64_t unpublished = 0;     // not published: pending + parked
+  std::int64_t pending = 0;         // not published, not parked
+  // now - oldest pending created_at, >= 0; 0 when none. Over rows whose
+  // created_at keeps the contract only, so it is never an impossible age.
+  std::int64_t oldest_pending_age_ms = 0;
   std::int64_t in_backoff = 0;      // unpublished rows whose next attempt is in the future
   std::int64_t parked = 0;
   std::int64_t claimed = 0;         // unpublished rows under an unexpired claim
   std::int64_t published = 0;       // published rows still in the table
   std::int64_t archived = 0;        // rows in outbox_archive
+  // Unpublished rows whose created_at breaks the contract (not an integer
+  // epoch ms between 2000 and 2100: seconds, text), written before schema 3.
+  std::int64_t bad_created_at = 0;
+  std::vector<std::int64_t> bad_created_at_ids;  // the first kBadCreatedAtIdsShown, in id order
+};
+
+inline constexpr std::size_t kBadCreatedAtIdsShown = 20;
+
+// An unpublished row that failed at least once: parked, or waiting in backoff.
+struct TroubledRow {
+  std::int64_t id = 0;
+  std::string event_id;
+  std::string aggregate_id;
+  std::string event_type;
+  bool parked = false;
+  std::int64_t attempts = 0;
+  std::string last_error;  // the delivery error of the last attempt, as the publisher said it
+  // now - created_at in ms, >= 0; 0 when created_at breaks the contract (see Status).
+  std::int64_t age_ms = 0;
+  std::int64_t next_attempt_at_ms = 0;  // epoch ms; meaningful when not parked
+};
+
+struct TroubledRows {
+  std::int64_t parked = 0;   // all parked rows
+  std::int64_t failing = 0;  // all unparked, unpublished rows with attempts > 0
+  std::vector<TroubledRow> rows;  // the first limit of them, parked first, then in id order
 };
 
 struct PurgeReport {
@@ -115,7 +187,10 @@ class Store {
   // kCreate: creates missing parent directories; throws DbError with
   //   SQLITE_CANTOPEN when a directory or the file cannot be created.
   // Both throw DbError: SQLITE_NOTADB for a file that is not SQLite,
-  //   SQLITE_BUSY when another process holds a lock past the busy timeout.
+  //   SQLITE_BUSY when another process holds a lock past the busy timeout,
+  //   SQLITE_IOERR_SHMOPEN when the WAL's -shm file cannot be created; its
+  //   message reads "open database 'F': <the problem> (SQLITE_NAME)", never
+  //   the SQL that met the problem.
   Store(const std::string& path, const StoreOptions& options, OpenMode mode);
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -126,17 +201,57 @@ class Store {
   // True when the outbox table exists.
   bool HasSchema();
 
-  // Inserts event into the outbox. Call inside the caller's
-  // sqlite::Transaction on connection(), after the business insert.
-  // Returns the new row id. Throws DbError, e.g. SQLITE_CONSTRAINT_UNIQUE when
-  // event_id already exists (the caller's transaction must then roll back).
-  std::int64_t Enqueue(const OutboxEvent& event);
+  // Begins a write transaction (BEGIN IMMEDIATE) on the store's database for
+  // the caller's business rows and Enqueue. Commit with txn.Commit(); the
+  // destructor rolls back otherwise. Throws DbError (SQLITE_BUSY past the busy
+  // timeout).
+  sqlite::Transaction BeginWrite();
+  // Begins a read transaction: the caller's reads of its own tables through
+  // txn.connection() and Snapshot(txn) see one and the same snapshot.
+  // Throws DbError.
+  sqlite::ReadTransaction BeginRead();
+
+  // Inserts event into the outbox inside txn, the caller's transaction from
+  // BeginWrite(), after (or before) the business insert: both commit together
+  // or neither does. Returns the new row id.
+  // Throws ConfigError when txn is not on this store's connection; DbError,
+  // e.g. SQLITE_CONSTRAINT_UNIQUE when event_id already exists (the caller's
+  // transaction must then roll back).
+  std::int64_t Enqueue(sqlite::Transaction& txn, const OutboxEvent& event);
+
+  // Inserts count events, make_event(0) .. make_event(count - 1), in ONE
+  // transaction, then checkpoints the WAL (wal_checkpoint(TRUNCATE)) so
+  // later work starts from an empty log. With published, every row is
+  // inserted published with published_at = its created_at_ms. For loading
+  // backlogs and history (bench); count >= 0. Returns the rows inserted.
+  // Throws DbError (e.g. SQLITE_CONSTRAINT_UNIQUE on a repeated event_id: then
+  // nothing is inserted).
+  std::int64_t BulkLoad(std::int64_t count,
+                        const std::function<OutboxEvent(std::int64_t)>& make_event,
+                        bool published);
+
+  // The id the next Enqueue will get when no other writer comes first: one
+  // past the highest id ever assigned (sqlite_sequence), so numbering
+  // continues after purges and rolled-back inserts never reuse it. Throws DbError.
+  std::int64_t NextId();
+
+  // Every outbox and archive row, read in txn (from BeginRead()), so that the
+  // caller's own reads in txn describe the same instant. Throws DbError.
+  OutboxSnapshot Snapshot(sqlite::ReadTransaction& txn);
+  // The same in a read transaction of its own. Throws DbError.
+  OutboxSnapshot Snapshot();
+
+  // PRAGMA integrity_check (https://www.sqlite.org/pragma.html#pragma_integrity_check)
+  // over the whole file: "ok", or its findings joined with "; " (after a
+  // power cut with a torn sector, say). Throws DbError when the check itself
+  // cannot run.
+  std::string IntegrityCheck();
 
   // Unpublished rows with id > after_id, in id order, at most limit rows
   // (keyset pagination through the partial index). Throws DbError.
   std::vector<OutboxRow> FetchUnpublished(std::int64_t after_id, std::int64_t limit);
 
-  // Marks row id published (published_at = now) in its own transaction (chapter 7.1, decision 3:
+  // Marks row id published (published_at = clock().EpochMs()) in its own transaction (chapter 7.1, decision 3:
   // the mark is a separate transaction after the broker's ack). Returns false
   // when the row does not exist or was already published. Throws DbError.
   bool MarkPublished(std::int64_t id);
@@ -174,12 +289,28 @@ class Store {
                            const std::vector<FailedDelivery>& failed, const SettlePolicy& policy,
                            std::int64_t now_ms);
 
+  // Owners holding unexpired claims at now_ms (epoch ms), by owner name. Read
+  // only. Throws DbError.
+  std::vector<ClaimOwner> ClaimOwners(std::int64_t now_ms);
+
+  // Releases every claim of owner, expired or not, without recording an
+  // attempt: for a relay known to be dead (its process no longer exists), so
+  // its rows need not wait out the lease. The caller must be sure: a live
+  // owner's settle is then fenced out and its in-flight rows may be sent
+  // twice (at-least-once, never lost). Returns the rows released. Throws DbError.
+  std::int64_t ReleaseClaimsOf(const std::string& owner);
+
   // Releases a claim without recording anything (e.g. on shutdown before
   // producing). Throws DbError.
   void ReleaseClaim(std::int64_t token);
 
   // Counts for status/metrics at now_ms. Throws DbError.
   OutboxStatus Status(std::int64_t now_ms);
+
+  // Parked and failing rows at now_ms (epoch ms), at most limit (> 0) listed,
+  // for an operator deciding what to unpark. Read only. Throws ConfigError
+  // for limit <= 0, DbError.
+  TroubledRows ListTroubled(std::int64_t now_ms, std::int64_t limit);
 
   // Makes a parked row claimable again (attempts reset to 0). Returns false
   // when id does not exist or is not parked. Throws DbError.
@@ -191,16 +322,24 @@ class Store {
   // Deletes published rows with published_at (created_at for rows published
   // before schema 2) older than cutoff_ms, batch_size rows per transaction so
   // writers are never blocked for long; with archive, copies them into
-  // outbox_archive in the same transaction. Never touches unpublished or
+  // outbox_archive in the same transaction (archived_at = clock().EpochMs()). Never touches unpublished or
   // parked rows. Checkpoints the WAL afterwards (wal_checkpoint(TRUNCATE)) so
   // it does not grow with purged history. Throws DbError.
   PurgeReport PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_size, bool archive);
 
-  sqlite::Connection& connection() noexcept { return connection_; }
+  // The database file this store opened.
+  const std::string& path() const noexcept { return connection_.path(); }
+  // The clock of StoreOptions::clock, or the system clock. Relays use it
+  // unless given their own.
+  Clock& clock() const noexcept { return *clock_; }
 
  private:
+  void Open(const StoreOptions& options, OpenMode mode);  // the constructor's work past the open
   void Migrate();
+  void MigrateToV3();
 
+  SystemClock system_clock_;  // used when StoreOptions::clock is null
+  Clock* clock_;              // not owned
   sqlite::Connection connection_;
 };
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "lab/json_bytes.h"
 #include "lab/bench_report.h"
 #include "lab/benchmark.h"
 #include "lab/report.h"
@@ -83,10 +84,13 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
       fmt::format("{:.0f}", r.write.with_outbox_median_tps));
   row("write ratio (business+outbox / business-only)", fmt::format("{:.3f}", r.write.ratio),
       fmt::format(">= {:g}", checks[2].target), verdict(2));
-  row("poll latency, 0 published rows (us)", fmt::format("{:.0f}", r.history.without_history.poll_us));
-  row(fmt::format("poll latency, {} published rows (us)",
+  row("poll, 0 published rows (us, median / p99)",
+      fmt::format("{:.0f} / {:.0f}", r.history.without_history.poll_us,
+                  r.history.without_history.poll_p99_us));
+  row(fmt::format("poll, {} published rows (us, median / p99)",
                   Grouped(r.history.with_history.retained_published)),
-      fmt::format("{:.0f}", r.history.with_history.poll_us));
+      fmt::format("{:.0f} / {:.0f}", r.history.with_history.poll_us,
+                  r.history.with_history.poll_p99_us));
   row("poll latency ratio (with / without history)", fmt::format("{:.2f}", r.history.ratio),
       fmt::format("<= {:g}", checks[3].target), verdict(3));
   row(fmt::format("relay peak RSS draining {} (MiB)", Grouped(r.rss.events)),
@@ -112,6 +116,7 @@ nlohmann::ordered_json PollJson(const lab::PollFigure& p) {
           {"has_claimable_us", p.has_claimable_us},
           {"claim_us", p.claim_us},
           {"poll_us", p.poll_us},
+          {"poll_p99_us", p.poll_p99_us},
           {"release_us", p.release_us}};
 }
 
@@ -167,7 +172,7 @@ void PrintJson(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
                            {check.at_least ? "min" : "max", check.target},
                            {"pass", check.pass()}};
   out["targets"] = targets;
-  fmt::print("{}\n", out.dump());
+  fmt::print("{}\n", lab::DumpJson(out));
 }
 
 }  // namespace
@@ -188,24 +193,24 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_flag("--quick", o->quick,
                 "Divide every count not given explicitly by 10 (a smoke run, not a measurement)");
   auto* chapter = sub->add_option("--chapter-events", o->chapter_events,
-                                  "Rows the chapter's relay sends")->capture_default_str();
+                                  "Rows the chapter's relay sends")->check(PositiveInteger())->capture_default_str();
   auto* events = sub->add_option("--events", o->events, "Rows `relay` and raw produce send")
-                     ->capture_default_str();
-  sub->add_option("--batch-size", o->batch_size, "Rows per relay batch")->capture_default_str();
+                     ->check(PositiveInteger())->capture_default_str();
+  sub->add_option("--batch-size", o->batch_size, "Rows per relay batch")->check(PositiveInteger())->capture_default_str();
   auto* write = sub->add_option("--write-txns", o->write_txns,
-                                "Transactions per write-path round")->capture_default_str();
+                                "Transactions per write-path round")->check(PositiveInteger())->capture_default_str();
   sub->add_option("--write-rounds", o->write_rounds,
                   "Rounds per write-path variant, alternated; the median is reported")
-      ->capture_default_str();
+      ->check(PositiveInteger())->capture_default_str();
   auto* history = sub->add_option("--history-rows", o->history_rows,
                                   "Published rows retained for the history figure")
-                      ->capture_default_str();
+                      ->check(PositiveInteger())->capture_default_str();
   auto* polls = sub->add_option("--poll-repetitions", o->poll_repetitions,
                                 "Timed polls per history variant; the median is reported")
-                    ->capture_default_str();
+                    ->check(PositiveInteger())->capture_default_str();
   auto* rss = sub->add_option("--rss-events", o->rss_events,
                               "Backlog the relay child drains for the peak-RSS figure")
-                  ->capture_default_str();
+                  ->check(PositiveInteger())->capture_default_str();
   sub->add_option("--work-dir", o->work_dir,
                   "Parent of the temporary directory for the databases (default TMPDIR or /tmp); "
                   "put it on the disk to measure");
@@ -228,15 +233,6 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
             options.history_rows = scaled(history, o->history_rows);
             options.poll_repetitions = scaled(polls, o->poll_repetitions);
             options.rss_events = scaled(rss, o->rss_events);
-            // Name the option, not the field, in the one-line error.
-            const std::pair<const char*, std::int64_t> counts[] = {
-                {"--chapter-events", o->chapter_events}, {"--events", o->events},
-                {"--batch-size", o->batch_size},         {"--write-txns", o->write_txns},
-                {"--write-rounds", o->write_rounds},     {"--history-rows", o->history_rows},
-                {"--poll-repetitions", o->poll_repetitions}, {"--rss-events", o->rss_events}};
-            for (const auto& [name, value] : counts)
-              if (value <= 0) throw ConfigError(fmt::format("{} {}: must be at least 1", name, value));
-
             // Progress only for a person watching: never in a pipe or a CI log.
             if (isatty(STDERR_FILENO)) {
               const auto start = std::chrono::steady_clock::now();

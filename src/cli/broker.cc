@@ -30,11 +30,11 @@ void WriteAddrFile(const std::string& path, const std::string& bootstrap) {
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << bootstrap << '\n';
-    if (!out.flush()) throw ConfigError(fmt::format("write address file '{}': cannot write", tmp));
+    if (!out.flush()) ThrowSystemError(fmt::format("write address file '{}'", tmp), errno);
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) throw ConfigError(fmt::format("write address file '{}': {}", path, ec.message()));
+  if (ec) ThrowSystemError(fmt::format("write address file '{}'", path), ec.value());
 }
 
 }  // namespace
@@ -67,7 +67,7 @@ Command AddBrokerCommand(CLI::App& app, const GlobalOptions& global) {
             pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
             const int stop_fd = signalfd(-1, &stop_signals, SFD_CLOEXEC);
-            if (stop_fd < 0) throw ConfigError("signalfd for SIGTERM/SIGINT failed");
+            if (stop_fd < 0) ThrowSystemError("signalfd for SIGTERM/SIGINT", errno);
             lab::EmbeddedBroker broker(options->broker_count);
             broker.CreateTopic(global.topic, options->partitions);
             // The control socket exists before anyone learns the broker is ready.

@@ -1,8 +1,11 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/duration.h"
+#include "lab/json_bytes.h"
 #include "lab/checker.h"
 #include "lab/loans.h"
 #include "lab/reconciliation.h"
@@ -10,9 +13,10 @@
 namespace outbox::cli {
 namespace {
 
+// Ids come from rows other programs wrote: shown escaped (lab::EscapeBytes).
 std::string Join(const std::vector<std::string>& items) {
   std::string text;
-  for (const auto& item : items) text += (text.empty() ? "" : ", ") + item;
+  for (const auto& item : items) text += (text.empty() ? "" : ", ") + lab::EscapeBytes(item);
   return text;
 }
 
@@ -27,9 +31,10 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
       "expectation holds, 1 when one does not");
   struct Options {
     bool json = false;
-    int timeout_ms = 10000;
+    std::int64_t timeout_ms = 10000;  // --read-timeout
     std::vector<std::string> histories;
     std::string expect;
+    std::string synchronous_used = "full";
   };
   auto o = std::make_shared<Options>();
   sub->add_flag("--json", o->json, "Print one JSON object");
@@ -40,9 +45,12 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--expect", o->expect,
                   "Exit 0 only if these hold, e.g. valid=1,ok=5,lost=0,duplicated=3 (keys: the "
                   "report's numbers; a list counts its entries; history_* need --history)");
-  sub->add_option("--timeout-ms", o->timeout_ms, "Bound on reading the topic, ms")
-      ->check(PositiveInteger())
+  sub->add_option("--synchronous-used", o->synchronous_used,
+                  "The synchronous level the run's processes used: below full, commits undone by "
+                  "a power cut (and events the relay published from them) are reported but allowed")
+      ->check(CLI::IsMember({"off", "normal", "full", "extra"}))
       ->capture_default_str();
+  AddReadTimeoutOption(*sub, o->timeout_ms);
   Command command{sub, [&global, o]() -> ExitCode {
                     // Parse expectations first: a typo must not cost a topic read.
                     std::map<std::string, std::int64_t> expected;
@@ -53,14 +61,23 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                           throw ConfigError(fmt::format(
                               "--expect {}={}: history keys need --history", key, value));
                     }
-                    auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
                     const auto records = lab::ReadTopic(
-                        {global.RequireBrokers(), global.topic, global.ParsedProperties(), o->timeout_ms});
+                        {global.RequireBrokers(), global.topic, global.ParsedProperties(), static_cast<int>(o->timeout_ms)});
                     std::vector<lab::HistoryOp> ops;
                     std::int64_t malformed = 0;
                     if (!o->histories.empty()) ops = lab::ReadHistories(o->histories, &malformed);
-                    lab::CheckResult r =
-                        lab::CheckRun(*store, records, o->histories.empty() ? nullptr : &ops);
+                    lab::CheckResult r;
+                    try {
+                      auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+                      r = lab::CheckRun(*store, records, o->histories.empty() ? nullptr : &ops);
+                    } catch (const DbError& e) {
+                      // Damage that stops the reads is a finding, not a failure to check.
+                      if (e.primary_code() != SQLITE_CORRUPT && e.primary_code() != SQLITE_NOTADB)
+                        throw;
+                      r.corrupt = e.what();
+                      r.kafka_records = static_cast<std::int64_t>(records.size());
+                    }
+                    r.undo_allowed = ParseSynchronous(o->synchronous_used) < Synchronous::kFull;
                     r.history.malformed_lines = malformed;
                     const lab::HistoryVerdict& h = r.history;
                     const auto mismatches =
@@ -80,6 +97,9 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                       out["lost_after_mark"] = r.lost_after_mark;
                       out["stuck"] = r.stuck;
                       out["order_violations"] = r.order_violations;
+                      out["undone"] = r.undone;
+                      out["undone_phantom"] = r.undone_phantom;
+                      out["corrupt"] = r.corrupt;
                       if (h.present) {
                         out["history"] = {{"attempts", h.attempts},
                                           {"acknowledged", h.acknowledged},
@@ -99,7 +119,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                         out["expectations_met"] = mismatches.empty();
                         out["mismatches"] = mismatches;
                       }
-                      fmt::print("{}\n", out.dump());
+                      fmt::print("{}\n", lab::DumpJson(out));
                     } else {
                       fmt::print("[check] business={} outbox={} kafka-records={}\n", r.business_rows,
                                  r.outbox_rows, r.kafka_records);
@@ -125,6 +145,13 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                       if (!r.phantom.empty()) fmt::print("[check] phantom: {}\n", Join(r.phantom));
                       if (!r.atomicity.empty()) fmt::print("[check] atomicity: {}\n", Join(r.atomicity));
                       if (!r.stuck.empty()) fmt::print("[check] stuck: {}\n", Join(r.stuck));
+                      if (!r.undone.empty() || !r.corrupt.empty())
+                        fmt::print("[check] power loss ({}): undone={} undone-phantom={} "
+                                   "corrupt={}\n",
+                                   r.undo_allowed ? "allowed below full" : "an error at full",
+                                   r.undone.size(), r.undone_phantom.size(), r.corrupt.empty() ? 0 : 1);
+                      if (!r.undone.empty()) fmt::print("[check] undone: {}\n", Join(r.undone));
+                      if (!r.corrupt.empty()) fmt::print("[check] corrupt: {}\n", r.corrupt);
                       fmt::print("[check] {}\n", r.valid() ? "valid" : "INVALID");
                       for (const auto& line : mismatches) fmt::print("[check] MISMATCH {}\n", line);
                       if (!expected.empty() && mismatches.empty())

@@ -12,6 +12,7 @@
 
 #include "cli/exit_code.h"
 #include "lab/history.h"
+#include "outbox/clock.h"
 #include "outbox/error.h"
 #include "outbox/kafka/handles.h"
 #include "outbox/store.h"
@@ -24,9 +25,12 @@ struct GlobalOptions {
   std::string topic = "v2c7.outbox";
   std::vector<std::string> properties;  // -X name=value, as given
   std::string synchronous = "full";
-  int busy_timeout_ms = 5000;
+  std::int64_t busy_timeout_ms = 5000;  // --busy-timeout
   std::string history;  // JSON-lines history file to append to; empty: none
+  // The one clock of this process: every store, relay and history reads it.
+  std::shared_ptr<Clock> clock = std::make_shared<SystemClock>();
   std::string process_name;  // the chosen subcommand, set by main after parsing; names history lanes
+  std::string vfs = "unix";  // "powerloss": SQLite I/O goes through the power-loss shim
 
   StoreOptions MakeStoreOptions() const;
   // Parsed -X properties. Throws ConfigError.
@@ -53,7 +57,8 @@ struct Command {
 
 void AddGlobalOptions(CLI::App& app, GlobalOptions& global);
 
-// CLI11 check for counts: a whole number >= 1, else "must be a positive integer, got '0'".
+// CLI11 check for counts: a whole number >= 1 (ParseInteger), else
+// "must be a positive integer, got '0'": a usage error (exit 2).
 CLI::Validator PositiveInteger();
 
 // An expected failure of a command (not a bug): main prints
@@ -87,7 +92,9 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global);
 Command AddMetricsCommand(CLI::App& app, const GlobalOptions& global);
 Command AddPurgeCommand(CLI::App& app, const GlobalOptions& global);
 Command AddUnparkCommand(CLI::App& app, const GlobalOptions& global);
+Command AddParkedCommand(CLI::App& app, const GlobalOptions& global);
 Command AddBenchCommand(CLI::App& app, const GlobalOptions& global);
 Command AddReportCommand(CLI::App& app, const GlobalOptions& global);
+Command AddPowerCutCommand(CLI::App& app, const GlobalOptions& global);
 
 }  // namespace outbox::cli

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "cli/duration.h"
 #include "lab/idempotent_consumer.h"
 #include "lab/topic_reader.h"
 
@@ -9,7 +10,7 @@ namespace {
 
 struct ConsumeOptions {
   bool with_offsets = false;
-  int timeout_ms = 10000;
+  std::int64_t timeout_ms = 10000;  // --read-timeout
   std::string group;
   bool dedupe = false;
   std::string effects_db;
@@ -17,10 +18,10 @@ struct ConsumeOptions {
 
 ExitCode RunIdempotentConsumer(const GlobalOptions& global, const ConsumeOptions& o) {
   if (o.group.empty() || o.effects_db.empty())
-    throw ConfigError("consume --dedupe needs --group G and --effects-db PATH");
+    throw CommandError(ExitCode::kUsage, "consume --dedupe needs --group G and --effects-db PATH");
   const auto report = lab::ConsumeIdempotently(
       {global.RequireBrokers(), global.topic, o.group, o.effects_db, global.ParsedProperties(),
-       o.timeout_ms},
+       static_cast<int>(o.timeout_ms), global.clock.get()},
       [](const lab::ConsumedRecord& r) {
         fmt::print("[consume] partition={} offset={} event={} {}\n", r.partition, r.offset,
                    r.event_id, r.applied ? "applied" : "duplicate: skipped");
@@ -40,9 +41,7 @@ Command AddConsumeCommand(CLI::App& app, const GlobalOptions& global) {
       "--from-beginning; or, with --dedupe, be the idempotent consumer");
   auto o = std::make_shared<ConsumeOptions>();
   sub->add_flag("--with-offsets", o->with_offsets, "Prefix each line with partition=P offset=O");
-  sub->add_option("--timeout-ms", o->timeout_ms, "Bound on reading the topic, ms")
-      ->check(PositiveInteger())
-      ->capture_default_str();
+  AddReadTimeoutOption(*sub, o->timeout_ms);
   sub->add_flag("--dedupe", o->dedupe,
                 "Idempotent consumer: apply each event once, recording its id in processed_event "
                 "in the same transaction as the effect; commit the offset after");
@@ -52,7 +51,7 @@ Command AddConsumeCommand(CLI::App& app, const GlobalOptions& global) {
   return {sub, [&global, o]() -> ExitCode {
             if (o->dedupe) return RunIdempotentConsumer(global, *o);
             const auto records = lab::ReadTopic(
-                {global.RequireBrokers(), global.topic, global.ParsedProperties(), o->timeout_ms});
+                {global.RequireBrokers(), global.topic, global.ParsedProperties(), static_cast<int>(o->timeout_ms)});
             for (const auto& r : records) {
               if (o->with_offsets) fmt::print("partition={} offset={} ", r.partition, r.offset);
               fmt::print("{},{}\n", r.key, r.value);

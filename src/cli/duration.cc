@@ -2,30 +2,43 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
-#include <limits>
-
-#include "outbox/error.h"
+#include "outbox/duration.h"
 
 namespace outbox::cli {
 
-std::int64_t ParseDurationMs(const std::string& what, const std::string& text) {
-  std::int64_t value = 0;
-  const char* begin = text.data();
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(begin, end, value);
-  const std::string unit(ptr, end);
-  std::int64_t scale = 0;
-  if (unit == "ms") scale = 1;
-  else if (unit == "s") scale = 1000;
-  else if (unit == "m") scale = 60'000;
-  else if (unit == "h") scale = 3'600'000;
-  else if (unit == "d") scale = 86'400'000;
-  if (ec != std::errc() || ptr == begin || value < 0 || scale == 0 ||
-      value > std::numeric_limits<std::int64_t>::max() / scale)
-    throw ConfigError(fmt::format(
-        "{} '{}': expected a duration such as 500ms, 10s, 5m, 12h or 7d", what, text));
-  return value * scale;
+CLI::Option* AddDurationOption(CLI::App& app, const std::string& name, std::int64_t& ms,
+                               const std::string& description, std::int64_t min_ms,
+                               std::int64_t max_ms, const std::string& legacy_ms_name) {
+  // A transform: "10s" becomes "10000" before CLI11 converts it into ms.
+  const CLI::Validator to_ms(
+      [min_ms, max_ms](std::string& text) -> std::string {
+        const auto value = ParseDurationMs(text);
+        if (!value)
+          return fmt::format("expected a duration such as 500ms, 10s, 5m, 12h or 7d, got '{}'",
+                             text);
+        if (*value < min_ms || *value > max_ms)
+          return fmt::format("must be between {} and {}, got '{}'", FormatDuration(min_ms),
+                             FormatDuration(max_ms), text);
+        text = std::to_string(*value);
+        return {};
+      },
+      "DURATION", "Duration");
+  CLI::Option* option =
+      app.add_option(name, ms, description)
+                             ->transform(to_ms)
+                             ->type_name("DURATION")
+                             ->default_str(FormatDuration(ms));
+  if (!legacy_ms_name.empty())
+    app.add_option(legacy_ms_name, ms, fmt::format("Same as {}, in plain ms (deprecated)", name))
+        ->check(CLI::Range(min_ms, max_ms))
+        ->group("Deprecated");
+  return option;
+}
+
+CLI::Option* AddReadTimeoutOption(CLI::App& sub, std::int64_t& ms) {
+  return AddDurationOption(sub, "--read-timeout", ms,
+                           "Bound on reading the topic up to its end", 1, 3'600'000,
+                           "--timeout-ms");
 }
 
 }  // namespace outbox::cli

@@ -6,8 +6,8 @@ namespace outbox::cli {
 enum class ExitCode : int {
   kOk = 0,
   kExpectationFailed = 1,  // verify --expect differs, rollback left a business row
-  kUsage = 2,              // bad command line: unknown option, N not a positive integer
-  kConfig = 3,             // invalid configuration: unknown -X property, bad --expect, no broker
+  kUsage = 2,              // bad command line: unknown option, a number or duration out of range
+  kConfig = 3,             // invalid configuration: unknown -X property, bad failpoint spec, no broker
   kDbUnavailable = 4,      // database or its directory cannot be opened or created
   kDbNotSqlite = 5,        // the file is not an SQLite database, or is corrupt
   kSchemaMissing = 6,      // no such database or no lab schema: run reset first
@@ -17,6 +17,8 @@ enum class ExitCode : int {
   kPrecondition = 10,      // the command cannot run on this data (e.g. rollback with no event)
   kDbError = 11,           // any other SQLite error
   kFailpoint = 12,         // a failpoint's `error` action fired (OUTBOX_FAILPOINTS)
+  kSystem = 13,            // an OS call failed: inotify, socket, signalfd, history file, fork
+  kParkedRows = 14,        // relay --fail-on-parked: finished with parked rows in the outbox
   kInternal = 70,          // a bug: an unexpected exception
 };
 

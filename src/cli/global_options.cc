@@ -1,6 +1,8 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "cli/duration.h"
+#include "outbox/parse_integer.h"
 #include "outbox/error.h"
 
 namespace outbox::cli {
@@ -25,19 +27,21 @@ void AddGlobalOptions(CLI::App& app, GlobalOptions& global) {
                  "Append a JSON-lines history of business transactions, sends and marks here "
                  "(for `check --history`)")
       ->envname("OUTBOX_HISTORY");
-  app.add_option("--busy-timeout-ms", global.busy_timeout_ms,
-                 "How long to wait for another writer's lock, ms")
-      ->check(CLI::NonNegativeNumber)
+  app.add_option("--vfs", global.vfs,
+                 "SQLite VFS: unix, or powerloss to log unsynced writes for `power-cut` and take "
+                 "the vfs.* failpoints")
+      ->envname("OUTBOX_VFS")
+      ->check(CLI::IsMember({"unix", "powerloss"}))
       ->capture_default_str();
+  AddDurationOption(app, "--busy-timeout", global.busy_timeout_ms,
+                    "How long to wait for another writer's lock (sqlite3_busy_timeout)", 0,
+                    3'600'000, "--busy-timeout-ms");
 }
 
 CLI::Validator PositiveInteger() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        const bool digits = !text.empty() && text.size() <= 18 &&
-                            text.find_first_not_of("0123456789") == std::string::npos;
-        if (!digits || std::stoll(text) < 1)
-          return fmt::format("must be a positive integer, got '{}'", text);
+        if (!ParseInteger(text, 1)) return fmt::format("must be a positive integer, got '{}'", text);
         return {};
       },
       "POSITIVE INTEGER", "PositiveInteger");
@@ -46,7 +50,8 @@ CLI::Validator PositiveInteger() {
 StoreOptions GlobalOptions::MakeStoreOptions() const {
   StoreOptions options;
   options.synchronous = ParseSynchronous(synchronous);
-  options.busy_timeout_ms = busy_timeout_ms;
+  options.busy_timeout_ms = static_cast<int>(busy_timeout_ms);
+  options.clock = clock.get();
   return options;
 }
 
@@ -58,7 +63,7 @@ std::vector<kafka::Property> GlobalOptions::ParsedProperties() const {
 
 std::unique_ptr<lab::History> GlobalOptions::OpenHistory() const {
   if (history.empty()) return nullptr;
-  return std::make_unique<lab::History>(history, process_name);
+  return std::make_unique<lab::History>(history, *clock, process_name);
 }
 
 const std::string& GlobalOptions::RequireBrokers() const {

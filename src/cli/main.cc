@@ -5,12 +5,14 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "cli/command.h"
 #include "cli/exit_code.h"
 #include "outbox/error.h"
 #include "lab/lab_failpoints.h"
+#include "lab/powerloss_vfs.h"
 #include "outbox/failpoint.h"
 
 namespace {
@@ -35,23 +37,37 @@ int Fail(ExitCode code, const char* message) {
   return static_cast<int>(code);
 }
 
+// SQLite says only "disk I/O error"; the power-loss shim knows which file and why.
+std::string WithFault(const outbox::DbError& e,
+                      const std::optional<outbox::lab::PowerlossVfs>& powerloss) {
+  const std::string fault = powerloss ? powerloss->LastFault() : std::string();
+  const int primary = e.primary_code();
+  if (fault.empty() || (primary != SQLITE_IOERR && primary != SQLITE_FULL)) return e.what();
+  return fmt::format("{}: {}", e.what(), fault);
+}
+
 int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOptions& global) {
+  // The default VFS while the command runs, so every connection opens through it.
+  std::optional<outbox::lab::PowerlossVfs> powerloss;
   try {
     // Reject an unknown -X property or failpoint spec before anything touches the database.
     outbox::kafka::MakeConf(global.ParsedProperties());
     outbox::lab::RegisterLabFailpoints();
     outbox::ConfigureFailpointsFromEnv();
+    if (global.vfs == outbox::lab::PowerlossVfs::kName) powerloss.emplace();
     return static_cast<int>(command.run());
   } catch (const outbox::cli::CommandError& e) {
     return Fail(e.code(), e.what());
   } catch (const outbox::SchemaMissingError& e) {
     return Fail(ExitCode::kSchemaMissing, e.what());
   } catch (const outbox::DbError& e) {
-    return Fail(ForDbError(e), e.what());
+    return Fail(ForDbError(e), WithFault(e, powerloss).c_str());
   } catch (const outbox::KafkaError& e) {
     return Fail(ExitCode::kBrokerUnavailable, e.what());
   } catch (const outbox::FailpointError& e) {
     return Fail(ExitCode::kFailpoint, e.what());
+  } catch (const outbox::SystemError& e) {
+    return Fail(ExitCode::kSystem, e.what());
   } catch (const outbox::ConfigError& e) {
     return Fail(ExitCode::kConfig, e.what());
   } catch (const std::exception& e) {
@@ -84,6 +100,8 @@ int main(int argc, char** argv) {
       AddStatusCommand(app, global),      AddMetricsCommand(app, global),
       AddPurgeCommand(app, global),       AddUnparkCommand(app, global),
       AddBenchCommand(app, global),       AddReportCommand(app, global),
+      AddPowerCutCommand(app, global),
+      AddParkedCommand(app, global),
   };
 
   try {

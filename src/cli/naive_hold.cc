@@ -13,14 +13,14 @@ Command AddNaiveHoldCommand(CLI::App& app, const GlobalOptions& global) {
       "sending; kill -9 it to orphan the row");
   return {sub, [&global]() -> ExitCode {
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
-            lab::Loan loan = lab::ChapterLoan(1001);  // L-2001, B-1101
+            lab::Loan loan = lab::ChapterLoan(1001, store->clock().EpochMs());  // L-2001, B-1101
             loan.book_id = "B-201";
-            if (lab::LoanExists(store->connection(), loan.loan_id))
+            auto txn = store->BeginWrite();
+            if (lab::LoanExists(txn.connection(), loan.loan_id))
               throw CommandError(ExitCode::kPrecondition,
                                  fmt::format("naive-hold: loan {} already exists in '{}'; run reset first",
                                              loan.loan_id, global.db));
-            sqlite::Transaction txn(store->connection());
-            lab::InsertLoan(store->connection(), loan);
+            lab::InsertLoan(txn.connection(), loan);
             txn.Commit();
             lab::HoldUntilKilled(fmt::format(
                 "[naive] business row {} committed; HOLD before send; kill -9 me", loan.loan_id));

@@ -15,14 +15,11 @@ Command AddNaiveSendFirstHoldCommand(CLI::App& app, const GlobalOptions& global)
       "then HOLD before the database write; kill -9 it to leave a phantom event in Kafka");
   auto options = std::make_shared<PublishOptions>();
   options->count = 1;
-  sub->add_option("--delivery-timeout-ms", options->delivery_timeout_ms,
-                  "How long the send may wait for the broker's ack, ms")
-      ->check(PositiveInteger())
-      ->capture_default_str();
+  AddDeliveryTimeoutOption(*sub, options->delivery_timeout_ms);
   return {sub, [&global, options]() -> ExitCode {
             // The schema must exist, as for every command, although nothing is written.
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
-            lab::Loan loan = lab::ChapterLoan(3001);  // L-4001
+            lab::Loan loan = lab::ChapterLoan(3001, store->clock().EpochMs());  // L-4001
             loan.book_id = "B-401";
             const OutboxEvent event = lab::LoanCreatedEvent(loan, 3001);  // evt-4001
             auto publisher = MakePublisher(global, *options);

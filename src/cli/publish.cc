@@ -1,10 +1,11 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "lab/json_bytes.h"
 #include "cli/publishing.h"
 #include "lab/loans.h"
 #include "lab/recording_publisher.h"
-#include "outbox/chapter_relay.h"
+#include "outbox/per_row_relay.h"
 
 namespace outbox::cli {
 
@@ -21,13 +22,13 @@ Command AddPublishCommand(CLI::App& app, const GlobalOptions& global) {
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(*publisher, history.get());
             std::int64_t marked_so_far = 0;
-            const auto report = RunChapterRelay(
+            const auto report = RunPerRowRelay(
                 *store, recording, {options->count, /*mark=*/true},
-                [&](const ChapterRelayStep& step) {
+                [&](const PerRowRelayStep& step) {
                   if (step.marked) lab::Note(history.get(), "ok", "mark", step.row.event.event_id);
                   if (step.delivery.ok)
                     fmt::print("[publish] outboxId={} key={} offset={} marked={}\n", step.row.id,
-                               step.row.event.event_id, step.delivery.offset,
+                               lab::EscapeBytes(step.row.event.event_id), step.delivery.offset,
                                step.marked ? ++marked_so_far : marked_so_far);
                   else
                     PrintDeliveryFailure("publish", step, *publisher);

@@ -1,12 +1,13 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "lab/json_bytes.h"
 #include "cli/publishing.h"
 #include "lab/lab_failpoints.h"
 #include "lab/loans.h"
 #include "lab/recording_publisher.h"
-#include "outbox/chapter_relay.h"
 #include "outbox/failpoint.h"
+#include "outbox/per_row_relay.h"
 
 namespace outbox::cli {
 
@@ -23,12 +24,12 @@ Command AddPublishHoldCommand(CLI::App& app, const GlobalOptions& global) {
             auto publisher = MakePublisher(global, *options);
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(*publisher, history.get());
-            const auto report = RunChapterRelay(
+            const auto report = RunPerRowRelay(
                 *store, recording, {options->count, /*mark=*/false},
-                [&](const ChapterRelayStep& step) {
+                [&](const PerRowRelayStep& step) {
                   if (step.delivery.ok)
                     fmt::print("[send] outboxId={} key={} partition={} offset={}\n", step.row.id,
-                               step.row.event.event_id, step.delivery.partition,
+                               lab::EscapeBytes(step.row.event.event_id), step.delivery.partition,
                                step.delivery.offset);
                   else
                     PrintDeliveryFailure("send", step, *publisher);

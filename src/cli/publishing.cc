@@ -2,17 +2,23 @@
 
 #include <fmt/format.h>
 
+#include "cli/duration.h"
+#include "lab/json_bytes.h"
+
 namespace outbox::cli {
+
+CLI::Option* AddDeliveryTimeoutOption(CLI::App& sub, std::int64_t& ms) {
+  return AddDurationOption(sub, "--delivery-timeout", ms,
+                           "How long a send may wait for the broker's ack (librdkafka "
+                           "message.timeout.ms; the chapter waits 10s)",
+                           1, kMaxDeliveryTimeoutMs, "--delivery-timeout-ms");
+}
 
 void AddPublishOptions(CLI::App& sub, PublishOptions& options) {
   sub.add_option("N", options.count, "Number of unpublished rows to send at most")
       ->required()
       ->check(PositiveInteger());
-  sub.add_option("--delivery-timeout-ms", options.delivery_timeout_ms,
-                 "How long one send may wait for the broker's ack, ms (librdkafka "
-                 "message.timeout.ms; the chapter waits 10 s)")
-      ->check(PositiveInteger())
-      ->capture_default_str();
+  AddDeliveryTimeoutOption(sub, options.delivery_timeout_ms);
 }
 
 std::unique_ptr<kafka::KafkaPublisher> MakePublisher(const GlobalOptions& global,
@@ -20,16 +26,16 @@ std::unique_ptr<kafka::KafkaPublisher> MakePublisher(const GlobalOptions& global
   kafka::KafkaPublisherOptions publisher_options;
   publisher_options.brokers = global.RequireBrokers();
   publisher_options.topic = global.topic;
-  publisher_options.delivery_timeout_ms = options.delivery_timeout_ms;
+  publisher_options.delivery_timeout_ms = static_cast<int>(options.delivery_timeout_ms);
   publisher_options.properties = global.ParsedProperties();
   return std::make_unique<kafka::KafkaPublisher>(publisher_options);
 }
 
-void PrintDeliveryFailure(const char* tag, const ChapterRelayStep& step,
+void PrintDeliveryFailure(const char* tag, const PerRowRelayStep& step,
                           const kafka::KafkaPublisher& publisher) {
   const std::string client_error = publisher.LastClientError();
   fmt::print("[{}] outboxId={} key={} delivery FAILED: {}{}; left unpublished\n", tag, step.row.id,
-             step.row.event.event_id, step.delivery.error,
+             lab::EscapeBytes(step.row.event.event_id), step.delivery.error,
              client_error.empty() ? "" : fmt::format("; last client error: {}", client_error));
 }
 

@@ -1,8 +1,9 @@
 #include <fmt/format.h>
 
+#include <limits>
+
 #include "cli/command.h"
 #include "cli/duration.h"
-#include "lab/loans.h"
 #include "outbox/error.h"
 
 namespace outbox::cli {
@@ -13,20 +14,22 @@ Command AddPurgeCommand(CLI::App& app, const GlobalOptions& global) {
       "Delete (or --archive) published rows older than a duration, in bounded batches; never "
       "an unpublished or parked row");
   struct Options {
-    std::string older_than;
+    std::int64_t older_than_ms = 0;
     bool archive = false;
     std::int64_t batch_size = 1000;
   };
   auto o = std::make_shared<Options>();
-  sub->add_option("--older-than", o->older_than, "e.g. 7d, 12h, 30m, 0s")->required();
+  AddDurationOption(*sub, "--older-than", o->older_than_ms,
+                    "Purge rows published longer ago than this, e.g. 7d, 12h, 30m, 0s", 0,
+                    std::numeric_limits<std::int64_t>::max())
+      ->required();
   sub->add_flag("--archive", o->archive, "Move the rows to outbox_archive instead of dropping them");
-  sub->add_option("--batch-size", o->batch_size, "Rows per transaction")->capture_default_str();
+  sub->add_option("--batch-size", o->batch_size, "Rows per transaction")
+      ->check(PositiveInteger())
+      ->capture_default_str();
   return {sub, [&global, o]() -> ExitCode {
-            const std::int64_t age_ms = ParseDurationMs("--older-than", o->older_than);
-            if (o->batch_size <= 0)
-              throw ConfigError(fmt::format("--batch-size {}: must be at least 1", o->batch_size));
             Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
-            const PurgeReport r = store.PurgePublished(lab::NowMs() - age_ms, o->batch_size, o->archive);
+            const PurgeReport r = store.PurgePublished(store.clock().EpochMs() - o->older_than_ms, o->batch_size, o->archive);
             fmt::print("[purge] deleted={} archived={} batches={}\n", r.deleted, r.archived, r.batches);
             return ExitCode::kOk;
           }};
@@ -44,7 +47,7 @@ Command AddUnparkCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_flag("--all", o->all, "Unpark every parked row")->excludes(id);
   return {sub, [&global, o, id]() -> ExitCode {
             if (!o->all && id->count() == 0)
-              throw ConfigError("unpark: give an outbox id or --all");
+              throw CommandError(ExitCode::kUsage, "unpark: give an outbox id or --all");
             Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
             if (o->all) {
               fmt::print("[unpark] unparked={}\n", store.UnparkAll());

@@ -5,13 +5,18 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "lab/json_bytes.h"
 #include "cli/duration.h"
+#include "cli/publishing.h"
 #include "lab/recording_publisher.h"
+#include "lab/relay_owner.h"
 #include "outbox/change_watcher.h"
+#include "outbox/duration.h"
 #include "outbox/error.h"
 #include "outbox/kafka/kafka_publisher.h"
 #include "outbox/relay.h"
@@ -23,16 +28,17 @@ struct RelayCliOptions {
   bool once = false;
   bool until_empty = false;
   std::int64_t batch_size = 1000;
-  std::string send_timeout = "10s";
+  std::int64_t delivery_timeout_ms = 10000;
   std::string key = "event-id";
   std::string on_failure = "block-key";
   int max_attempts = 5;
-  std::string lease = "30s";
-  std::string backoff_base = "200ms";
-  std::string backoff_max = "60s";
-  std::string idle_max = "1s";
+  std::int64_t lease_ms = 30000;
+  std::int64_t backoff_base_ms = 200;
+  std::int64_t backoff_max_ms = 60000;
+  std::int64_t idle_max_ms = 1000;
   std::string owner;
   bool quiet = false;
+  bool fail_on_parked = false;
   bool json = false;
 };
 
@@ -47,7 +53,7 @@ class StopSignalFd {
     sigaddset(&signals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     fd_ = signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (fd_ < 0) throw ConfigError(fmt::format("signalfd: {}", std::strerror(errno)));
+    if (fd_ < 0) ThrowSystemError("signalfd", errno);
   }
   ~StopSignalFd() { close(fd_); }
   StopSignalFd(const StopSignalFd&) = delete;
@@ -58,10 +64,22 @@ class StopSignalFd {
   int fd_ = -1;
 };
 
-std::string DefaultOwner() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return fmt::format("relay-{}@{}", getpid(), host);
+
+// At start, before this relay claims anything: the claims of owners on this
+// host whose process is gone (a relay killed mid-batch) are released, so
+// their rows go out now instead of after the lease. With the default owner
+// name, claims under our own name are a previous relay that had our pid (a
+// container's PID 1) and are released too.
+void ReleaseDeadOwners(Store& store, const std::string& self, bool default_owner) {
+  for (const ClaimOwner& claim : store.ClaimOwners(store.clock().EpochMs())) {
+    const bool earlier_self = default_owner && claim.owner == self;
+    if (!earlier_self && lab::OwnerLivenessHere(claim.owner) != lab::OwnerLiveness::kDead)
+      continue;
+    const std::int64_t released = store.ReleaseClaimsOf(claim.owner);
+    fmt::print("[relay] released {} rows claimed by dead owner {} {} ms ago\n", released,
+               lab::EscapeBytes(claim.owner), claim.age_ms);
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace
@@ -76,10 +94,13 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_flag("--until-empty", o->until_empty,
                 "Run until no row waits (all published or parked), then exit")
       ->excludes(once);
-  sub->add_option("--batch-size", o->batch_size, "Rows per batch")->capture_default_str();
-  sub->add_option("--send-timeout", o->send_timeout,
-                  "Delivery timeout per batch (librdkafka message.timeout.ms)")
+  sub->add_option("--batch-size", o->batch_size, "Rows per batch")
+      ->check(PositiveInteger())
       ->capture_default_str();
+  // --send-timeout: the name this option had before --delivery-timeout was shared with publish.
+  AddDurationOption(*sub, "--delivery-timeout,--send-timeout", o->delivery_timeout_ms,
+                    "Delivery timeout per batch (librdkafka message.timeout.ms)", 1,
+                    kMaxDeliveryTimeoutMs);
   sub->add_option("--key", o->key,
                   "Record key: event-id (the chapter's) or aggregate-id (per-aggregate order)")
       ->check(CLI::IsMember({"event-id", "aggregate-id"}))
@@ -92,47 +113,46 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--max-attempts", o->max_attempts, "Failed attempts before a row is parked")
       ->check(PositiveInteger())
       ->capture_default_str();
-  sub->add_option("--lease", o->lease, "How long a claim holds; must exceed --send-timeout")
-      ->capture_default_str();
-  sub->add_option("--backoff-base", o->backoff_base, "First retry delay")->capture_default_str();
-  sub->add_option("--backoff-max", o->backoff_max, "Cap of the exponential retry delay")
-      ->capture_default_str();
-  sub->add_option("--idle-max", o->idle_max, "Longest idle wait between polls")
-      ->capture_default_str();
+  AddDurationOption(*sub, "--lease", o->lease_ms,
+                    "How long a claim holds; must exceed --delivery-timeout", 1,
+                    std::numeric_limits<std::int64_t>::max());
+  AddDurationOption(*sub, "--backoff-base", o->backoff_base_ms, "First retry delay", 0,
+                    std::numeric_limits<std::int64_t>::max());
+  AddDurationOption(*sub, "--backoff-max", o->backoff_max_ms, "Cap of the exponential retry delay",
+                    0, std::numeric_limits<std::int64_t>::max());
+  AddDurationOption(*sub, "--idle-max", o->idle_max_ms, "Longest idle wait between polls", 1,
+                    60'000);
   sub->add_option("--owner", o->owner, "Name recorded with claims (default relay-PID@HOST)");
   sub->add_flag("--quiet", o->quiet, "Print only the final line");
+  sub->add_flag("--fail-on-parked", o->fail_on_parked,
+                "Exit 14 instead of 0 when parked rows are left in the outbox at the end (for CI "
+                "that asserts every event was delivered; list them with `parked`)");
   sub->add_flag("--json", o->json,
                 "Print JSON lines instead: {\"report\":\"batch\",...} per batch (unless --quiet), "
                 "then {\"report\":\"final\",\"stopped\":...,\"batches\":...,...}");
   return {sub, [&global, o]() -> ExitCode {
-            if (o->batch_size <= 0)
-              throw ConfigError(fmt::format("--batch-size {}: must be at least 1", o->batch_size));
             RelayOptions relay_options;
             relay_options.batch_size = o->batch_size;
             relay_options.key = ParseKeyChoice(o->key);
             relay_options.on_failure = ParseFailureMode(o->on_failure);
             relay_options.settle.max_attempts = o->max_attempts;
-            relay_options.settle.backoff_base_ms = ParseDurationMs("--backoff-base", o->backoff_base);
-            relay_options.settle.backoff_max_ms = ParseDurationMs("--backoff-max", o->backoff_max);
-            relay_options.lease_ms = ParseDurationMs("--lease", o->lease);
-            relay_options.owner = o->owner.empty() ? DefaultOwner() : o->owner;
-            const std::int64_t send_timeout_ms = ParseDurationMs("--send-timeout", o->send_timeout);
-            const std::int64_t idle_max_ms = ParseDurationMs("--idle-max", o->idle_max);
-            if (send_timeout_ms <= 0 || send_timeout_ms > 3'600'000)
-              throw ConfigError(fmt::format("--send-timeout {}: must be between 1ms and 1h", o->send_timeout));
-            if (relay_options.lease_ms <= send_timeout_ms)
-              throw ConfigError(fmt::format(
-                  "--lease {} must exceed --send-timeout {}: otherwise another relay may take over "
-                  "rows still in flight", o->lease, o->send_timeout));
-            if (idle_max_ms <= 0 || idle_max_ms > 60'000)
-              throw ConfigError(fmt::format("--idle-max {}: must be between 1ms and 60s", o->idle_max));
+            relay_options.settle.backoff_base_ms = o->backoff_base_ms;
+            relay_options.settle.backoff_max_ms = o->backoff_max_ms;
+            relay_options.lease_ms = o->lease_ms;
+            relay_options.owner = o->owner.empty() ? lab::DefaultRelayOwner() : o->owner;
+            if (o->lease_ms <= o->delivery_timeout_ms)
+              throw CommandError(
+                  ExitCode::kUsage,
+                  fmt::format("--lease {} must exceed --delivery-timeout {}: otherwise another "
+                              "relay may take over rows still in flight",
+                              FormatDuration(o->lease_ms), FormatDuration(o->delivery_timeout_ms)));
 
             StopSignalFd stop;  // before any librdkafka thread exists
             Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
             kafka::KafkaPublisherOptions publisher_options;
             publisher_options.brokers = global.RequireBrokers();
             publisher_options.topic = global.topic;
-            publisher_options.delivery_timeout_ms = static_cast<int>(send_timeout_ms);
+            publisher_options.delivery_timeout_ms = static_cast<int>(o->delivery_timeout_ms);
             publisher_options.properties = global.ParsedProperties();
             kafka::KafkaPublisher publisher(publisher_options);
             const auto history = global.OpenHistory();
@@ -150,6 +170,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                 if (!(now_idle && idle)) h->RecordPhase(phase, token);
                 idle = now_idle;
               };
+            ReleaseDeadOwners(store, relay_options.owner, o->owner.empty());
             Relay relay(store, recording, relay_options);
             ChangeWatcher watcher(global.db, stop.get());
 
@@ -157,7 +178,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             loop_options.mode = o->once ? LoopMode::kOnce
                                 : o->until_empty ? LoopMode::kUntilEmpty
                                                  : LoopMode::kForever;
-            loop_options.idle_max_ms = static_cast<int>(idle_max_ms);
+            loop_options.idle_max_ms = static_cast<int>(o->idle_max_ms);
             const LoopReport report = RunRelayLoop(
                 relay, watcher, loop_options, [&](const BatchReport& batch) {
                   if (o->quiet) return;
@@ -168,7 +189,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                         {"failed", batch.failed},     {"marked", batch.settle.marked},
                         {"retried", batch.settle.retried}, {"parked", batch.settle.parked},
                         {"fenced", batch.settle.fenced}};
-                    fmt::print("{}\n", line.dump());
+                    fmt::print("{}\n", lab::DumpJson(line));
                     std::fflush(stdout);
                     return;
                   }
@@ -179,22 +200,28 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                              batch.settle.fenced);
                   std::fflush(stdout);
                 });
+            const std::int64_t parked_left = store.Status(store.clock().EpochMs()).parked;
+            const ExitCode done =
+                o->fail_on_parked && parked_left > 0 ? ExitCode::kParkedRows : ExitCode::kOk;
             if (o->json) {
               const nlohmann::ordered_json final_report = {
                   {"report", "final"},       {"stopped", report.stopped},
                   {"batches", report.batches}, {"acked", report.acked},
                   {"marked", report.marked}, {"failed", report.failed},
                   {"parked", report.parked}, {"fenced", report.fenced},
-                  {"pending", store.PendingCount()}};
-              fmt::print("{}\n", final_report.dump());
-              return ExitCode::kOk;
+                  {"pending", store.PendingCount()}, {"io_errors", report.io_errors},
+                  {"parked_left", parked_left}};
+              fmt::print("{}\n", lab::DumpJson(final_report));
+              return done;
             }
+            if (report.io_errors > 0)
+              fmt::print("[relay] retried {} batches after an I/O error\n", report.io_errors);
             fmt::print("[relay] {} batches={} acked={} marked={} failed={} parked={} fenced={} "
                        "pending={}\n",
                        report.stopped ? "stopped on signal:" : "done:", report.batches,
                        report.acked, report.marked, report.failed, report.parked, report.fenced,
                        store.PendingCount());
-            return ExitCode::kOk;
+            return done;
           }};
 }
 

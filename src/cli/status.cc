@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -7,7 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "lab/json_bytes.h"
 #include "lab/loans.h"
+#include "lab/relay_owner.h"
 #include "outbox/error.h"
 
 namespace outbox::cli {
@@ -15,7 +18,18 @@ namespace {
 
 OutboxStatus ReadStatus(const GlobalOptions& global) {
   Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
-  return store.Status(lab::NowMs());
+  return store.Status(store.clock().EpochMs());
+}
+
+struct StatusView {
+  OutboxStatus status;
+  std::vector<ClaimOwner> owners;
+};
+
+StatusView ReadStatusView(const GlobalOptions& global) {
+  Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
+  const std::int64_t now_ms = store.clock().EpochMs();
+  return {store.Status(now_ms), store.ClaimOwners(now_ms)};
 }
 
 // Prometheus text exposition format, version 0.0.4.
@@ -24,16 +38,20 @@ std::string PrometheusText(const OutboxStatus& s) {
   auto gauge = [&out](const char* name, const char* help, double value) {
     out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, value);
   };
-  gauge("outbox_unpublished_rows", "Rows not yet published and not parked.", s.unpublished);
-  gauge("outbox_oldest_unpublished_age_seconds",
-        "Age of the oldest unpublished row; alert on this, not on the row count.",
-        static_cast<double>(s.oldest_unpublished_age_ms) / 1000.0);
+  gauge("outbox_unpublished_rows", "Rows not yet published, parked rows included.", s.unpublished);
+  gauge("outbox_pending_rows", "Rows not yet published and not parked.", s.pending);
+  gauge("outbox_oldest_pending_age_seconds",
+        "Age of the oldest pending row; alert on this, not on the row count.",
+        static_cast<double>(s.oldest_pending_age_ms) / 1000.0);
   gauge("outbox_backoff_rows", "Unpublished rows waiting for their next attempt.", s.in_backoff);
   gauge("outbox_parked_rows", "Rows parked after max attempts; need outbox-lab unpark.", s.parked);
   gauge("outbox_claimed_rows", "Unpublished rows under an unexpired relay claim.", s.claimed);
   gauge("outbox_published_rows", "Published rows still in the outbox table (until purge).",
         s.published);
   gauge("outbox_archived_rows", "Rows in outbox_archive.", s.archived);
+  gauge("outbox_bad_created_at_rows",
+        "Unpublished rows whose created_at is not epoch ms (left out of the oldest age).",
+        s.bad_created_at);
   return out;
 }
 
@@ -41,27 +59,49 @@ std::string PrometheusText(const OutboxStatus& s) {
 
 Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
   CLI::App* sub = app.add_subcommand(
-      "status", "Backlog of the outbox: unpublished, oldest unpublished age, backoff, parked, "
-                "claimed, published");
+      "status", "Backlog of the outbox: unpublished (pending + parked), pending, oldest pending "
+                "age, backoff, parked, claimed, published");
   auto json = std::make_shared<bool>(false);
   sub->add_flag("--json", *json, "Print one JSON object");
   return {sub, [&global, json]() -> ExitCode {
-            const OutboxStatus s = ReadStatus(global);
+            const StatusView view = ReadStatusView(global);
+            const OutboxStatus& s = view.status;
             if (*json) {
               nlohmann::ordered_json out;
               out["unpublished"] = s.unpublished;
-              out["oldest_unpublished_age_ms"] = s.oldest_unpublished_age_ms;
+              out["pending"] = s.pending;
+              out["oldest_pending_age_ms"] = s.oldest_pending_age_ms;
               out["in_backoff"] = s.in_backoff;
               out["parked"] = s.parked;
               out["claimed"] = s.claimed;
               out["published"] = s.published;
               out["archived"] = s.archived;
-              fmt::print("{}\n", out.dump());
+              out["bad_created_at"] = s.bad_created_at;
+              out["bad_created_at_ids"] = s.bad_created_at_ids;
+              out["claims"] = nlohmann::ordered_json::array();
+              for (const ClaimOwner& c : view.owners)
+                out["claims"].push_back(
+                    {{"owner", c.owner}, {"rows", c.rows}, {"age_ms", c.age_ms},
+                     {"expires_in_ms", c.expires_in_ms},
+                     {"owner_process", lab::OwnerLivenessName(lab::OwnerLivenessHere(c.owner))}});
+              fmt::print("{}\n", lab::DumpJson(out));
             } else {
-              fmt::print("[status] unpublished={} oldest-unpublished-age-ms={} in-backoff={} "
-                         "parked={} claimed={} published={} archived={}\n",
-                         s.unpublished, s.oldest_unpublished_age_ms, s.in_backoff, s.parked,
-                         s.claimed, s.published, s.archived);
+              fmt::print("[status] unpublished={} pending={} oldest-pending-age-ms={} "
+                         "in-backoff={} parked={} claimed={} published={} archived={}\n",
+                         s.unpublished, s.pending, s.oldest_pending_age_ms, s.in_backoff,
+                         s.parked, s.claimed, s.published, s.archived);
+              if (s.bad_created_at > 0)
+                fmt::print("[status] bad-created-at={} ids={}{}: created_at is not epoch ms; "
+                           "left out of the oldest age\n",
+                           s.bad_created_at, fmt::join(s.bad_created_at_ids, ","),
+                           s.bad_created_at > static_cast<std::int64_t>(s.bad_created_at_ids.size())
+                               ? ",..."
+                               : "");
+              for (const ClaimOwner& c : view.owners)
+                fmt::print("[status] claim owner={} rows={} age-ms={} expires-in-ms={} "
+                           "owner-process={}\n",
+                           lab::EscapeBytes(c.owner), c.rows, c.age_ms, c.expires_in_ms,
+                           lab::OwnerLivenessName(lab::OwnerLivenessHere(c.owner)));
             }
             return ExitCode::kOk;
           }};
@@ -85,11 +125,10 @@ Command AddMetricsCommand(CLI::App& app, const GlobalOptions& global) {
             {
               std::ofstream out(tmp, std::ios::trunc);
               out << text;
-              if (!out.flush()) throw ConfigError(fmt::format("write '{}': cannot write", tmp));
+              if (!out.flush()) ThrowSystemError(fmt::format("write '{}'", tmp), errno);
             }
             if (std::rename(tmp.c_str(), textfile->c_str()) != 0)
-              throw ConfigError(fmt::format("rename '{}' to '{}': {}", tmp, *textfile,
-                                            std::strerror(errno)));
+              ThrowSystemError(fmt::format("rename '{}' to '{}'", tmp, *textfile), errno);
             return ExitCode::kOk;
           }};
 }

@@ -1,9 +1,12 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "cli/command.h"
+#include "cli/duration.h"
+#include "lab/json_bytes.h"
 #include "lab/loans.h"
 #include "lab/reconciliation.h"
 
@@ -14,14 +17,14 @@ struct VerifyOptions {
   bool json = false;
   std::string expect;
   bool no_kafka = false;
-  int timeout_ms = 10000;
+  std::int64_t timeout_ms = 10000;  // --read-timeout
 };
 
 std::string DuplicateList(const lab::KafkaReconciliation& kafka) {
   if (kafka.duplicates.empty()) return "none";
   std::string text;
   for (const auto& [id, count] : kafka.duplicates)
-    text += fmt::format("{}{} x{}", text.empty() ? "" : ", ", id, count);
+    text += fmt::format("{}{} x{}", text.empty() ? "" : ", ", lab::EscapeBytes(id), count);
   return text;
 }
 
@@ -33,10 +36,10 @@ void PrintText(const lab::DbSnapshot& db, const std::optional<lab::KafkaReconcil
              topic, kafka->records, kafka->distinct_event_ids, kafka->duplicates.size(),
              kafka->missing.size(), kafka->unexpected.size());
   for (const auto& [id, count] : kafka->duplicates)
-    fmt::print("[verify] duplicate {} x{}\n", id, count);
-  for (const auto& id : kafka->missing) fmt::print("[verify] missing {} (in outbox, not in Kafka)\n", id);
+    fmt::print("[verify] duplicate {} x{}\n", lab::EscapeBytes(id), count);
+  for (const auto& id : kafka->missing) fmt::print("[verify] missing {} (in outbox, not in Kafka)\n", lab::EscapeBytes(id));
   for (const auto& id : kafka->unexpected)
-    fmt::print("[verify] unexpected {} (in Kafka, not in outbox)\n", id);
+    fmt::print("[verify] unexpected {} (in Kafka, not in outbox)\n", lab::EscapeBytes(id));
   fmt::print("\n{:<26} {}\n", "reconciliation", "value");
   fmt::print("{:<26} {}\n", "business rows", db.business_loans);
   fmt::print("{:<26} {}\n", "outbox rows", db.outbox.total);
@@ -82,11 +85,20 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--expect", options->expect,
                   "Fail (exit 1) unless these hold, e.g. business=5,outbox=5,published=5,"
                   "unpublished=0,kafka_records=8,kafka_distinct=5 (also kafka_duplicates, "
-                  "kafka_missing, kafka_unexpected)");
+                  "kafka_missing, kafka_unexpected)")
+      // Checked while parsing: a typo is a usage error (exit 2) and costs no topic read.
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            try {
+              lab::ParseExpectations(text);
+            } catch (const ConfigError& e) {
+              return e.what();
+            }
+            return {};
+          },
+          "KEY=N,...", "Expectations"));
   sub->add_flag("--no-kafka", options->no_kafka, "Check the database only, even with a broker");
-  sub->add_option("--timeout-ms", options->timeout_ms, "Bound on reading the topic, ms")
-      ->check(PositiveInteger())
-      ->capture_default_str();
+  AddReadTimeoutOption(*sub, options->timeout_ms);
   return {sub, [&global, options]() -> ExitCode {
             // Parse expectations first: a typo must not cost a topic read.
             std::map<std::string, std::int64_t> expected;
@@ -101,7 +113,7 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
             std::optional<lab::KafkaReconciliation> kafka;
             if (!global.brokers.empty() && !options->no_kafka) {
               const auto records = lab::ReadTopic(
-                  {global.brokers, global.topic, global.ParsedProperties(), options->timeout_ms});
+                  {global.brokers, global.topic, global.ParsedProperties(), static_cast<int>(options->timeout_ms)});
               kafka = lab::Reconcile(db.outbox_event_ids, records);
             }
             const auto mismatches = lab::CompareExpectations(expected, lab::ActualValues(db, kafka));
@@ -111,7 +123,7 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
                 out["expectations_met"] = mismatches.empty();
                 out["mismatches"] = mismatches;
               }
-              fmt::print("{}\n", out.dump());
+              fmt::print("{}\n", lab::DumpJson(out));
             } else {
               PrintText(db, kafka, global.topic);
               for (const auto& line : mismatches) fmt::print("[verify] MISMATCH {}\n", line);

@@ -20,14 +20,14 @@ Command AddWriteHoldCommand(CLI::App& app, const GlobalOptions& global) {
             lab::ArmHoldUnlessConfigured(lab::kWriteHoldBeforePublish);
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
             const auto history = global.OpenHistory();
-            auto& connection = store->connection();
             // Numbering continues after the rows a previous run left.
             const std::int64_t start = lab::NextLoanIndex(*store) - 1;
             for (std::int64_t k = 1; k <= *count; ++k) {
               const std::int64_t i = start + k;
               const lab::WrittenLoan w = lab::WriteLoanWithEvent(*store, i, history.get());
+              auto read = store->BeginRead();
               fmt::print("[write] txn i={} loan={} event={} committed business={} outbox={}\n", i,
-                         w.loan.loan_id, w.event.event_id, lab::CountLoans(connection),
+                         w.loan.loan_id, w.event.event_id, lab::CountLoans(read.connection()),
                          store->Count().total);
               std::fflush(stdout);
             }

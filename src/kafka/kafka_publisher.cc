@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 
@@ -17,6 +18,25 @@ constexpr int kQueueFullPollMs = 50;
 constexpr int kReportPollMaxMs = 100;  // one poll's cap; it returns early on a report
 
 }  // namespace
+
+rd_kafka_resp_err_t ProduceOutboundMessage(rd_kafka_t* producer, const std::string& topic,
+                                           const OutboundMessage& m, void* opaque) noexcept {
+  char outbox_id[24];
+  const auto id_end = std::to_chars(outbox_id, outbox_id + sizeof outbox_id, m.outbox_id).ptr;
+  for (;;) {
+    const rd_kafka_resp_err_t err = rd_kafka_producev(
+        producer, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_KEY(m.key.data(), m.key.size()),
+        RD_KAFKA_V_VALUE(const_cast<char*>(m.payload.data()), m.payload.size()),
+        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_HEADER("event_id", m.event_id.data(), static_cast<ssize_t>(m.event_id.size())),
+        RD_KAFKA_V_HEADER("event_type", m.event_type.data(),
+                          static_cast<ssize_t>(m.event_type.size())),
+        RD_KAFKA_V_HEADER("outbox_id", outbox_id, static_cast<ssize_t>(id_end - outbox_id)),
+        RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
+    if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) return err;
+    rd_kafka_poll(producer, kQueueFullPollMs);  // serve delivery reports to make room
+  }
+}
 
 KafkaPublisher::KafkaPublisher(const KafkaPublisherOptions& options)
     : topic_(options.topic), delivery_timeout_ms_(options.delivery_timeout_ms) {
@@ -78,28 +98,11 @@ std::vector<DeliveryResult> KafkaPublisher::Publish(const std::vector<OutboundMe
     const OutboundMessage& m = messages[i];
     DeliveryResult& slot = results[i];
     slot.outbox_id = m.outbox_id;
-    for (;;) {
-      const rd_kafka_resp_err_t err = rd_kafka_producev(
-          producer_.get(), RD_KAFKA_V_TOPIC(topic_.c_str()),
-          RD_KAFKA_V_KEY(m.key.data(), m.key.size()),
-          RD_KAFKA_V_VALUE(const_cast<char*>(m.payload.data()), m.payload.size()),
-          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-          RD_KAFKA_V_HEADER("event_id", m.event_id.data(), static_cast<ssize_t>(m.event_id.size())),
-          RD_KAFKA_V_HEADER("event_type", m.event_type.data(),
-                            static_cast<ssize_t>(m.event_type.size())),
-          RD_KAFKA_V_HEADER("outbox_id", std::to_string(m.outbox_id).c_str(), -1),
-          RD_KAFKA_V_OPAQUE(&slot), RD_KAFKA_V_END);
-      if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        ++reports_pending_;
-        break;
-      }
-      if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-        rd_kafka_poll(producer_.get(), kQueueFullPollMs);  // serve reports to make room
-        continue;
-      }
+    const rd_kafka_resp_err_t err = ProduceOutboundMessage(producer_.get(), topic_, m, &slot);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+      ++reports_pending_;
+    else
       slot.error = DescribeError(err);  // refused locally, e.g. _UNKNOWN_TOPIC
-      break;
-    }
   }
   HitFailpoint("relay.after_produce");
   using Clock = std::chrono::steady_clock;

@@ -61,7 +61,7 @@ struct BenchmarkOptions {
   // librdkafka properties applied after bootstrap.servers, acks=all and
   // message.timeout.ms to all three producers (and passed to the relay child).
   std::vector<kafka::Property> properties;
-  StoreOptions store;         // WAL always; synchronous and busy timeout from here
+  StoreOptions store;         // WAL always; synchronous, busy timeout and clock from here
   std::string synchronous = "full";  // the same setting spelled for the relay child's --synchronous
   // Parent of the temporary directory; empty means TMPDIR or /tmp. Put it on
   // the disk you want to measure: fsync cost dominates the write path.
@@ -106,6 +106,7 @@ struct PollFigure {
   double has_claimable_us = 0;          // median, µs
   double claim_us = 0;                  // median, µs
   double poll_us = 0;                   // median of has_claimable + claim, µs
+  double poll_p99_us = 0;               // 99th percentile of the same, µs
   double release_us = 0;                // median, µs; not in poll_us
 };
 
@@ -157,8 +158,9 @@ void ValidateBenchmarkOptions(const BenchmarkOptions& options);
 // Runs every figure in the order above. Takes minutes at the defaults.
 // Throws ConfigError (invalid options or properties), KafkaError when the
 // embedded broker does not start within 15 s or a figure's deliveries fail,
-// DbError from SQLite, and Error when a child process cannot be started or
-// the relay child exits with a non-zero status or leaves rows pending.
+// DbError from SQLite, SystemError when the work directory or a child process
+// cannot be created, and Error when the relay child exits with a non-zero
+// status or leaves rows pending.
 BenchmarkResult RunBenchmark(const BenchmarkOptions& options);
 
 }  // namespace outbox::lab

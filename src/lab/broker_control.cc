@@ -8,10 +8,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <vector>
 
 #include "outbox/error.h"
+#include "outbox/parse_integer.h"
 
 namespace outbox::lab {
 namespace {
@@ -30,12 +32,12 @@ sockaddr_un SocketAddress(const std::string& path) {
   return addr;
 }
 
+// Bounded so that every value fits the int32_t/int the mock cluster takes.
 bool ParseInt(const std::string& text, long long& value) {
-  if (text.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  value = std::strtoll(text.c_str(), &end, 10);
-  return errno == 0 && end && *end == '\0';
+  const auto parsed = ParseInteger(text, std::numeric_limits<std::int32_t>::min(),
+                                   std::numeric_limits<std::int32_t>::max());
+  if (parsed) value = *parsed;
+  return parsed.has_value();
 }
 
 std::string ReadLine(int fd) {
@@ -92,12 +94,12 @@ std::string ApplyBrokerControl(EmbeddedBroker& broker, const std::string& reques
 ControlSocket::ControlSocket(const std::string& path) : path_(path) {
   const sockaddr_un addr = SocketAddress(path);
   fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) throw ConfigError(fmt::format("control socket '{}': {}", path, std::strerror(errno)));
+  if (fd_ < 0) ThrowSystemError(fmt::format("control socket '{}'", path), errno);
   unlink(path.c_str());
   if (bind(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 || listen(fd_, 8) != 0) {
     const int e = errno;
     close(fd_);
-    throw ConfigError(fmt::format("control socket '{}': {}", path, std::strerror(e)));
+    ThrowSystemError(fmt::format("control socket '{}'", path), e);
   }
 }
 
@@ -122,17 +124,17 @@ void ControlSocket::Reply(int client, const std::string& reply) {
 std::string SendBrokerControl(const std::string& path, const std::string& request) {
   const sockaddr_un addr = SocketAddress(path);
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw ConfigError(fmt::format("control socket '{}': {}", path, std::strerror(errno)));
+  if (fd < 0) ThrowSystemError(fmt::format("control socket '{}'", path), errno);
   if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
     const int e = errno;
     close(fd);
-    throw ConfigError(fmt::format("connect to broker control '{}': {}", path, std::strerror(e)));
+    ThrowSystemError(fmt::format("connect to broker control '{}'", path), e);
   }
   const std::string line = request + "\n";
   [[maybe_unused]] const ssize_t n = write(fd, line.data(), line.size());
   const std::string reply = ReadLine(fd);
   close(fd);
-  if (reply.empty()) throw ConfigError(fmt::format("broker control '{}': no reply", path));
+  if (reply.empty()) throw SystemError(fmt::format("broker control '{}': no reply", path), 0);
   return reply;
 }
 

@@ -23,7 +23,7 @@ namespace outbox::lab {
 std::string ApplyBrokerControl(EmbeddedBroker& broker, const std::string& request);
 
 // A listening Unix socket at path (an existing socket file is replaced).
-// Owns the descriptor and removes the file on destruction. Throws ConfigError.
+// Owns the descriptor and removes the file on destruction. Throws ConfigError for a path too long for a Unix socket, SystemError when socket, bind or listen fails.
 class ControlSocket {
  public:
   explicit ControlSocket(const std::string& path);
@@ -51,7 +51,7 @@ class ControlSocket {
 };
 
 // Client side: sends request to the socket at path and returns the reply.
-// Throws ConfigError when the socket cannot be reached.
+// Throws SystemError when the socket cannot be reached or gives no reply.
 std::string SendBrokerControl(const std::string& path, const std::string& request);
 
 }  // namespace outbox::lab

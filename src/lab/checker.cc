@@ -6,6 +6,8 @@
 #include <set>
 #include <unordered_map>
 
+#include "lab/loans.h"
+
 namespace outbox::lab {
 namespace {
 
@@ -25,12 +27,13 @@ void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, co
   std::set<std::string> phantom(result.phantom.begin(), result.phantom.end());
   for (const auto& [event_id, outcome] : txn_outcome) {
     const bool in_kafka = seen.count(event_id) > 0;
+    const bool gone = !outbox.count(event_id);
     if (outcome == "ok") {
       ++h.acknowledged;
       if (in_kafka) ++h.ok;
-      else if (lost.insert(event_id).second) result.lost.push_back(event_id);
-      if (!outbox.count(event_id))
-        result.atomicity.push_back(fmt::format("acknowledged event {} has no outbox row", event_id));
+      // Acknowledged, now without an outbox row: the commit was undone (a power cut).
+      if (gone) result.undone.push_back(event_id);
+      else if (!in_kafka && lost.insert(event_id).second) result.lost.push_back(event_id);
     } else if (outcome == "fail") {
       ++h.failed;
       if (in_kafka && phantom.insert(event_id).second) result.phantom.push_back(event_id);
@@ -38,6 +41,7 @@ void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, co
       ++h.indeterminate;
       if (in_kafka) ++h.recovered;
     }
+    if (outcome != "fail" && gone && in_kafka) result.undone_phantom.push_back(event_id);
   }
   for (const std::string& id : first_seen)
     if (!txn_outcome.count(id)) h.unexpected.push_back(id);
@@ -73,30 +77,27 @@ void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, co
 CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
                      const std::vector<HistoryOp>* history) {
   CheckResult result;
-  auto& db = store.connection();
+  {
+    const std::string answer = store.IntegrityCheck();
+    if (answer != "ok") result.corrupt = answer;
+  }
   std::unordered_map<std::string, OutboxEntry> outbox;
   std::vector<std::string> outbox_order;
+  std::set<std::string> loans;
   {
+    // One read transaction: the loans and the outbox rows of one instant.
+    auto txn = store.BeginRead();
     // Archived rows (purge --archive) were published: they still count.
-    auto select = db.Prepare(
-        "SELECT id, event_id, aggregate_id, published FROM outbox UNION ALL "
-        "SELECT id, event_id, aggregate_id, 1 FROM outbox_archive ORDER BY 1");
-    while (select.Step()) {
-      const std::string event_id = select.ColumnText(1);
-      outbox[event_id] = {select.ColumnInt64(0), event_id, select.ColumnText(2),
-                          select.ColumnInt64(3) != 0};
-      outbox_order.push_back(event_id);
+    for (const SnapshotRow& row : store.Snapshot(txn).rows) {
+      outbox[row.event_id] = {row.id, row.event_id, row.aggregate_id, row.published};
+      outbox_order.push_back(row.event_id);
     }
+    for (std::string& loan : LoanIds(txn.connection())) loans.insert(std::move(loan));
   }
   result.outbox_rows = static_cast<std::int64_t>(outbox_order.size());
   result.kafka_records = static_cast<std::int64_t>(records.size());
 
   // Atomicity: the lab's aggregate is the loan; one LoanCreated event per loan.
-  std::set<std::string> loans;
-  {
-    auto select = db.Prepare("SELECT loan_id FROM business_loan ORDER BY loan_id");
-    while (select.Step()) loans.insert(select.ColumnText(0));
-  }
   result.business_rows = static_cast<std::int64_t>(loans.size());
   std::set<std::string> aggregates;
   for (const auto& [event_id, entry] : outbox) aggregates.insert(entry.aggregate_id);

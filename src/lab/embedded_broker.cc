@@ -24,7 +24,8 @@ EmbeddedBroker::EmbeddedBroker(int broker_count)
   if (listeners != broker_count)
     throw SystemError(fmt::format("start embedded broker: set TCP_NODELAY on {} of {} listening "
                                   "sockets",
-                                  listeners, broker_count));
+                                  listeners, broker_count),
+                      0);
 }
 
 namespace {

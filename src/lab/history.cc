@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -16,10 +15,10 @@
 
 namespace outbox::lab {
 
-History::History(const std::string& path, std::string process_name)
-    : process_name_(std::move(process_name)) {
+History::History(const std::string& path, Clock& clock, std::string process_name)
+    : clock_(clock), process_name_(std::move(process_name)) {
   fd_ = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw ConfigError(fmt::format("open history '{}': {}", path, std::strerror(errno)));
+  if (fd_ < 0) ThrowSystemError(fmt::format("open history '{}'", path), errno);
   if (!process_name_.empty()) Record("invoke", "process", process_name_);
 }
 
@@ -40,18 +39,14 @@ void History::Record(std::string_view type, std::string_view f, std::string_view
 }
 
 void History::RecordPhase(std::string_view phase, std::int64_t token) {
-  using namespace std::chrono;
-  const std::int64_t mono_us =
-      duration_cast<microseconds>(steady_clock::now().time_since_epoch()).count();
-  Write("note", "phase", phase, {}, token, mono_us);
+  Write("note", "phase", phase, {}, token, clock_.MonotonicUs());
 }
 
 void History::Write(std::string_view type, std::string_view f, std::string_view value,
                     std::string_view error, std::int64_t token, std::int64_t mono_us) {
-  using namespace std::chrono;
   nlohmann::ordered_json op;
   op["process"] = getpid();
-  op["time_ms"] = duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+  op["time_ms"] = clock_.EpochMs();
   op["type"] = type;
   op["f"] = f;
   // Values come from outbox rows other programs wrote: never let their bytes
@@ -69,7 +64,7 @@ std::vector<HistoryOp> ReadHistories(const std::vector<std::string>& paths, std:
   std::vector<HistoryOp> ops;
   for (const std::string& path : paths) {
     std::ifstream in(path);
-    if (!in) throw ConfigError(fmt::format("read history '{}': {}", path, std::strerror(errno)));
+    if (!in) ThrowSystemError(fmt::format("read history '{}'", path), errno);
     for (std::string line; std::getline(in, line);) {
       auto json = nlohmann::json::parse(line, nullptr, false);
       if (!json.is_object() || !json.contains("type") || !json.contains("f") || !json.contains("value") ||

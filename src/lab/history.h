@@ -27,14 +27,17 @@
 #include <string_view>
 #include <vector>
 
+#include "outbox/clock.h"
+
 namespace outbox::lab {
 
 class History {
  public:
-  // Opens path for appending (created if missing). With a non-empty
+  // Opens path for appending (created if missing); time_ms of each line comes
+  // from clock (not owned; must outlive the History). With a non-empty
   // process_name (the subcommand, e.g. "publish-hold") it records the
-  // process's invoke now and its completion in the destructor. Throws ConfigError.
-  explicit History(const std::string& path, std::string process_name = {});
+  // process's invoke now and its completion in the destructor. Throws SystemError.
+  History(const std::string& path, Clock& clock, std::string process_name = {});
   ~History();
   History(const History&) = delete;
   History& operator=(const History&) = delete;
@@ -46,8 +49,9 @@ class History {
               std::string_view error = {}, std::int64_t token = 0);
 
   // Appends one phase record (one write(2), as Record): type "note", f
-  // "phase", value phase, "mono_us" the CLOCK_MONOTONIC time in microseconds
-  // (comparable across the processes of one boot), "token" when > 0.
+  // "phase", value phase, "mono_us" the clock's MonotonicUs() (µs; with
+  // SystemClock, CLOCK_MONOTONIC: comparable across the processes of one boot),
+  // "token" when > 0.
   void RecordPhase(std::string_view phase, std::int64_t token = 0);
 
  private:
@@ -56,6 +60,7 @@ class History {
              std::string_view error, std::int64_t token, std::int64_t mono_us);
 
   int fd_ = -1;
+  Clock& clock_;
   std::string process_name_;
 };
 
@@ -93,7 +98,7 @@ void RecordSettle(History* history, std::int64_t token, const std::vector<std::s
 // Reads every complete line of every file, in file order. A line that is not a
 // JSON object with string "type" and "f" and a "value" is skipped and counted
 // in *malformed (a line with bytes that are not UTF-8 is one). Throws
-// ConfigError when a file cannot be read.
+// SystemError when a file cannot be read.
 std::vector<HistoryOp> ReadHistories(const std::vector<std::string>& paths, std::int64_t* malformed);
 
 }  // namespace outbox::lab

@@ -7,14 +7,13 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "lab/partition_reader.h"
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
 #include "outbox/sqlite/connection.h"
 
 namespace outbox::lab {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 constexpr const char* kEffectsSchema = R"sql(
 CREATE TABLE IF NOT EXISTS processed_event (
@@ -27,16 +26,6 @@ CREATE TABLE IF NOT EXISTS loan_effect (
   applied_at INTEGER NOT NULL
 );
 )sql";
-
-int RemainingMs(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  return static_cast<int>(std::max<std::int64_t>(left.count(), 0));
-}
-
-std::int64_t EpochMs() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
 
 std::string HeaderOrPayloadEventId(const rd_kafka_message_t* msg, std::string& loan_id) {
   const std::string value(static_cast<const char*>(msg->payload), msg->payload ? msg->len : 0);
@@ -58,10 +47,12 @@ std::string HeaderOrPayloadEventId(const rd_kafka_message_t* msg, std::string& l
 
 ConsumeReport ConsumeIdempotently(const IdempotentConsumerOptions& options,
                                   const std::function<void(const ConsumedRecord&)>& on_record) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
+  const Deadline deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeout_ms);
   const std::string what =
       fmt::format("consume topic '{}' as group '{}' from '{}'", options.topic, options.group, options.brokers);
 
+  SystemClock system_clock;
+  Clock& clock = options.clock ? *options.clock : system_clock;
   sqlite::Connection effects(options.effects_db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX);
   effects.SetBusyTimeout(5000);
@@ -116,43 +107,35 @@ ConsumeReport ConsumeIdempotently(const IdempotentConsumerOptions& options,
 
   auto mark = effects.Prepare("INSERT OR IGNORE INTO processed_event(event_id, processed_at) VALUES(?1, ?2)");
   auto apply = effects.Prepare("INSERT INTO loan_effect(event_id, loan_id, applied_at) VALUES(?1, ?2, ?3)");
-  while (unfinished()) {
-    if (RemainingMs(deadline) == 0)
-      throw KafkaError(fmt::format("{}: timed out after {} ms", what, options.timeout_ms),
-                       RD_KAFKA_RESP_ERR__TIMED_OUT);
-    kafka::MessageHandle msg(rd_kafka_consumer_poll(consumer.get(), std::min(100, RemainingMs(deadline))));
-    if (!msg) continue;
-    if (msg->err) {
-      if (msg->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) continue;
-      kafka::ThrowKafkaError(what, msg->err);
-    }
-    ConsumedRecord record;
-    record.partition = msg->partition;
-    record.offset = msg->offset;
-    std::string loan_id;
-    record.event_id = HeaderOrPayloadEventId(msg.get(), loan_id);
-    {
-      // The effect and the dedup row share one transaction: both or neither.
-      sqlite::Transaction txn(effects);
-      const std::int64_t now = EpochMs();
-      mark.Reset();
-      mark.Bind(1, record.event_id).Bind(2, now).Run();
-      record.applied = sqlite3_changes(effects.get()) == 1;
-      if (record.applied) {
-        apply.Reset();
-        apply.Bind(1, record.event_id).Bind(2, loan_id).Bind(3, now).Run();
-      }
-      txn.Commit();
-    }
-    ++report.read;
-    if (record.applied) ++report.applied; else ++report.skipped;
-    if (on_record) on_record(record);
-    HitFailpoint("consume.after_effect");
-    // Offset after the effect: a crash here re-delivers, and processed_event absorbs it.
-    err = rd_kafka_commit_message(consumer.get(), msg.get(), /*async=*/0);
-    if (err) kafka::ThrowKafkaError(what + ": commit offset", err);
-    next_offset[msg->partition] = msg->offset + 1;
-  }
+  ReadPartitionsToEnd(
+      consumer.get(), next_offset, end_offset, deadline, options.timeout_ms, what,
+      [&](const rd_kafka_message_t& msg) {
+        ConsumedRecord record;
+        record.partition = msg.partition;
+        record.offset = msg.offset;
+        std::string loan_id;
+        record.event_id = HeaderOrPayloadEventId(&msg, loan_id);
+        {
+          // The effect and the dedup row share one transaction: both or neither.
+          sqlite::Transaction txn(effects);
+          const std::int64_t now = clock.EpochMs();
+          mark.Reset();
+          mark.Bind(1, record.event_id).Bind(2, now).Run();
+          record.applied = effects.Changes() == 1;
+          if (record.applied) {
+            apply.Reset();
+            apply.Bind(1, record.event_id).Bind(2, loan_id).Bind(3, now).Run();
+          }
+          txn.Commit();
+        }
+        ++report.read;
+        if (record.applied) ++report.applied; else ++report.skipped;
+        if (on_record) on_record(record);
+        HitFailpoint("consume.after_effect");
+        // Offset after the effect: a crash here re-delivers, and processed_event absorbs it.
+        const rd_kafka_resp_err_t committed = rd_kafka_commit_message(consumer.get(), &msg, /*async=*/0);
+        if (committed) kafka::ThrowKafkaError(what + ": commit offset", committed);
+      });
   report.effects_total = effects.QueryInt64("SELECT COUNT(*) FROM loan_effect");
   return report;
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "outbox/clock.h"
 #include "outbox/kafka/handles.h"
 
 namespace outbox::lab {
@@ -21,6 +22,8 @@ struct IdempotentConsumerOptions {
   std::string effects_db;  // SQLite file for processed_event and loan_effect (created if missing)
   std::vector<kafka::Property> properties;  // -X, applied last
   int timeout_ms = 10000;  // bound on catching up to the high watermark, ms
+  // Where processed_at and applied_at come from. Not owned. Null: the system clock.
+  Clock* clock = nullptr;
 };
 
 struct ConsumedRecord {

@@ -96,4 +96,35 @@ std::optional<std::string> BytesFromJson(const nlohmann::json& value) {
   return bytes;
 }
 
+namespace {
+
+template <class Json>
+Json EncodeBytesDeep(const Json& value) {
+  if (value.is_string()) {
+    const auto& text = value.template get_ref<const std::string&>();
+    if (IsValidUtf8(text)) return value;
+    return Json(BytesToJson(text));
+  }
+  if (value.is_array()) {
+    Json out = Json::array();
+    for (const auto& item : value) out.push_back(EncodeBytesDeep(item));
+    return out;
+  }
+  if (value.is_object()) {
+    Json out = Json::object();
+    for (auto it = value.begin(); it != value.end(); ++it)
+      out[IsValidUtf8(it.key()) ? it.key() : EscapeBytes(it.key())] = EncodeBytesDeep(it.value());
+    return out;
+  }
+  return value;
+}
+
+}  // namespace
+
+std::string DumpJson(const nlohmann::json& value) { return EncodeBytesDeep(value).dump(); }
+
+std::string DumpJson(const nlohmann::ordered_json& value) {
+  return EncodeBytesDeep(value).dump();
+}
+
 }  // namespace outbox::lab

@@ -32,4 +32,12 @@ nlohmann::json BytesToJson(std::string_view bytes);
 // number, an object without a well-formed "hex").
 std::optional<std::string> BytesFromJson(const nlohmann::json& value);
 
+// One line of JSON for value, whatever bytes its strings hold: every string
+// value that is not valid UTF-8 is written as BytesToJson writes it, and every
+// such object key as EscapeBytes(key) (injective, so keys stay distinct).
+// Never throws type_error.316; the outputs of check, verify, status, bench
+// and relay --json go through it, so a row's content cannot stop them.
+std::string DumpJson(const nlohmann::json& value);
+std::string DumpJson(const nlohmann::ordered_json& value);
+
 }  // namespace outbox::lab

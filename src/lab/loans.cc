@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "outbox/error.h"
@@ -28,14 +27,14 @@ bool HasLoanTable(sqlite::Connection& connection) {
 
 }  // namespace
 
-std::int64_t NowMs() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
-
 std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptions& options) {
   auto store = std::make_unique<Store>(path, options, OpenMode::kExisting);
-  if (!HasLoanTable(store->connection()))
+  bool has_loans = false;
+  {
+    auto txn = store->BeginRead();
+    has_loans = HasLoanTable(txn.connection());
+  }
+  if (!has_loans)
     throw SchemaMissingError(fmt::format(
         "open database '{}': no business_loan table; run `outbox-lab reset` first", path));
   return store;
@@ -44,16 +43,16 @@ std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptio
 std::unique_ptr<Store> ResetLabDatabase(const std::string& path, const StoreOptions& options) {
   auto store = std::make_unique<Store>(path, options, OpenMode::kCreate);
   store->ResetSchema();
-  sqlite::Transaction txn(store->connection());
-  store->connection().Exec("DROP TABLE IF EXISTS business_loan");
-  store->connection().Exec(kLoanSchema);
+  auto txn = store->BeginWrite();
+  txn.connection().Exec("DROP TABLE IF EXISTS business_loan");
+  txn.connection().Exec(kLoanSchema);
   txn.Commit();
   return store;
 }
 
-Loan ChapterLoan(std::int64_t index) {
+Loan ChapterLoan(std::int64_t index, std::int64_t created_at_ms) {
   return Loan{fmt::format("L-{}", 1000 + index), fmt::format("B-{}", 100 + index), "M-1",
-              "BORROWED", NowMs()};
+              "BORROWED", created_at_ms};
 }
 
 OutboxEvent LoanCreatedEvent(const Loan& loan, std::int64_t index) {
@@ -66,14 +65,14 @@ OutboxEvent LoanCreatedEvent(const Loan& loan, std::int64_t index) {
 }
 
 WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* history) {
-  WrittenLoan written{ChapterLoan(index), {}};
+  WrittenLoan written{ChapterLoan(index, store.clock().EpochMs()), {}};
   written.event = LoanCreatedEvent(written.loan, index);
   NotePhase(history, "begin");
   Note(history, "invoke", "txn", written.event.event_id);
   try {
-    sqlite::Transaction txn(store.connection());
-    InsertLoan(store.connection(), written.loan);
-    store.Enqueue(written.event);
+    auto txn = store.BeginWrite();
+    InsertLoan(txn.connection(), written.loan);
+    store.Enqueue(txn, written.event);
     HitFailpoint("write.before_commit");
     txn.Commit();
   } catch (const std::exception& e) {
@@ -98,10 +97,7 @@ void InsertLoan(sqlite::Connection& connection, const Loan& loan) {
       .Run();
 }
 
-std::int64_t NextLoanIndex(Store& store) {
-  return 1 + store.connection().QueryInt64(
-                 "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)");
-}
+std::int64_t NextLoanIndex(Store& store) { return store.NextId(); }
 
 bool LoanExists(sqlite::Connection& connection, const std::string& loan_id) {
   auto select = connection.Prepare("SELECT COUNT(*) FROM business_loan WHERE loan_id = ?1");
@@ -112,6 +108,13 @@ bool LoanExists(sqlite::Connection& connection, const std::string& loan_id) {
 
 std::int64_t CountLoans(sqlite::Connection& connection) {
   return connection.QueryInt64("SELECT COUNT(*) FROM business_loan");
+}
+
+std::vector<std::string> LoanIds(sqlite::Connection& connection) {
+  std::vector<std::string> ids;
+  auto select = connection.Prepare("SELECT loan_id FROM business_loan ORDER BY loan_id");
+  while (select.Step()) ids.push_back(select.ColumnText(0));
+  return ids;
 }
 
 }  // namespace outbox::lab

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "lab/history.h"
 #include "outbox/event.h"
@@ -30,8 +31,9 @@ std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptio
 // it is never overwritten).
 std::unique_ptr<Store> ResetLabDatabase(const std::string& path, const StoreOptions& options);
 
-// The chapter's i-th loan (i >= 1): L-(1000+i), book B-(100+i).
-Loan ChapterLoan(std::int64_t index);
+// The chapter's i-th loan (i >= 1): L-(1000+i), book B-(100+i), created at
+// created_at_ms (epoch ms, e.g. Store::clock().EpochMs()).
+Loan ChapterLoan(std::int64_t index, std::int64_t created_at_ms);
 // Its event: evt-(1000+i), type LoanCreated, payload
 // {"eventId":"evt-1001","loanId":"L-1001","bookId":"B-101"} (chapter's order of keys).
 OutboxEvent LoanCreatedEvent(const Loan& loan, std::int64_t index);
@@ -45,23 +47,26 @@ struct WrittenLoan {
 // LoanCreated event in one BEGIN IMMEDIATE transaction, with failpoints
 // write.before_commit and write.after_commit. Throws DbError (nothing of the
 // loan is committed then) or FailpointError.
+// created_at is store.clock().EpochMs().
 // history (may be null) gets a "begin" phase and an invoke before BEGIN, ok/fail
 // after, and a "commit" phase after the commit (History::RecordPhase).
 WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* history = nullptr);
 
-// Inserts loan. Call inside a sqlite::Transaction. Throws DbError
+// The lab's own SQL on business_loan: call with the connection of a
+// transaction from Store::BeginWrite() (InsertLoan) or Store::BeginRead().
+
+// Inserts loan. Call inside a transaction from Store::BeginWrite(). Throws DbError
 // (SQLITE_CONSTRAINT_PRIMARYKEY when loan_id exists).
 void InsertLoan(sqlite::Connection& connection, const Loan& loan);
 
-// The next chapter index for write/write-hold: one past the highest outbox id
-// ever assigned (sqlite_sequence), so numbering continues after earlier runs,
+// The next chapter index for write/write-hold: Store::NextId(), one past the
+// highest outbox id ever assigned, so numbering continues after earlier runs,
 // killed ones and purges alike. Throws DbError.
 std::int64_t NextLoanIndex(Store& store);
 
 bool LoanExists(sqlite::Connection& connection, const std::string& loan_id);
 std::int64_t CountLoans(sqlite::Connection& connection);
-
-// Current time, epoch ms.
-std::int64_t NowMs();
+// Every loan id, sorted. Throws DbError.
+std::vector<std::string> LoanIds(sqlite::Connection& connection);
 
 }  // namespace outbox::lab

@@ -5,12 +5,13 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "lab/loans.h"
 #include "outbox/error.h"
+#include "outbox/parse_integer.h"
 
 namespace outbox::lab {
 namespace {
@@ -23,11 +24,12 @@ constexpr std::array<const char*, 9> kExpectationKeys = {
 
 DbSnapshot TakeDbSnapshot(Store& store) {
   DbSnapshot snapshot;
-  auto& connection = store.connection();
-  snapshot.business_loans = connection.QueryInt64("SELECT COUNT(*) FROM business_loan");
-  snapshot.outbox = store.Count();
-  auto select = connection.Prepare("SELECT event_id FROM outbox ORDER BY id");
-  while (select.Step()) snapshot.outbox_event_ids.push_back(select.ColumnText(0));
+  auto txn = store.BeginRead();  // business and outbox counts of one instant
+  snapshot.business_loans = CountLoans(txn.connection());
+  const OutboxSnapshot outbox = store.Snapshot(txn);
+  snapshot.outbox = outbox.Counts();
+  for (const SnapshotRow& row : outbox.rows)
+    if (!row.archived) snapshot.outbox_event_ids.push_back(row.event_id);
   return snapshot;
 }
 
@@ -72,11 +74,10 @@ std::map<std::string, std::int64_t> ParseExpectations(const std::string& text,
     if (std::find(known_keys.begin(), known_keys.end(), key) == known_keys.end())
       throw ConfigError(fmt::format("expectation '{}': unknown key; use {}", key,
                                     fmt::join(known_keys, ", ")));
-    std::int64_t number = -1;
-    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
-    if (ec != std::errc() || ptr != value.data() + value.size() || number < 0)
+    const auto number = ParseInteger(value, 0);
+    if (!number)
       throw ConfigError(fmt::format("expectation '{}': '{}' is not a non-negative integer", key, value));
-    expected[key] = number;
+    expected[key] = *number;
   }
   if (expected.empty()) throw ConfigError(fmt::format("expectations '{}': none given", text));
   return expected;

@@ -28,7 +28,8 @@ struct KafkaReconciliation {
   std::vector<std::string> unexpected;  // in Kafka, not in the outbox: phantom
 };
 
-// Reads the counts and the outbox's event ids. Throws DbError.
+// Reads the counts and the outbox's event ids in one read transaction.
+// Archived rows (purge --archive) are not counted. Throws DbError.
 DbSnapshot TakeDbSnapshot(Store& store);
 
 KafkaReconciliation Reconcile(const std::vector<std::string>& outbox_event_ids,

@@ -7,17 +7,11 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "lab/partition_reader.h"
 #include "outbox/error.h"
 
 namespace outbox::lab {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-int RemainingMs(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  return static_cast<int>(std::max<std::int64_t>(left.count(), 0));
-}
 
 std::string EventIdOf(const rd_kafka_message_t* msg, const std::string& key,
                       const std::string& value) {
@@ -38,7 +32,7 @@ std::string EventIdOf(const rd_kafka_message_t* msg, const std::string& key,
 }  // namespace
 
 std::vector<TopicRecord> ReadTopic(const TopicReadOptions& options) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
+  const Deadline deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeout_ms);
   const std::string what = fmt::format("read topic '{}' from '{}'", options.topic, options.brokers);
   std::vector<kafka::Property> properties = {
       {"bootstrap.servers", options.brokers},
@@ -84,30 +78,18 @@ std::vector<TopicRecord> ReadTopic(const TopicReadOptions& options) {
   err = rd_kafka_assign(consumer.get(), assignment.get());
   if (err) kafka::ThrowKafkaError(what + ": assign partitions", err);
 
-  auto unfinished = [&] {
-    return std::any_of(next_offset.begin(), next_offset.end(),
-                       [&](const auto& entry) { return entry.second < end_offset[entry.first]; });
-  };
-  while (unfinished()) {
-    if (RemainingMs(deadline) == 0)
-      throw KafkaError(fmt::format("{}: timed out after {} ms with {} records read", what,
-                                   options.timeout_ms, records.size()),
-                       RD_KAFKA_RESP_ERR__TIMED_OUT);
-    kafka::MessageHandle msg(rd_kafka_consumer_poll(consumer.get(), std::min(100, RemainingMs(deadline))));
-    if (!msg) continue;
-    if (msg->err) {
-      if (msg->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) continue;
-      kafka::ThrowKafkaError(what, msg->err);
-    }
-    TopicRecord record;
-    record.partition = msg->partition;
-    record.offset = msg->offset;
-    if (msg->key) record.key.assign(static_cast<const char*>(msg->key), msg->key_len);
-    if (msg->payload) record.value.assign(static_cast<const char*>(msg->payload), msg->len);
-    record.event_id = EventIdOf(msg.get(), record.key, record.value);
-    next_offset[msg->partition] = msg->offset + 1;
-    if (msg->offset < end_offset[msg->partition]) records.push_back(std::move(record));
-  }
+  ReadPartitionsToEnd(
+      consumer.get(), next_offset, end_offset, deadline, options.timeout_ms, what,
+      [&](const rd_kafka_message_t& msg) {
+        if (msg.offset >= end_offset[msg.partition]) return;  // produced after the start
+        TopicRecord record;
+        record.partition = msg.partition;
+        record.offset = msg.offset;
+        if (msg.key) record.key.assign(static_cast<const char*>(msg.key), msg.key_len);
+        if (msg.payload) record.value.assign(static_cast<const char*>(msg.payload), msg.len);
+        record.event_id = EventIdOf(&msg, record.key, record.value);
+        records.push_back(std::move(record));
+      });
   std::stable_sort(records.begin(), records.end(), [](const TopicRecord& a, const TopicRecord& b) {
     return a.partition != b.partition ? a.partition < b.partition : a.offset < b.offset;
   });

@@ -20,11 +20,11 @@ ChangeWatcher::ChangeWatcher(const std::string& db_path, int stop_fd) : stop_fd_
   wal_name_ = db_name_ + "-wal";
   const std::string dir = path.has_parent_path() ? path.parent_path().string() : ".";
   inotify_fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (inotify_fd_ < 0) throw ConfigError(fmt::format("inotify_init1: {}", std::strerror(errno)));
+  if (inotify_fd_ < 0) ThrowSystemError("inotify_init1", errno);
   if (inotify_add_watch(inotify_fd_, dir.c_str(), IN_MODIFY | IN_CREATE | IN_MOVED_TO) < 0) {
     const int err = errno;
     close(inotify_fd_);
-    throw ConfigError(fmt::format("watch directory '{}': {}", dir, std::strerror(err)));
+    ThrowSystemError(fmt::format("watch directory '{}'", dir), err);
   }
 }
 
@@ -46,7 +46,7 @@ bool ChangeWatcher::ReadEvents() {
   }
 }
 
-void ChangeWatcher::Drain() { ReadEvents(); }
+void ChangeWatcher::ForgetWakeups() { ReadEvents(); }
 
 bool ChangeWatcher::StopRequested() {
   if (stop_fd_ < 0) return false;

@@ -21,7 +21,7 @@
 namespace outbox {
 namespace {
 
-enum class Action { kOff, kKill, kHold, kPause, kSleep, kError };
+enum class Action { kOff, kKill, kHold, kPause, kSleep, kError, kEnospc };
 
 struct Term {
   int percent = 100;
@@ -97,6 +97,12 @@ const std::vector<FailpointInfo> kLibraryFailpoints = {
     {"relay.after_ack_before_mark", "records acknowledged by the broker; rows not marked: re-sent later"},
     {"relay.after_mark", "the batch is marked published"},
     {"purge.mid_batch", "earlier purge batches; this batch's deletes roll back"},
+    // The vfs.* points are evaluated by the power-loss VFS shim (lab/powerloss_vfs.h, --vfs
+    // powerloss) on every such call; NAME.db, NAME.wal, NAME.journal select one kind of file.
+    {"vfs.read", "what the last sync made durable; a read fails (SQLITE_IOERR_READ)"},
+    {"vfs.write", "what the last sync made durable; this write is not made (SQLITE_IOERR_WRITE, enospc: SQLITE_FULL)"},
+    {"vfs.truncate", "what the last sync made durable; this truncate is not made (SQLITE_IOERR_TRUNCATE)"},
+    {"vfs.sync", "earlier syncs only: this file's unsynced writes stay lost to a power cut even after a later successful sync (SQLITE_IOERR_FSYNC)"},
 };
 
 // Part of the registry: the points registered after the library's.
@@ -139,10 +145,19 @@ Term ParseTerm(const std::string& entry, std::string text) {
   else if (text == "pause") term.action = Action::kPause;
   else if (text == "error") term.action = Action::kError;
   else if (text == "sleep") term.action = Action::kSleep;
-  else Malformed(entry, fmt::format("unknown action '{}'; use off, kill, hold, pause, sleep(ms), error", text));
+  else if (text == "enospc") term.action = Action::kEnospc;
+  else Malformed(entry, fmt::format("unknown action '{}'; use off, kill, hold, pause, sleep(ms), error, enospc", text));
   if (term.action == Action::kSleep) term.arg = ParseNumber(entry, arg);
   else if (has_parens) Malformed(entry, fmt::format("action '{}' takes no argument", text));
   return term;
+}
+
+// "vfs.write.wal" for "vfs.write": one kind of file.
+bool IsVfsKindPoint(const std::string& name, const std::string& point) {
+  if (point.rfind("vfs.", 0) != 0) return false;
+  for (const char* kind : {".db", ".wal", ".journal"})
+    if (name == point + kind) return true;
+  return false;
 }
 
 }  // namespace
@@ -177,7 +192,8 @@ void ConfigureFailpoints(const std::string& spec) {
     if (eq == std::string::npos) Malformed(entry, "expected name=actions");
     const std::string name = entry.substr(0, eq);
     bool known = false;
-    for (const auto& fp : AllFailpoints()) known = known || name == fp.name;
+    for (const auto& fp : AllFailpoints())
+      known = known || name == fp.name || IsVfsKindPoint(name, fp.name);
     if (!known) Malformed(entry, fmt::format("unknown failpoint '{}'; see `outbox-lab failpoints`", name));
     std::vector<Term> terms;
     std::string rest = entry.substr(eq + 1);
@@ -245,8 +261,52 @@ void HitFailpoint(std::string_view name, std::string_view hold_line) {
       std::this_thread::sleep_for(std::chrono::milliseconds(arg));
       return;
     case Action::kError:
+    case Action::kEnospc:
       throw FailpointError(fmt::format("failpoint {}: injected error", name));
   }
+}
+
+FailpointOutcome QueryFailpoint(std::string_view name) noexcept {
+  if (!g_enabled.load(std::memory_order_relaxed)) return FailpointOutcome::kNone;
+  Action action = Action::kOff;
+  long long arg = 0;
+  {
+    Registry& registry = TheRegistry();
+    std::lock_guard lock(registry.mutex);
+    const auto found = registry.points.find(name);
+    if (found == registry.points.end()) return FailpointOutcome::kNone;
+    for (Term& term : found->second) {
+      if (term.remaining == 0) continue;
+      if (term.remaining > 0) --term.remaining;
+      if (term.percent < 100 &&
+          std::uniform_int_distribution<int>(1, 100)(registry.random) > term.percent)
+        return FailpointOutcome::kNone;
+      action = term.action;
+      arg = term.arg;
+      break;
+    }
+  }
+  switch (action) {
+    case Action::kOff: return FailpointOutcome::kNone;
+    case Action::kError: return FailpointOutcome::kError;
+    case Action::kEnospc: return FailpointOutcome::kEnospc;
+    case Action::kSleep:
+      std::this_thread::sleep_for(std::chrono::milliseconds(arg));
+      return FailpointOutcome::kNone;
+    case Action::kPause:
+      Pause(name);
+      return FailpointOutcome::kNone;
+    case Action::kHold:
+      fmt::print("[failpoint] {} HOLD; kill -9 me\n", name);
+      std::fflush(stdout);
+      for (;;) pause();
+    case Action::kKill:
+      std::fflush(stdout);
+      fmt::print(stderr, "[failpoint] {} KILL\n", name);
+      kill(getpid(), SIGKILL);
+      for (;;) pause();
+  }
+  return FailpointOutcome::kNone;
 }
 
 }  // namespace outbox

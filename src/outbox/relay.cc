@@ -3,10 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <unordered_map>
 
-#include "outbox/chapter_relay.h"
+#include "outbox/per_row_relay.h"
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
 
@@ -25,7 +24,10 @@ FailureMode ParseFailureMode(const std::string& text) {
 }
 
 Relay::Relay(Store& store, Publisher& publisher, RelayOptions options)
-    : store_(store), publisher_(publisher), options_(std::move(options)) {
+    : store_(store),
+      publisher_(publisher),
+      options_(std::move(options)),
+      clock_(options_.clock ? *options_.clock : store.clock()) {
   if (options_.batch_size <= 0)
     throw ConfigError(fmt::format("batch size {}: must be at least 1", options_.batch_size));
   if (options_.lease_ms <= 0)
@@ -34,11 +36,7 @@ Relay::Relay(Store& store, Publisher& publisher, RelayOptions options)
     throw ConfigError(fmt::format("max attempts {}: must be at least 1", options_.settle.max_attempts));
 }
 
-std::int64_t Relay::Now() const {
-  if (options_.clock) return options_.clock();
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
+std::int64_t Relay::Now() const { return clock_.EpochMs(); }
 
 ClaimRequest Relay::MakeClaimRequest(std::int64_t after_id) const {
   ClaimRequest request;
@@ -140,18 +138,25 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
                         const std::function<void(const BatchReport&)>& on_batch) {
   LoopReport loop;
   int idle_ms = options.idle_min_ms;
+  int io_errors_in_a_row = 0;
   while (!waiter.StopRequested()) {
     BatchReport batch;
     try {
       batch = relay.RunBatch();
     } catch (const DbError& e) {
       // Another writer held the lock past the busy timeout: a busy poll is an
-      // empty poll; try again after an idle wait.
-      if (e.primary_code() != SQLITE_BUSY || options.mode == LoopMode::kOnce) throw;
+      // empty poll; try again after an idle wait. An I/O error may pass: the
+      // same, until max_io_errors in a row say it is persistent.
+      const int code = e.primary_code();
+      const bool io_error = code == SQLITE_IOERR || code == SQLITE_FULL;
+      if ((code != SQLITE_BUSY && !io_error) || options.mode == LoopMode::kOnce) throw;
+      if (io_error && ++io_errors_in_a_row > options.max_io_errors) throw;
+      if (io_error) ++loop.io_errors;
       waiter.Wait(idle_ms);
       idle_ms = std::min(idle_ms * 2, options.idle_max_ms);
       continue;
     }
+    io_errors_in_a_row = 0;
     if (batch.claimed > 0) {
       ++loop.batches;
       loop.acked += batch.acked;
@@ -168,9 +173,9 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
     // Nothing to do and nothing that time alone would change: rows still pending
     // are blocked behind a parked row and need `unpark`.
     if (options.mode == LoopMode::kUntilEmpty && relay.CanOnlyWaitForever()) break;
-    // Drain, then look once more: a commit before the drain is seen by the
+    // Forget the wake-ups so far, then look once more: a commit before this is seen by the
     // look, one after it wakes the wait.
-    waiter.Drain();
+    waiter.ForgetWakeups();
     if (relay.HasClaimable()) continue;
     const IdleWaiter::Wake wake = waiter.Wait(idle_ms);
     if (wake == IdleWaiter::Wake::kChanged)

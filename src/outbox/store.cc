@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <filesystem>
 #include <limits>
+#include <cstring>
 #include <system_error>
 
 #include "outbox/error.h"
@@ -50,10 +50,65 @@ CREATE TABLE IF NOT EXISTS outbox_archive (
 PRAGMA user_version = 2;
 )sql";
 
-std::int64_t SystemNowMs() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
+// Schema 2 -> 3: the contract for writers other than the lab (issue 9 §4).
+// created_at defaults to the database clock in epoch ms when an INSERT omits
+// it: the column's DEFAULT cannot be changed by ALTER TABLE, so the table is
+// rebuilt (rows, ids and the AUTOINCREMENT high-water mark kept; Migrate
+// restores sqlite_sequence). The range check is a pair of BEFORE triggers,
+// not a table CHECK: SQLite cannot add a CHECK to an existing table, and a
+// rebuild with one would have to reject or rewrite the rows that already
+// break the contract, which Status() must report instead. A trigger's
+// RAISE(ABORT) fails the INSERT inside the writer's own transaction, as a
+// CHECK would. Julian day 2440587.5 is the Unix epoch.
+constexpr const char* kMigrateToV3 = R"sql(
+CREATE TABLE outbox_v3 (
+  id              INTEGER PRIMARY KEY AUTOINCREMENT,
+  event_id        TEXT    NOT NULL UNIQUE,
+  aggregate_id    TEXT    NOT NULL,
+  event_type      TEXT    NOT NULL,
+  payload         TEXT    NOT NULL,
+  created_at      INTEGER NOT NULL
+                  DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)),
+  published       BOOLEAN NOT NULL DEFAULT 0,
+  published_at    INTEGER,
+  attempts        INTEGER NOT NULL DEFAULT 0,
+  last_error      TEXT,
+  next_attempt_at INTEGER NOT NULL DEFAULT 0,
+  parked_at       INTEGER,
+  claim_token     INTEGER,
+  claim_owner     TEXT,
+  claim_until     INTEGER,
+  claimed_at      INTEGER
+);
+INSERT INTO outbox_v3(id, event_id, aggregate_id, event_type, payload, created_at, published,
+  published_at, attempts, last_error, next_attempt_at, parked_at, claim_token, claim_owner,
+  claim_until)
+SELECT id, event_id, aggregate_id, event_type, payload, created_at, published, published_at,
+  attempts, last_error, next_attempt_at, parked_at, claim_token, claim_owner, claim_until
+FROM outbox;
+DROP TABLE outbox;
+ALTER TABLE outbox_v3 RENAME TO outbox;
+CREATE INDEX outbox_unpublished ON outbox(id) WHERE published = 0;
+CREATE INDEX outbox_pending_by_aggregate ON outbox(aggregate_id, id) WHERE published = 0;
+CREATE TRIGGER outbox_created_at_insert BEFORE INSERT ON outbox
+WHEN NOT (typeof(NEW.created_at) = 'integer'
+          AND NEW.created_at BETWEEN 946684800000 AND 4102444800000)
+BEGIN
+  SELECT RAISE(ABORT, 'outbox.created_at must be an integer in epoch ms between 2000-01-01 and 2100-01-01; omit it to use the database clock');
+END;
+CREATE TRIGGER outbox_created_at_update BEFORE UPDATE OF created_at ON outbox
+WHEN NOT (typeof(NEW.created_at) = 'integer'
+          AND NEW.created_at BETWEEN 946684800000 AND 4102444800000)
+BEGIN
+  SELECT RAISE(ABORT, 'outbox.created_at must be an integer in epoch ms between 2000-01-01 and 2100-01-01; omit it to use the database clock');
+END;
+PRAGMA user_version = 3;
+)sql";
+
+// Rows that break the created_at contract (rows written before schema 3, or
+// with the triggers dropped): the same range as the triggers.
+constexpr const char* kCreatedAtValid =
+    "(typeof(created_at) = 'integer' AND created_at BETWEEN 946684800000 AND 4102444800000)";
 
 std::int64_t BackoffMs(std::int64_t attempts, const SettlePolicy& policy) {
   std::int64_t delay = policy.backoff_base_ms;
@@ -104,8 +159,53 @@ Synchronous ParseSynchronous(const std::string& text) {
   throw ConfigError(fmt::format("synchronous '{}': expected off, normal, full or extra", text));
 }
 
+namespace {
+
+// "open database 'F': <what is wrong> (NAME)" for an error while opening,
+// reading the schema or migrating: the problem and the file, not our SQL.
+// errno (sqlite3_system_errno) says why a file could not be opened or grown.
+std::string OpenFailure(const std::string& path, sqlite3* db, int code) {
+  const int system_errno = db ? sqlite3_system_errno(db) : 0;
+  const std::string why = system_errno ? std::string(": ") + std::strerror(system_errno) : "";
+  std::string reason;
+  switch (code) {
+    case SQLITE_IOERR_SHMOPEN:
+      reason = fmt::format("cannot create the shared-memory file '{}-shm'{}", path, why);
+      break;
+    case SQLITE_IOERR_SHMSIZE:
+    case SQLITE_IOERR_SHMMAP:
+      reason = fmt::format("cannot grow the shared-memory file '{}-shm'{}", path, why);
+      break;
+    default:
+      switch (code & 0xff) {
+        case SQLITE_NOTADB: reason = "not an SQLite database"; break;
+        case SQLITE_CORRUPT: reason = "the database file is corrupt"; break;
+        case SQLITE_FULL: reason = "disk full"; break;
+        case SQLITE_READONLY: reason = "the database is read-only"; break;
+        case SQLITE_BUSY:
+        case SQLITE_LOCKED: reason = "locked by another process past the busy timeout"; break;
+        case SQLITE_IOERR:
+        case SQLITE_CANTOPEN: reason = std::string(sqlite3_errstr(code)) + why; break;
+        default: reason = db ? sqlite3_errmsg(db) : sqlite3_errstr(code);
+      }
+  }
+  return fmt::format("open database '{}': {} ({})", path, reason, sqlite::ResultCodeName(code));
+}
+
+}  // namespace
+
 Store::Store(const std::string& path, const StoreOptions& options, OpenMode mode)
-    : connection_(CheckPath(path, mode), OpenFlags(mode)) {
+    : clock_(options.clock ? options.clock : &system_clock_),
+      connection_(CheckPath(path, mode), OpenFlags(mode)) {
+  try {
+    Open(options, mode);
+  } catch (const DbError& e) {
+    throw DbError(OpenFailure(path, connection_.get(), e.code()), e.code());
+  }
+}
+
+void Store::Open(const StoreOptions& options, OpenMode mode) {
+  const std::string& path = connection_.path();
   connection_.SetBusyTimeout(options.busy_timeout_ms);
   // Read the schema before any pragma that writes (journal_mode=WAL does), so
   // a file without our schema is left exactly as it was.
@@ -121,8 +221,24 @@ void Store::Migrate() {
   if (connection_.QueryInt64("PRAGMA user_version") >= kSchemaVersion) return;
   sqlite::Transaction txn(connection_);
   // Re-check under the write lock: another process may have migrated meanwhile.
-  if (connection_.QueryInt64("PRAGMA user_version") < kSchemaVersion) connection_.Exec(kMigrateToV2);
+  const std::int64_t version = connection_.QueryInt64("PRAGMA user_version");
+  if (version < 2) connection_.Exec(kMigrateToV2);
+  if (version < 3) MigrateToV3();
   txn.Commit();
+}
+
+// Inside the caller's transaction. The rebuilt table would restart its
+// AUTOINCREMENT at the highest id left; the old high-water mark is carried
+// over so that ids of purged rows are never reused.
+void Store::MigrateToV3() {
+  const std::int64_t high_water = connection_.QueryInt64(
+      "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)");
+  connection_.Exec(kMigrateToV3);
+  auto keep = connection_.Prepare(
+      "INSERT OR REPLACE INTO sqlite_sequence(rowid, name, seq) VALUES("
+      "(SELECT rowid FROM sqlite_sequence WHERE name = 'outbox'), 'outbox', "
+      "MAX(?1, COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)))");
+  keep.Bind(1, high_water).Run();
 }
 
 bool Store::HasSchema() {
@@ -137,10 +253,19 @@ void Store::ResetSchema() {
       "DROP TABLE IF EXISTS outbox_archive; PRAGMA user_version = 0;");
   connection_.Exec(kOutboxSchemaV1);
   connection_.Exec(kMigrateToV2);
+  MigrateToV3();
   txn.Commit();
 }
 
-std::int64_t Store::Enqueue(const OutboxEvent& event) {
+sqlite::Transaction Store::BeginWrite() { return sqlite::Transaction(connection_); }
+
+sqlite::ReadTransaction Store::BeginRead() { return sqlite::ReadTransaction(connection_); }
+
+std::int64_t Store::Enqueue(sqlite::Transaction& txn, const OutboxEvent& event) {
+  if (&txn.connection() != &connection_)
+    throw ConfigError(fmt::format("enqueue event '{}' into '{}': the transaction is not on this "
+                                  "store's connection; begin it with Store::BeginWrite()",
+                                  event.event_id, connection_.path()));
   auto insert = connection_.Prepare(
       "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at) "
       "VALUES(?1, ?2, ?3, ?4, ?5)");
@@ -150,7 +275,81 @@ std::int64_t Store::Enqueue(const OutboxEvent& event) {
       .Bind(4, event.payload)
       .Bind(5, event.created_at_ms);
   insert.Run();
-  return sqlite3_last_insert_rowid(connection_.get());
+  return connection_.LastInsertRowid();
+}
+
+std::int64_t Store::BulkLoad(std::int64_t count,
+                             const std::function<OutboxEvent(std::int64_t)>& make_event,
+                             bool published) {
+  sqlite::Transaction txn(connection_);
+  auto insert = connection_.Prepare(
+      "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at, published, "
+      "published_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  for (std::int64_t i = 0; i < count; ++i) {
+    const OutboxEvent event = make_event(i);
+    insert.Reset();
+    insert.Bind(1, event.event_id)
+        .Bind(2, event.aggregate_id)
+        .Bind(3, event.event_type)
+        .Bind(4, event.payload)
+        .Bind(5, event.created_at_ms)
+        .Bind(6, std::int64_t{published ? 1 : 0});
+    if (published) insert.Bind(7, event.created_at_ms); else insert.BindNull(7);
+    insert.Run();
+  }
+  txn.Commit();
+  connection_.Exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  return std::max<std::int64_t>(count, 0);
+}
+
+std::int64_t Store::NextId() {
+  return 1 + connection_.QueryInt64(
+                 "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)");
+}
+
+OutboxCounts OutboxSnapshot::Counts() const {
+  OutboxCounts counts;
+  for (const SnapshotRow& row : rows) {
+    if (row.archived) continue;
+    ++counts.total;
+    if (row.published) ++counts.published;
+  }
+  counts.unpublished = counts.total - counts.published;
+  return counts;
+}
+
+OutboxSnapshot Store::Snapshot(sqlite::ReadTransaction& txn) {
+  if (&txn.connection() != &connection_)
+    throw ConfigError(fmt::format("snapshot of '{}': the transaction is not on this store's "
+                                  "connection; begin it with Store::BeginRead()",
+                                  connection_.path()));
+  OutboxSnapshot snapshot;
+  auto select = connection_.Prepare(
+      "SELECT id, event_id, aggregate_id, published <> 0, parked_at IS NOT NULL, 0 FROM outbox "
+      "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 1 FROM outbox_archive ORDER BY 1");
+  while (select.Step()) {
+    SnapshotRow row;
+    row.id = select.ColumnInt64(0);
+    row.event_id = select.ColumnText(1);
+    row.aggregate_id = select.ColumnText(2);
+    row.published = select.ColumnInt64(3) != 0;
+    row.parked = !row.published && select.ColumnInt64(4) != 0;
+    row.archived = select.ColumnInt64(5) != 0;
+    snapshot.rows.push_back(std::move(row));
+  }
+  return snapshot;
+}
+
+OutboxSnapshot Store::Snapshot() {
+  sqlite::ReadTransaction txn(connection_);
+  return Snapshot(txn);
+}
+
+std::string Store::IntegrityCheck() {
+  auto check = connection_.Prepare("PRAGMA integrity_check");
+  std::string answer;
+  while (check.Step()) answer += (answer.empty() ? "" : "; ") + check.ColumnText(0);
+  return answer;
 }
 
 std::vector<OutboxRow> Store::FetchUnpublished(std::int64_t after_id, std::int64_t limit) {
@@ -176,8 +375,8 @@ bool Store::MarkPublished(std::int64_t id) {
   sqlite::Transaction txn(connection_);
   auto update = connection_.Prepare(
       "UPDATE outbox SET published = 1, published_at = ?2 WHERE id = ?1 AND published = 0");
-  update.Bind(1, id).Bind(2, SystemNowMs()).Run();
-  const bool changed = sqlite3_changes(connection_.get()) == 1;
+  update.Bind(1, id).Bind(2, clock_->EpochMs()).Run();
+  const bool changed = connection_.Changes() == 1;
   txn.Commit();
   return changed;
 }
@@ -238,7 +437,7 @@ Claim Store::ClaimBatch(const ClaimRequest& request) {
   claim.token = connection_.QueryInt64("UPDATE outbox_fence SET token = token + 1 RETURNING token");
   // The IN (...) subquery is evaluated before any row is updated.
   auto update = connection_.Prepare(fmt::format(
-      "UPDATE outbox SET claim_token = ?1, claim_owner = ?2, claim_until = ?3 + ?4 "
+      "UPDATE outbox SET claim_token = ?1, claim_owner = ?2, claim_until = ?3 + ?4, claimed_at = ?3 "
       "WHERE id IN (SELECT o.id FROM outbox o WHERE {} ORDER BY o.id LIMIT ?7) "
       "RETURNING id, event_id, aggregate_id, event_type, payload, created_at, attempts",
       kClaimableWhere));
@@ -283,7 +482,7 @@ SettleReport Store::SettleBatch(std::int64_t token, const std::vector<std::int64
   for (std::int64_t id : acked) {
     mark.Reset();
     mark.Bind(1, id).Bind(2, token).Bind(3, now_ms).Run();
-    if (sqlite3_changes(connection_.get()) == 1) {
+    if (connection_.Changes() == 1) {
       ++report.marked;
       report.marked_ids.push_back(id);
     } else {
@@ -323,6 +522,35 @@ SettleReport Store::SettleBatch(std::int64_t token, const std::vector<std::int64
   return report;
 }
 
+std::vector<ClaimOwner> Store::ClaimOwners(std::int64_t now_ms) {
+  auto select = connection_.Prepare(
+      "SELECT claim_owner, COUNT(*), MIN(COALESCE(claimed_at, claim_until)), MAX(claim_until) "
+      "FROM outbox WHERE published = 0 AND claim_until > ?1 AND claim_owner IS NOT NULL "
+      "GROUP BY claim_owner ORDER BY claim_owner");
+  select.Bind(1, now_ms);
+  std::vector<ClaimOwner> owners;
+  while (select.Step()) {
+    ClaimOwner owner;
+    owner.owner = select.ColumnText(0);
+    owner.rows = select.ColumnInt64(1);
+    owner.age_ms = std::max<std::int64_t>(0, now_ms - select.ColumnInt64(2));
+    owner.expires_in_ms = std::max<std::int64_t>(0, select.ColumnInt64(3) - now_ms);
+    owners.push_back(std::move(owner));
+  }
+  return owners;
+}
+
+std::int64_t Store::ReleaseClaimsOf(const std::string& owner) {
+  sqlite::Transaction txn(connection_);
+  auto release = connection_.Prepare(
+      "UPDATE outbox SET claim_token = NULL, claim_owner = NULL, claim_until = NULL "
+      "WHERE claim_owner = ?1 AND published = 0");
+  release.Bind(1, owner).Run();
+  const std::int64_t released = connection_.Changes();
+  txn.Commit();
+  return released;
+}
+
 void Store::ReleaseClaim(std::int64_t token) {
   sqlite::Transaction txn(connection_);
   auto release = connection_.Prepare(
@@ -334,35 +562,78 @@ void Store::ReleaseClaim(std::int64_t token) {
 
 OutboxStatus Store::Status(std::int64_t now_ms) {
   // A read transaction: every count comes from the same snapshot.
-  connection_.Exec("BEGIN");
+  sqlite::ReadTransaction txn(connection_);
   OutboxStatus status;
-  try {
-    auto select = connection_.Prepare(R"sql(
+  {
+    constexpr const char* kStatusSql = R"sql(
 SELECT
   COALESCE(SUM(published = 0 AND parked_at IS NULL), 0),
-  MIN(CASE WHEN published = 0 AND parked_at IS NULL THEN created_at END),
+  MIN(CASE WHEN published = 0 AND parked_at IS NULL AND {} THEN created_at END),
   COALESCE(SUM(published = 0 AND parked_at IS NULL AND next_attempt_at > ?1), 0),
   COALESCE(SUM(published = 0 AND parked_at IS NOT NULL), 0),
   COALESCE(SUM(published = 0 AND claim_until > ?1), 0),
   COALESCE(SUM(published <> 0), 0)
 FROM outbox
-)sql");
+)sql";
+    auto select = connection_.Prepare(fmt::format(kStatusSql, kCreatedAtValid));
     select.Bind(1, now_ms);
     select.Step();
-    status.unpublished = select.ColumnInt64(0);
+    status.pending = select.ColumnInt64(0);
     if (!select.ColumnIsNull(1))
-      status.oldest_unpublished_age_ms = std::max<std::int64_t>(0, now_ms - select.ColumnInt64(1));
+      status.oldest_pending_age_ms = std::max<std::int64_t>(0, now_ms - select.ColumnInt64(1));
     status.in_backoff = select.ColumnInt64(2);
     status.parked = select.ColumnInt64(3);
     status.claimed = select.ColumnInt64(4);
     status.published = select.ColumnInt64(5);
+    status.unpublished = status.pending + status.parked;
     status.archived = connection_.QueryInt64("SELECT COUNT(*) FROM outbox_archive");
-  } catch (...) {
-    sqlite3_exec(connection_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
-    throw;
   }
-  connection_.Exec("COMMIT");
+  {
+    auto bad = connection_.Prepare(fmt::format(
+        "SELECT id FROM outbox WHERE published = 0 AND NOT {} ORDER BY id", kCreatedAtValid));
+    while (bad.Step()) {
+      ++status.bad_created_at;
+      if (status.bad_created_at_ids.size() < kBadCreatedAtIdsShown)
+        status.bad_created_at_ids.push_back(bad.ColumnInt64(0));
+    }
+  }
   return status;
+}
+
+TroubledRows Store::ListTroubled(std::int64_t now_ms, std::int64_t limit) {
+  if (limit <= 0) throw ConfigError(fmt::format("list parked rows: limit {}: must be at least 1", limit));
+  sqlite::ReadTransaction txn(connection_);
+  TroubledRows out;
+  {
+    auto count = connection_.Prepare(
+        "SELECT COALESCE(SUM(parked_at IS NOT NULL), 0), "
+        "COALESCE(SUM(parked_at IS NULL AND attempts > 0), 0) FROM outbox WHERE published = 0");
+    count.Step();
+    out.parked = count.ColumnInt64(0);
+    out.failing = count.ColumnInt64(1);
+  }
+  auto select = connection_.Prepare(fmt::format(
+      "SELECT id, event_id, aggregate_id, event_type, parked_at IS NOT NULL, attempts, "
+      "COALESCE(last_error, ''), CASE WHEN {} THEN created_at END, next_attempt_at FROM outbox "
+      "WHERE published = 0 AND (parked_at IS NOT NULL OR attempts > 0) "
+      "ORDER BY parked_at IS NULL, id LIMIT ?1",
+      kCreatedAtValid));
+  select.Bind(1, limit);
+  while (select.Step()) {
+    TroubledRow row;
+    row.id = select.ColumnInt64(0);
+    row.event_id = select.ColumnText(1);
+    row.aggregate_id = select.ColumnText(2);
+    row.event_type = select.ColumnText(3);
+    row.parked = select.ColumnInt64(4) != 0;
+    row.attempts = select.ColumnInt64(5);
+    row.last_error = select.ColumnText(6);
+    if (!select.ColumnIsNull(7))
+      row.age_ms = std::max<std::int64_t>(0, now_ms - select.ColumnInt64(7));
+    row.next_attempt_at_ms = select.ColumnInt64(8);
+    out.rows.push_back(std::move(row));
+  }
+  return out;
 }
 
 bool Store::Unpark(std::int64_t id) {
@@ -371,7 +642,7 @@ bool Store::Unpark(std::int64_t id) {
       "UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = 0 "
       "WHERE id = ?1 AND published = 0 AND parked_at IS NOT NULL");
   update.Bind(1, id).Run();
-  const bool changed = sqlite3_changes(connection_.get()) == 1;
+  const bool changed = connection_.Changes() == 1;
   txn.Commit();
   return changed;
 }
@@ -381,7 +652,7 @@ std::int64_t Store::UnparkAll() {
   connection_.Exec(
       "UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = 0 "
       "WHERE published = 0 AND parked_at IS NOT NULL");
-  const std::int64_t changed = sqlite3_changes(connection_.get());
+  const std::int64_t changed = connection_.Changes();
   txn.Commit();
   return changed;
 }
@@ -390,7 +661,7 @@ PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_siz
   if (batch_size <= 0)
     throw ConfigError(fmt::format("purge batch size {}: must be at least 1", batch_size));
   PurgeReport report;
-  const std::int64_t now_ms = SystemNowMs();
+  const std::int64_t now_ms = clock_->EpochMs();
   auto pick = connection_.Prepare(
       "SELECT id FROM outbox WHERE published <> 0 AND COALESCE(published_at, created_at) < ?1 "
       "ORDER BY id LIMIT ?2");
@@ -415,7 +686,7 @@ PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_siz
       }
       remove.Reset();
       remove.Bind(1, id).Run();
-      report.deleted += sqlite3_changes(connection_.get());
+      report.deleted += connection_.Changes();
     }
     HitFailpoint("purge.mid_batch");
     txn.Commit();

@@ -7,7 +7,7 @@
 
 #include "lab/embedded_broker.h"  // rdkafka.h, then rdkafka_mock.h
 #include "lab/topic_reader.h"
-#include "outbox/chapter_relay.h"
+#include "outbox/per_row_relay.h"
 #include "outbox/error.h"
 #include "outbox/kafka/handles.h"
 #include "outbox/kafka/kafka_publisher.h"
@@ -240,8 +240,8 @@ TEST_CASE("Relay with KafkaPublisher leaves rows unpublished from the one the br
   outbox::Store store(dir.File("lab.db"), outbox::StoreOptions{}, outbox::OpenMode::kCreate);
   store.ResetSchema();
   for (int i = 1; i <= 3; ++i) {
-    outbox::sqlite::Transaction txn(store.connection());
-    store.Enqueue(MakeEvent(i));
+    auto txn = store.BeginWrite();
+    store.Enqueue(txn, MakeEvent(i));
     txn.Commit();
   }
   EmbeddedBroker broker;
@@ -250,12 +250,12 @@ TEST_CASE("Relay with KafkaPublisher leaves rows unpublished from the one the br
   // The first produce succeeds, the second is rejected.
   rd_kafka_mock_push_request_errors(broker.cluster(), kProduceApiKey, 2,
                                     RD_KAFKA_RESP_ERR_NO_ERROR, RD_KAFKA_RESP_ERR_INVALID_MSG);
-  outbox::ChapterRelayOptions options;
+  outbox::PerRowRelayOptions options;
   options.limit = 10;
-  std::vector<outbox::ChapterRelayStep> steps;
+  std::vector<outbox::PerRowRelayStep> steps;
 
-  const auto report = outbox::RunChapterRelay(
-      store, publisher, options, [&](const outbox::ChapterRelayStep& s) { steps.push_back(s); });
+  const auto report = outbox::RunPerRowRelay(
+      store, publisher, options, [&](const outbox::PerRowRelayStep& s) { steps.push_back(s); });
 
   REQUIRE(report.sent == 1);
   REQUIRE(report.marked == 1);
@@ -269,7 +269,7 @@ TEST_CASE("Relay with KafkaPublisher leaves rows unpublished from the one the br
   CHECK(unpublished[1].id == 3);
 
   // Once the broker accepts again, the next run sends rows 2 and 3.
-  const auto second = outbox::RunChapterRelay(store, publisher, options, nullptr);
+  const auto second = outbox::RunPerRowRelay(store, publisher, options, nullptr);
   REQUIRE(second.sent == 2);
   REQUIRE(second.marked == 2);
   REQUIRE(store.Count().unpublished == 0);

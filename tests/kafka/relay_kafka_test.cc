@@ -37,16 +37,15 @@ constexpr const char* kTopic = "loan-events";
 // Enqueues MakeEvent(1..n) in one transaction (the relay does not care how
 // rows were committed, and one commit keeps the test fast).
 void EnqueueInOneTransaction(Store& store, int n) {
-  outbox::sqlite::Transaction txn(store.connection());
-  for (int i = 1; i <= n; ++i) store.Enqueue(MakeEvent(i));
+  auto txn = store.BeginWrite();
+  for (int i = 1; i <= n; ++i) store.Enqueue(txn, MakeEvent(i));
   txn.Commit();
 }
 
 // Every event id in the outbox, in id order.
 std::vector<std::string> OutboxEventIds(Store& store) {
-  auto select = store.connection().Prepare("SELECT event_id FROM outbox ORDER BY id");
   std::vector<std::string> ids;
-  while (select.Step()) ids.push_back(select.ColumnText(0));
+  for (const outbox::SnapshotRow& row : store.Snapshot().rows) ids.push_back(row.event_id);
   return ids;
 }
 
@@ -119,7 +118,7 @@ TEST_CASE("Relay with KafkaPublisher backs off while the broker is down and lose
   RelayOptions options;
   options.batch_size = 50;
   options.owner = "relay-kafka-test";
-  options.clock = clock.clock();
+  options.clock = &clock;
   Relay relay(store, publisher, options);
 
   rd_kafka_mock_broker_set_down(broker.cluster(), 1);
@@ -131,13 +130,13 @@ TEST_CASE("Relay with KafkaPublisher backs off while the broker is down and lose
   CHECK(down.settle.marked == 0);
   CHECK(down.settle.retried == 20);
   CHECK(store.Count().published == 0);
-  CHECK(store.Status(clock.now_ms).in_backoff == 20);
+  CHECK(store.Status(clock.EpochMs()).in_backoff == 20);
   CHECK(relay.RunBatch().claimed == 0);  // still in backoff
 
   rd_kafka_mock_broker_set_up(broker.cluster(), 1);
   std::int64_t batches_after_up = 0;
   for (int i = 0; i < 10 && store.PendingCount() > 0; ++i) {
-    clock.now_ms += options.settle.backoff_max_ms;  // every backoff has run out
+    clock.AdvanceMs(options.settle.backoff_max_ms);  // every backoff has run out
     relay.RunBatch();
     ++batches_after_up;
   }

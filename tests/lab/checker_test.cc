@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "lab/checker.h"
+#include "outbox/clock.h"
 #include "lab/loans.h"
 #include "lab/reconciliation.h"
 #include "outbox/error.h"
@@ -44,12 +45,11 @@ class CheckerFixture {
     for (int i = 1; i <= n; ++i) outbox::lab::WriteLoanWithEvent(*store, i);
   }
   void MarkAll() {
-    store->connection().Exec("UPDATE outbox SET published = 1, published_at = 1");
+    for (const outbox::SnapshotRow& row : store->Snapshot().rows) store->MarkPublished(row.id);
   }
   void Mark(const std::string& event_id) {
-    auto update = store->connection().Prepare(
-        "UPDATE outbox SET published = 1, published_at = 1 WHERE event_id = ?1");
-    update.Bind(1, event_id).Run();
+    for (const outbox::SnapshotRow& row : store->Snapshot().rows)
+      if (row.event_id == event_id) REQUIRE(store->MarkPublished(row.id));
   }
 
   TempDir dir;
@@ -160,14 +160,13 @@ TEST_CASE("CheckRun reports a loan without an outbox row and an event without a 
   CheckerFixture f;
   f.WriteLoans(2);
   f.MarkAll();
-  auto& db = f.store->connection();
 
   SECTION("naive-hold: business row L-2001 committed, no outbox row") {
-    outbox::lab::Loan loan = outbox::lab::ChapterLoan(1001);
+    outbox::lab::Loan loan = outbox::lab::ChapterLoan(1001, f.store->clock().EpochMs());
     loan.book_id = "B-201";
     {
-      outbox::sqlite::Transaction txn(db);
-      outbox::lab::InsertLoan(db, loan);
+      auto txn = f.store->BeginWrite();
+      outbox::lab::InsertLoan(txn.connection(), loan);
       txn.Commit();
     }
     const CheckResult r = CheckRun(*f.store, Records({"evt-1001", "evt-1002"}));
@@ -182,8 +181,8 @@ TEST_CASE("CheckRun reports a loan without an outbox row and an event without a 
     auto event = outbox::testing::MakeEvent(7);
     event.aggregate_id = "L-9999";
     {
-      outbox::sqlite::Transaction txn(db);
-      f.store->Enqueue(event);
+      auto txn = f.store->BeginWrite();
+      f.store->Enqueue(txn, event);
       txn.Commit();
     }
     f.Mark(event.event_id);
@@ -199,11 +198,10 @@ TEST_CASE("CheckRun reports a later event of an aggregate seen first on the same
           "[checker]") {
   CheckerFixture f;
   f.WriteLoans(1);  // evt-1001 on L-1001, outbox id 1
-  auto& db = f.store->connection();
   for (const char* id : {"evt-1001-b", "evt-1001-c"}) {  // ids 2, 3 on the same loan
-    outbox::OutboxEvent event{id, "L-1001", "LoanUpdated", "{}", 1};
-    outbox::sqlite::Transaction txn(db);
-    f.store->Enqueue(event);
+    outbox::OutboxEvent event{id, "L-1001", "LoanUpdated", "{}", outbox::testing::kNowMs};
+    auto txn = f.store->BeginWrite();
+    f.store->Enqueue(txn, event);
     txn.Commit();
   }
   f.MarkAll();
@@ -354,7 +352,8 @@ TEST_CASE("A relay settle is recorded as marks and fenced marks and parks with i
   TempDir dir;
   const std::string path = dir.File("history.jsonl");
   {
-    outbox::lab::History history(path);
+    outbox::SystemClock clock;
+    outbox::lab::History history(path, clock);
     outbox::lab::RecordSettle(&history, 12, {"evt-1"}, {"evt-2"}, {"evt-3"});
     outbox::lab::RecordSettle(nullptr, 13, {"evt-4"}, {}, {});  // no history: nothing
   }
@@ -374,8 +373,11 @@ TEST_CASE("Phase records carry a monotonic time and the token and the checker ig
   TempDir dir;
   const std::string path = dir.File("history.jsonl");
   {
-    outbox::lab::History history(path);
+    outbox::ManualClock clock(1'700'000'000'000);
+    clock.AdvanceMs(5);
+    outbox::lab::History history(path, clock);
     outbox::lab::NotePhase(&history, "claim", 12);
+    clock.AdvanceMs(3);
     outbox::lab::NotePhase(&history, "acked", 12);
     outbox::lab::NotePhase(nullptr, "mark", 12);  // no history: nothing
   }
@@ -389,8 +391,9 @@ TEST_CASE("Phase records carry a monotonic time and the token and the checker ig
   const auto mono_us = [](const outbox::lab::HistoryOp& op) {
     return nlohmann::json::parse(op.details).at("mono_us").get<std::int64_t>();
   };
-  CHECK(mono_us(ops[0]) > 0);
-  CHECK(mono_us(ops[1]) >= mono_us(ops[0]));
+  // The phase time is the clock's monotonic reading, in µs.
+  CHECK(mono_us(ops[0]) == 5'000);
+  CHECK(mono_us(ops[1]) == 8'000);
 
   CheckerFixture f;
   f.WriteLoans(1);

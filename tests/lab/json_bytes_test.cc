@@ -60,3 +60,18 @@ TEST_CASE("EscapeBytes shows control bytes and backslashes unambiguously", "[jso
   CHECK(EscapeBytes("\xE5\x80\x9F") == "\xE5\x80\x9F");
   CHECK(IsValidUtf8(EscapeBytes("\xC3\x28\xFF")));
 }
+
+TEST_CASE("DumpJson writes strings and keys that are not UTF-8 as valid JSON", "[json]") {
+  const std::string bad("evt-\xC3\x28", 6);
+  nlohmann::ordered_json out;
+  out["lost"] = nlohmann::ordered_json::array({bad, "evt-2"});
+  out["duplicated"][bad] = 2;
+  out["ok"] = 1;
+  CHECK_THROWS(out.dump());  // what check --json did before
+  const std::string line = outbox::lab::DumpJson(out);
+  const nlohmann::json back = nlohmann::json::parse(line);
+  CHECK(BytesFromJson(back["lost"][0]) == bad);
+  CHECK(back["lost"][1] == "evt-2");
+  CHECK(back["duplicated"]["evt-\\xC3("] == 2);
+  CHECK(back["ok"] == 1);
+}

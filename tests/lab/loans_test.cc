@@ -33,16 +33,20 @@ TEST_CASE("WriteLoanWithEvent with an error before commit leaves neither the loa
 
   REQUIRE(error.has_value());
   CHECK_THAT(error->what(), Catch::Contains("write.before_commit"));
-  auto& db = store->connection();
-  CHECK(outbox::lab::LoanExists(db, "L-1001"));
-  CHECK_FALSE(outbox::lab::LoanExists(db, "L-1002"));
-  CHECK(outbox::lab::CountLoans(db) == 1);
+  {
+    auto txn = store->BeginRead();
+    CHECK(outbox::lab::LoanExists(txn.connection(), "L-1001"));
+    CHECK_FALSE(outbox::lab::LoanExists(txn.connection(), "L-1002"));
+    CHECK(outbox::lab::CountLoans(txn.connection()) == 1);
+    const auto rows = store->Snapshot(txn).rows;
+    REQUIRE(rows.size() == 1);
+    CHECK(rows[0].event_id == "evt-1001");
+  }
   CHECK(store->Count().total == 1);
-  CHECK(db.QueryInt64("SELECT COUNT(*) FROM outbox WHERE event_id = 'evt-1002'") == 0);
   // The rollback released the write lock: the next write goes through.
   ConfigureFailpoints("");
   outbox::lab::WriteLoanWithEvent(*store, 2);
-  CHECK(outbox::lab::CountLoans(db) == 2);
+  CHECK(outbox::lab::CountLoans(store->BeginRead().connection()) == 2);
   CHECK(store->Count().total == 2);
 }
 
@@ -58,8 +62,7 @@ TEST_CASE("WriteLoanWithEvent with an error after commit has committed both the 
 
   REQUIRE(error.has_value());
   CHECK_THAT(error->what(), Catch::Contains("write.after_commit"));
-  auto& db = store->connection();
-  CHECK(outbox::lab::LoanExists(db, "L-1001"));
+  CHECK(outbox::lab::LoanExists(store->BeginRead().connection(), "L-1001"));
   const auto rows = store->FetchUnpublished(0, 10);
   REQUIRE(rows.size() == 1);
   CHECK(rows[0].event.event_id == "evt-1001");

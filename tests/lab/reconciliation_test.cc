@@ -99,10 +99,10 @@ TEST_CASE("TakeDbSnapshot counts loans and outbox rows and lists event ids in id
   outbox::testing::TempDir dir;
   auto store = outbox::lab::ResetLabDatabase(dir.File("lab.db"), outbox::StoreOptions{});
   for (int i = 1; i <= 3; ++i) {
-    outbox::sqlite::Transaction txn(store->connection());
-    const auto loan = outbox::lab::ChapterLoan(i);
-    outbox::lab::InsertLoan(store->connection(), loan);
-    store->Enqueue(outbox::lab::LoanCreatedEvent(loan, i));
+    auto txn = store->BeginWrite();
+    const auto loan = outbox::lab::ChapterLoan(i, store->clock().EpochMs());
+    outbox::lab::InsertLoan(txn.connection(), loan);
+    store->Enqueue(txn, outbox::lab::LoanCreatedEvent(loan, i));
     txn.Commit();
   }
   REQUIRE(store->MarkPublished(2));

@@ -263,7 +263,7 @@ TEST_CASE(
   CHECK(IsValidUtf8(html));
 }
 
-TEST_CASE("The page escapes markup and invalid UTF-8 from the topic, the database and the history",
+TEST_CASE("The page escapes markup and invalid UTF-8 from the topic and the database and the history",
           "[report]") {
   ReportModel model = ChapterModel();
   const std::string hostile = "<script>alert(1)</script>\"'&\xFF\xC0";

@@ -8,7 +8,7 @@
 #include "lab/embedded_broker.h"
 #include "lab/loans.h"
 #include "lab/topic_reader.h"
-#include "outbox/chapter_relay.h"
+#include "outbox/per_row_relay.h"
 #include "outbox/error.h"
 #include "outbox/kafka/handles.h"
 #include "outbox/kafka/kafka_publisher.h"
@@ -65,7 +65,7 @@ TEST_CASE("ReadTopic returns every published record with key and value and offse
   for (int i = 1; i <= 3; ++i) {
     outbox::OutboxRow row;
     row.id = i;
-    row.event = outbox::lab::LoanCreatedEvent(outbox::lab::ChapterLoan(i), i);
+    row.event = outbox::lab::LoanCreatedEvent(outbox::lab::ChapterLoan(i, outbox::testing::MakeEvent(i).created_at_ms), i);
     messages.push_back(outbox::MessageForRow(row));
   }
   for (const auto& result : publisher.Publish(messages)) REQUIRE(result.ok);

@@ -1,6 +1,6 @@
 // ChangeWatcher: the relay's inotify idle wait. A commit by another
 // connection wakes it, other files in the directory do not, a readable stop
-// descriptor ends it, and Drain forgets what was queued.
+// descriptor ends it, and ForgetWakeups forgets what was queued.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -58,7 +58,7 @@ TEST_CASE("ChangeWatcher wakes with kChanged after another connection commits a 
   relay_store.ResetSchema();
   Store writer(path, StoreOptions{}, OpenMode::kExisting);
   ChangeWatcher watcher(path, -1);
-  watcher.Drain();
+  watcher.ForgetWakeups();
 
   EnqueueRange(writer, 1, 1);  // the commit queues an inotify event before Wait runs
 
@@ -73,7 +73,7 @@ TEST_CASE("ChangeWatcher returns kTimeout when nothing happens", "[relay]") {
   Store relay_store(path, StoreOptions{}, OpenMode::kCreate);
   relay_store.ResetSchema();
   ChangeWatcher watcher(path, -1);
-  watcher.Drain();
+  watcher.ForgetWakeups();
 
   CHECK(watcher.Wait(kShortWaitMs) == Wake::kTimeout);
   CHECK(watcher.Wait(0) == Wake::kTimeout);
@@ -86,7 +86,7 @@ TEST_CASE("ChangeWatcher does not report writes to other files of the directory 
   Store relay_store(path, StoreOptions{}, OpenMode::kCreate);
   relay_store.ResetSchema();
   ChangeWatcher watcher(path, -1);
-  watcher.Drain();
+  watcher.ForgetWakeups();
 
   WriteFileBytes(dir.path() / "other.txt", "not the database");
   WriteFileBytes(dir.path() / "lab.db.bak", "not the database either");
@@ -101,7 +101,7 @@ TEST_CASE("ChangeWatcher returns kStop once the stop descriptor is readable", "[
   relay_store.ResetSchema();
   Pipe stop;
   ChangeWatcher watcher(path, stop.read_end());
-  watcher.Drain();
+  watcher.ForgetWakeups();
   CHECK_FALSE(watcher.StopRequested());
 
   stop.RequestStop();
@@ -121,7 +121,7 @@ TEST_CASE("ChangeWatcher reports kStop before a change when both are pending", "
   Store writer(path, StoreOptions{}, OpenMode::kExisting);
   Pipe stop;
   ChangeWatcher watcher(path, stop.read_end());
-  watcher.Drain();
+  watcher.ForgetWakeups();
 
   EnqueueRange(writer, 1, 1);
   stop.RequestStop();
@@ -129,7 +129,7 @@ TEST_CASE("ChangeWatcher reports kStop before a change when both are pending", "
   CHECK(watcher.Wait(kLongWaitMs) == Wake::kStop);
 }
 
-TEST_CASE("ChangeWatcher Drain forgets the changes queued so far", "[relay]") {
+TEST_CASE("ChangeWatcher ForgetWakeups forgets the changes queued so far", "[relay]") {
   TempDir dir;
   const std::string path = dir.File("lab.db");
   Store relay_store(path, StoreOptions{}, OpenMode::kCreate);
@@ -138,20 +138,20 @@ TEST_CASE("ChangeWatcher Drain forgets the changes queued so far", "[relay]") {
   ChangeWatcher watcher(path, -1);
 
   EnqueueRange(writer, 1, 3);
-  watcher.Drain();
+  watcher.ForgetWakeups();
 
   CHECK(watcher.Wait(kShortWaitMs) == Wake::kTimeout);
-  // A commit after the drain is seen again.
+  // A commit after ForgetWakeups is seen again.
   EnqueueRange(writer, 4, 4);
   CHECK(watcher.Wait(kLongWaitMs) == Wake::kChanged);
   CHECK(relay_store.PendingCount() == 4);
 }
 
-TEST_CASE("ChangeWatcher throws ConfigError naming a directory that cannot be watched", "[relay]") {
+TEST_CASE("ChangeWatcher throws SystemError naming a directory that cannot be watched", "[relay]") {
   TempDir dir;
   const std::string path = (dir.path() / "missing-dir" / "lab.db").string();
   const auto error =
-      outbox::testing::CaptureThrow<outbox::ConfigError>([&] { ChangeWatcher watcher(path, -1); });
+      outbox::testing::CaptureThrow<outbox::SystemError>([&] { ChangeWatcher watcher(path, -1); });
   REQUIRE(error.has_value());
   CHECK_THAT(error->what(), Catch::Contains("missing-dir"));
 }

@@ -56,13 +56,14 @@ class RelayFixture {
   RelayFixture() : store(dir.File("lab.db"), FastStoreOptions(), OpenMode::kCreate) {
     store.ResetSchema();
     options.owner = "relay-test";
-    options.clock = clock.clock();
+    options.clock = &clock;
     options.settle.backoff_base_ms = 100;
     options.settle.backoff_max_ms = 10000;
   }
 
   Ids PublishedIds() {
-    auto select = store.connection().Prepare("SELECT id FROM outbox WHERE published <> 0 ORDER BY id");
+    auto txn = store.BeginRead();
+    auto select = txn.connection().Prepare("SELECT id FROM outbox WHERE published <> 0 ORDER BY id");
     Ids ids;
     while (select.Step()) ids.push_back(select.ColumnInt64(0));
     return ids;
@@ -190,7 +191,7 @@ TEST_CASE("The keyset cursor claims batches of 2 then 2 then 1 over five rows an
   CHECK(relay.RunBatch().claimed == 2);
   CHECK(relay.RunBatch().claimed == 1);
   CHECK(relay.RunBatch().claimed == 0);  // rows 1 and 2 are in backoff
-  f.clock.now_ms += 100;
+  f.clock.AdvanceMs(100);
   const BatchReport retry = relay.RunBatch();  // nothing past id 5: a new pass
   CHECK(retry.claimed == 2);
   CHECK(retry.settle.marked == 2);
@@ -211,7 +212,7 @@ TEST_CASE("A due retry behind the keyset cursor is served before the rows past i
   Relay relay(f.store, publisher, f.options);
   REQUIRE(relay.RunBatch().claimed == 2);  // rows 1, 2 fail: backoff until +100
 
-  f.clock.now_ms += 100;  // rows 1 and 2 are due again; row 3 lies past the cursor
+  f.clock.AdvanceMs(100);  // rows 1 and 2 are due again; row 3 lies past the cursor
   const BatchReport next = relay.RunBatch();
 
   // A new pass starts at once, so a stream of new rows cannot starve retries.
@@ -230,20 +231,20 @@ TEST_CASE("A row in backoff is picked up once its backoff expires and not a mill
   Relay relay(f.store, publisher, f.options);
 
   REQUIRE(relay.RunBatch().settle.retried == 1);  // attempt 1: backoff 100 ms
-  f.clock.now_ms += 99;
+  f.clock.AdvanceMs(99);
   CHECK_FALSE(relay.HasClaimable());
   CHECK(relay.RunBatch().claimed == 0);
-  f.clock.now_ms += 1;
+  f.clock.AdvanceMs(1);
   CHECK(relay.HasClaimable());
   REQUIRE(relay.RunBatch().settle.retried == 1);  // attempt 2: backoff 200 ms
-  CHECK(IntColumn(f.store, "next_attempt_at", 1) == f.clock.now_ms + 200);
-  f.clock.now_ms += 199;
+  CHECK(IntColumn(f.store, "next_attempt_at", 1) == f.clock.EpochMs() + 200);
+  f.clock.AdvanceMs(199);
   CHECK(relay.RunBatch().claimed == 0);
-  f.clock.now_ms += 1;
+  f.clock.AdvanceMs(1);
   const BatchReport third = relay.RunBatch();
   CHECK(third.settle.marked == 1);
   CHECK(publisher.calls.size() == 3);
-  CHECK(IntColumn(f.store, "published_at", 1) == f.clock.now_ms);
+  CHECK(IntColumn(f.store, "published_at", 1) == f.clock.EpochMs());
   CHECK(IntColumn(f.store, "attempts", 1) == 2);
 }
 
@@ -270,7 +271,7 @@ TEST_CASE("A poison row is parked after max_attempts while rows of other aggrega
   for (int round = 1; round <= 4; ++round) {
     INFO("round " << round);
     const std::int64_t id = EnqueueAll(f.store, {EventOn(100 + round, "other")}).front();
-    f.clock.now_ms += f.options.settle.backoff_max_ms;
+    f.clock.AdvanceMs(f.options.settle.backoff_max_ms);
     drain();
     CHECK(IsPublished(f.store, id));
     CHECK(publisher.TimesSent(1) == std::min(1 + round, 3));
@@ -281,9 +282,9 @@ TEST_CASE("A poison row is parked after max_attempts while rows of other aggrega
   CHECK(parked_after_round == 2);  // attempts 2 and 3 came in rounds 1 and 2
   CHECK(IntColumn(f.store, "attempts", 1) == 3);
   CHECK_FALSE(IsPublished(f.store, 1));
-  const auto status = f.store.Status(f.clock.now_ms);
+  const auto status = f.store.Status(f.clock.EpochMs());
   CHECK(status.parked == 1);
-  CHECK(status.unpublished == 0);
+  CHECK(status.pending == 0);
   CHECK(f.store.PendingCount() == 0);
 }
 
@@ -305,7 +306,7 @@ TEST_CASE("With block-key a later row of a parked aggregate waits until the park
     const BatchReport blocked = relay.RunBatch();
     CHECK(blocked.claimed == 1);  // row 4 only
     CHECK(publisher.TimesSent(3) == 0);
-    f.clock.now_ms += 86400000;
+    f.clock.AdvanceMs(86400000);
     CHECK(relay.RunBatch().claimed == 0);
     CHECK_FALSE(relay.HasClaimable());
     CHECK(publisher.TimesSent(3) == 0);
@@ -352,7 +353,7 @@ TEST_CASE("With block-key a later row of an aggregate is not sent before an earl
   Relay relay(f.store, publisher, f.options);
   REQUIRE(relay.RunBatch().settle.retried == 2);
 
-  f.clock.now_ms += 100;  // rows 1 and 2 due again; the cursor is at 2
+  f.clock.AdvanceMs(100);  // rows 1 and 2 due again; the cursor is at 2
   while (relay.RunBatch().claimed > 0) {
   }
 
@@ -394,7 +395,7 @@ TEST_CASE("A row whose backoff expired is retried within a bounded number of bat
   REQUIRE(relay.RunBatch().settle.retried == 1);
 
   for (int i = 2; i <= 11; ++i) {
-    f.clock.now_ms += 1000;  // far past the 100 ms backoff
+    f.clock.AdvanceMs(1000);  // far past the 100 ms backoff
     EnqueueRange(f.store, i, i);
     relay.RunBatch();
   }
@@ -459,10 +460,10 @@ TEST_CASE("An error between the ack and the mark leaves the batch claimed and af
   REQUIRE(CaptureThrow<outbox::FailpointError>([&] { relay.RunBatch(); }).has_value());
   CHECK(publisher.calls.size() == 1);
   CHECK(f.PublishedIds().empty());
-  CHECK(f.store.Status(f.clock.now_ms).claimed == 2);
+  CHECK(f.store.Status(f.clock.EpochMs()).claimed == 2);
   CHECK(relay.RunBatch().claimed == 0);  // the lease holds
 
-  f.clock.now_ms += 5000;
+  f.clock.AdvanceMs(5000);
   const BatchReport again = relay.RunBatch();
   CHECK(again.settle.marked == 2);
   CHECK(publisher.calls.size() == 2);  // at-least-once: both rows sent twice
@@ -532,7 +533,7 @@ TEST_CASE("RunRelayLoop until empty waits out a backoff instead of ending early"
   FakeWaiter waiter;
   std::int64_t waited_ms = 0;
   waiter.on_wait = [&](int timeout_ms) {
-    f.clock.now_ms += timeout_ms;  // the wait times out: time passes
+    f.clock.AdvanceMs(timeout_ms);  // the wait times out: time passes
     waited_ms += timeout_ms;
   };
   LoopOptions loop;
@@ -549,7 +550,7 @@ TEST_CASE("RunRelayLoop until empty waits out a backoff instead of ending early"
   CHECK(publisher.calls.size() == 2);
   CHECK(f.PublishedIds() == Ids{1, 2});
   CHECK(waited_ms >= 300);
-  CHECK(waiter.drains >= waiter.waits);
+  CHECK(waiter.forgets >= waiter.waits);
   // Idle waits double from idle_min_ms up to idle_max_ms.
   REQUIRE(waiter.timeouts_ms.size() >= 6);
   CHECK(std::vector<int>(waiter.timeouts_ms.begin(), waiter.timeouts_ms.begin() + 6) ==
@@ -570,7 +571,7 @@ TEST_CASE("RunRelayLoop until empty ends when the only pending row is blocked be
   Relay relay(f.store, publisher, f.options);
   FakeWaiter waiter;
   waiter.max_waits = 50;
-  waiter.on_wait = [&](int timeout_ms) { f.clock.now_ms += timeout_ms; };
+  waiter.on_wait = [&](int timeout_ms) { f.clock.AdvanceMs(timeout_ms); };
   LoopOptions loop;
   loop.mode = LoopMode::kUntilEmpty;
 
@@ -603,7 +604,7 @@ TEST_CASE("A stop request ends the loop after the current batch with every acked
   CHECK(report.marked == 3);
   CHECK(publisher.calls.size() == 1);
   CHECK(f.PublishedIds() == Ids{1, 2, 3});
-  CHECK(f.store.Status(f.clock.now_ms).claimed == 0);
+  CHECK(f.store.Status(f.clock.EpochMs()).claimed == 0);
   CHECK(waiter.waits == 0);
 }
 
@@ -661,7 +662,7 @@ TEST_CASE("RunBatch reports each settle to on_settle with its token and the mark
     publisher.on_publish = [&](const std::vector<outbox::OutboundMessage>&) {
       if (took_over) return;
       took_over = true;
-      f.clock.now_ms += f.options.lease_ms;  // this relay's lease is gone
+      f.clock.AdvanceMs(f.options.lease_ms);  // this relay's lease is gone
       REQUIRE(other.RunBatch().settle.marked == 3);
     };
     Relay relay(f.store, publisher, f.options);

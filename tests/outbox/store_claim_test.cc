@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "outbox/chapter_relay.h"
+#include "outbox/per_row_relay.h"
 #include "outbox/error.h"
 #include "outbox/sqlite/connection.h"
 #include "outbox/store.h"
@@ -86,7 +86,7 @@ SettlePolicy ParkOnFirstFailure() {
 }
 
 std::int64_t FenceToken(Store& store) {
-  return store.connection().QueryInt64("SELECT token FROM outbox_fence WHERE id = 1");
+  return store.BeginRead().connection().QueryInt64("SELECT token FROM outbox_fence WHERE id = 1");
 }
 
 }  // namespace
@@ -318,7 +318,7 @@ TEST_CASE("SettleBatch backs a failing row off by base then twice then four time
   CHECK(f.store.ClaimBatch(Request(far_future)).rows.empty());
   const auto status = f.store.Status(far_future);
   CHECK(status.parked == 1);
-  CHECK(status.unpublished == 0);
+  CHECK(status.pending == 0);
   CHECK(status.in_backoff == 0);
   CHECK(f.store.PendingCount() == 0);
 }
@@ -378,8 +378,8 @@ TEST_CASE("Status counts unpublished and in-backoff and parked and claimed and p
   StoreFixture f;
   SECTION("an empty outbox") {
     const auto status = f.store.Status(kNowMs);
-    CHECK(status.unpublished == 0);
-    CHECK(status.oldest_unpublished_age_ms == 0);
+    CHECK(status.pending == 0);
+    CHECK(status.oldest_pending_age_ms == 0);
     CHECK(status.in_backoff == 0);
     CHECK(status.parked == 0);
     CHECK(status.claimed == 0);
@@ -395,9 +395,10 @@ TEST_CASE("Status counts unpublished and in-backoff and parked and claimed and p
     REQUIRE(IdsOf(f.store.ClaimBatch(Request(kNowMs, 1, 3)).rows) == Ids{4});  // until +30000
 
     const auto status = f.store.Status(kNowMs);
-    CHECK(status.unpublished == 4);  // rows 3, 4, 5, 6
-    // The oldest unpublished, unparked row is row 3.
-    CHECK(status.oldest_unpublished_age_ms == kNowMs - MakeEvent(3).created_at_ms);
+    CHECK(status.pending == 4);  // rows 3, 4, 5, 6
+    CHECK(status.unpublished == 5);  // and the parked row 2
+    // The oldest pending (unpublished, unparked) row is row 3.
+    CHECK(status.oldest_pending_age_ms == kNowMs - MakeEvent(3).created_at_ms);
     CHECK(status.in_backoff == 1);
     CHECK(status.parked == 1);
     CHECK(status.claimed == 1);
@@ -410,9 +411,9 @@ TEST_CASE("Status counts unpublished and in-backoff and parked and claimed and p
     CHECK(f.store.Status(kNowMs + 29999).claimed == 1);
     CHECK(f.store.Status(kNowMs + 30000).claimed == 0);
     // A clock behind every created_at gives age 0, never a negative age.
-    CHECK(f.store.Status(MakeEvent(1).created_at_ms - 5000).oldest_unpublished_age_ms == 0);
-    CHECK(f.store.Status(MakeEvent(3).created_at_ms).oldest_unpublished_age_ms == 0);
-    CHECK(f.store.Status(MakeEvent(3).created_at_ms + 1).oldest_unpublished_age_ms == 1);
+    CHECK(f.store.Status(MakeEvent(1).created_at_ms - 5000).oldest_pending_age_ms == 0);
+    CHECK(f.store.Status(MakeEvent(3).created_at_ms).oldest_pending_age_ms == 0);
+    CHECK(f.store.Status(MakeEvent(3).created_at_ms + 1).oldest_pending_age_ms == 1);
   }
 }
 
@@ -481,17 +482,18 @@ TEST_CASE("PurgePublished deletes published rows older than the cutoff in ceil(n
   CHECK(report.deleted == 7);
   CHECK(report.batches == (7 + batch - 1) / batch);
   CHECK(report.archived == (archive ? 7 : 0));
-  auto remaining = f.store.connection().Prepare("SELECT id FROM outbox ORDER BY id");
   Ids ids;
-  while (remaining.Step()) ids.push_back(remaining.ColumnInt64(0));
+  for (const auto& row : f.store.Snapshot().rows)
+    if (!row.archived) ids.push_back(row.id);
   CHECK(ids == Ids{8, 9, 10});
   const auto status = f.store.Status(kNowMs + 20);
   CHECK(status.published == 1);
   CHECK(status.parked == 1);
-  CHECK(status.unpublished == 1);
+  CHECK(status.pending == 1);
   CHECK(status.archived == (archive ? 7 : 0));
   if (archive) {
-    auto copied = f.store.connection().Prepare(
+    auto txn = f.store.BeginRead();
+    auto copied = txn.connection().Prepare(
         "SELECT id, event_id, aggregate_id, payload, created_at, published_at "
         "FROM outbox_archive ORDER BY id");
     for (int i = 1; i <= 7; ++i) {
@@ -514,7 +516,7 @@ TEST_CASE("PurgePublished deletes published rows older than the cutoff in ceil(n
   CHECK(again.batches == 0);
 }
 
-TEST_CASE("Opening the chapter's schema 1 database with kExisting migrates it to schema 2 and "
+TEST_CASE("Opening the chapter's schema 1 database with kExisting migrates it to schema 3 and "
           "keeps its rows",
           "[store]") {
   TempDir dir;
@@ -536,8 +538,8 @@ TEST_CASE("Opening the chapter's schema 1 database with kExisting migrates it to
 
   Store store(path, StoreOptions{}, OpenMode::kExisting);
 
-  REQUIRE(store.connection().QueryInt64("PRAGMA user_version") == outbox::kSchemaVersion);
-  REQUIRE(outbox::kSchemaVersion == 2);
+  REQUIRE(store.BeginRead().connection().QueryInt64("PRAGMA user_version") == outbox::kSchemaVersion);
+  REQUIRE(outbox::kSchemaVersion == 3);
   const auto counts = store.Count();
   CHECK(counts.total == 3);
   CHECK(counts.published == 1);
@@ -551,8 +553,8 @@ TEST_CASE("Opening the chapter's schema 1 database with kExisting migrates it to
     CHECK_FALSE(IntColumn(store, "claim_token", id).has_value());
     CHECK_FALSE(TextColumn(store, "last_error", id).has_value());
   }
-  CHECK(store.connection().QueryInt64("SELECT token FROM outbox_fence WHERE id = 1") == 0);
-  CHECK(store.connection().QueryInt64("SELECT COUNT(*) FROM outbox_archive") == 0);
+  CHECK(store.BeginRead().connection().QueryInt64("SELECT token FROM outbox_fence WHERE id = 1") == 0);
+  CHECK(store.BeginRead().connection().QueryInt64("SELECT COUNT(*) FROM outbox_archive") == 0);
 
   SECTION("the production relay's claims work") {
     const Claim claim = store.ClaimBatch(Request(kNowMs));
@@ -564,9 +566,9 @@ TEST_CASE("Opening the chapter's schema 1 database with kExisting migrates it to
   }
   SECTION("the chapter's relay works") {
     FakePublisher publisher;
-    outbox::ChapterRelayOptions options;
+    outbox::PerRowRelayOptions options;
     options.limit = 10;
-    const auto report = outbox::RunChapterRelay(store, publisher, options, nullptr);
+    const auto report = outbox::RunPerRowRelay(store, publisher, options, nullptr);
     CHECK(report.sent == 2);
     CHECK(report.marked == 2);
     CHECK(publisher.SentKeys() == std::vector<std::string>{"evt-1002", "evt-1003"});
@@ -579,9 +581,9 @@ TEST_CASE("Opening the chapter's schema 1 database with kExisting migrates it to
     CHECK(report.archived == 1);
     CHECK(store.Count().total == 2);
   }
-  SECTION("reopening leaves schema 2 as it is") {
+  SECTION("reopening leaves schema 3 as it is") {
     Store again(path, StoreOptions{}, OpenMode::kExisting);
-    CHECK(again.connection().QueryInt64("PRAGMA user_version") == 2);
+    CHECK(again.BeginRead().connection().QueryInt64("PRAGMA user_version") == 3);
     CHECK(again.Count().total == 3);
   }
 }

@@ -37,8 +37,8 @@ std::vector<std::int64_t> IdsOf(const std::vector<outbox::OutboxRow>& rows) {
 std::vector<std::int64_t> EnqueueEvents(Store& store, int n) {
   std::vector<std::int64_t> ids;
   for (int i = 1; i <= n; ++i) {
-    outbox::sqlite::Transaction txn(store.connection());
-    ids.push_back(store.Enqueue(MakeEvent(i)));
+    auto txn = store.BeginWrite();
+    ids.push_back(store.Enqueue(txn, MakeEvent(i)));
     txn.Commit();
   }
   return ids;
@@ -61,7 +61,7 @@ TEST_CASE("ResetSchema creates the outbox table and its unpublished index", "[st
   store.ResetSchema();
 
   REQUIRE(store.HasSchema());
-  REQUIRE(store.connection().QueryInt64(
+  REQUIRE(store.BeginRead().connection().QueryInt64(
               "SELECT COUNT(*) FROM sqlite_master WHERE type='index' AND name='outbox_unpublished'") ==
           1);
   const auto counts = store.Count();
@@ -90,9 +90,9 @@ TEST_CASE("Enqueue inside a transaction returns increasing row ids and stores ev
 
   std::vector<std::int64_t> ids = EnqueueEvents(store, 2);
   {
-    outbox::sqlite::Transaction txn(store.connection());
-    ids.push_back(store.Enqueue(MakeEvent(3)));
-    ids.push_back(store.Enqueue(MakeEvent(4)));
+    auto txn = store.BeginWrite();
+    ids.push_back(store.Enqueue(txn, MakeEvent(3)));
+    ids.push_back(store.Enqueue(txn, MakeEvent(4)));
     txn.Commit();
   }
 
@@ -116,8 +116,8 @@ TEST_CASE("Enqueue in a transaction that is never committed leaves no row", "[st
   Store store(dir.File("lab.db"), StoreOptions{}, OpenMode::kCreate);
   store.ResetSchema();
   {
-    outbox::sqlite::Transaction txn(store.connection());
-    REQUIRE(store.Enqueue(MakeEvent(1)) == 1);
+    auto txn = store.BeginWrite();
+    REQUIRE(store.Enqueue(txn, MakeEvent(1)) == 1);
     REQUIRE(store.Count().total == 1);  // visible inside the transaction
   }
   REQUIRE(store.Count().total == 0);
@@ -129,32 +129,34 @@ TEST_CASE("A duplicate event id rolls back the business row written in the same 
           "[store]") {
   TempDir dir;
   auto store = outbox::lab::ResetLabDatabase(dir.File("lab.db"), StoreOptions{});
-  auto& connection = store->connection();
-  const auto loan1 = outbox::lab::ChapterLoan(1);
+  const auto loan1 = outbox::lab::ChapterLoan(1, store->clock().EpochMs());
   {
-    outbox::sqlite::Transaction txn(connection);
-    outbox::lab::InsertLoan(connection, loan1);
-    store->Enqueue(outbox::lab::LoanCreatedEvent(loan1, 1));
+    auto txn = store->BeginWrite();
+    outbox::lab::InsertLoan(txn.connection(), loan1);
+    store->Enqueue(txn, outbox::lab::LoanCreatedEvent(loan1, 1));
     txn.Commit();
   }
 
-  const auto loan2 = outbox::lab::ChapterLoan(2);
+  const auto loan2 = outbox::lab::ChapterLoan(2, store->clock().EpochMs());
   auto duplicate = outbox::lab::LoanCreatedEvent(loan2, 2);
   duplicate.event_id = outbox::lab::LoanCreatedEvent(loan1, 1).event_id;  // evt-1001 again
   {
-    outbox::sqlite::Transaction txn(connection);
-    outbox::lab::InsertLoan(connection, loan2);
-    REQUIRE(outbox::lab::LoanExists(connection, loan2.loan_id));  // written, not committed
-    const auto error = CaptureThrow<DbError>([&] { store->Enqueue(duplicate); });
+    auto txn = store->BeginWrite();
+    outbox::lab::InsertLoan(txn.connection(), loan2);
+    REQUIRE(outbox::lab::LoanExists(txn.connection(), loan2.loan_id));  // written, not committed
+    const auto error = CaptureThrow<DbError>([&] { store->Enqueue(txn, duplicate); });
     REQUIRE(error.has_value());
     REQUIRE(error->code() == SQLITE_CONSTRAINT_UNIQUE);
     REQUIRE(error->primary_code() == SQLITE_CONSTRAINT);
     REQUIRE_THAT(error->what(), Catch::Contains("SQLITE_CONSTRAINT_UNIQUE"));
   }  // txn rolls back here
 
-  REQUIRE_FALSE(outbox::lab::LoanExists(connection, loan2.loan_id));
-  REQUIRE(outbox::lab::LoanExists(connection, loan1.loan_id));
-  REQUIRE(outbox::lab::CountLoans(connection) == 1);
+  {
+    auto txn = store->BeginRead();
+    REQUIRE_FALSE(outbox::lab::LoanExists(txn.connection(), loan2.loan_id));
+    REQUIRE(outbox::lab::LoanExists(txn.connection(), loan1.loan_id));
+    REQUIRE(outbox::lab::CountLoans(txn.connection()) == 1);
+  }
   const auto counts = store->Count();
   REQUIRE(counts.total == 1);
   REQUIRE(counts.unpublished == 1);
@@ -164,20 +166,20 @@ TEST_CASE("A duplicate loan id throws SQLITE_CONSTRAINT_PRIMARYKEY and writes no
           "[store]") {
   TempDir dir;
   auto store = outbox::lab::ResetLabDatabase(dir.File("lab.db"), StoreOptions{});
-  auto& connection = store->connection();
-  const auto loan = outbox::lab::ChapterLoan(1);
+  const auto loan = outbox::lab::ChapterLoan(1, store->clock().EpochMs());
   {
-    outbox::sqlite::Transaction txn(connection);
-    outbox::lab::InsertLoan(connection, loan);
+    auto txn = store->BeginWrite();
+    outbox::lab::InsertLoan(txn.connection(), loan);
     txn.Commit();
   }
   {
-    outbox::sqlite::Transaction txn(connection);
-    const auto error = CaptureThrow<DbError>([&] { outbox::lab::InsertLoan(connection, loan); });
+    auto txn = store->BeginWrite();
+    const auto error =
+        CaptureThrow<DbError>([&] { outbox::lab::InsertLoan(txn.connection(), loan); });
     REQUIRE(error.has_value());
     REQUIRE(error->code() == SQLITE_CONSTRAINT_PRIMARYKEY);
   }
-  REQUIRE(outbox::lab::CountLoans(connection) == 1);
+  REQUIRE(outbox::lab::CountLoans(store->BeginRead().connection()) == 1);
   REQUIRE(store->Count().total == 0);
 }
 
@@ -344,7 +346,7 @@ TEST_CASE("OpenLabDatabase on a database with only the outbox table throws Schem
   outbox::lab::ResetLabDatabase(path, StoreOptions{});
   auto store = outbox::lab::OpenLabDatabase(path, StoreOptions{});
   REQUIRE(store->HasSchema());
-  REQUIRE(outbox::lab::CountLoans(store->connection()) == 0);
+  REQUIRE(outbox::lab::CountLoans(store->BeginRead().connection()) == 0);
 }
 
 TEST_CASE("kCreate creates missing parent directories", "[store]") {
@@ -389,7 +391,7 @@ TEST_CASE("A write throws SQLITE_BUSY after busy_timeout_ms while another connec
   Store store(path, options, OpenMode::kExisting);
 
   const auto begin_error =
-      CaptureThrow<DbError>([&] { outbox::sqlite::Transaction txn(store.connection()); });
+      CaptureThrow<DbError>([&] { auto txn = store.BeginWrite(); });
   REQUIRE(begin_error.has_value());
   REQUIRE(begin_error->primary_code() == SQLITE_BUSY);
   REQUIRE_THAT(begin_error->what(), Catch::Contains("SQLITE_BUSY"));
@@ -432,8 +434,9 @@ TEST_CASE("Store opens in WAL mode with the requested synchronous level", "[stor
   options.synchronous = level;
   Store store(dir.File("lab.db"), options, OpenMode::kCreate);
 
-  REQUIRE(store.connection().QueryInt64("PRAGMA synchronous") == pragma_value);
-  auto mode = store.connection().Prepare("PRAGMA journal_mode");
+  auto txn = store.BeginRead();
+  REQUIRE(txn.connection().QueryInt64("PRAGMA synchronous") == pragma_value);
+  auto mode = txn.connection().Prepare("PRAGMA journal_mode");
   REQUIRE(mode.Step());
   REQUIRE(mode.ColumnText(0) == "wal");
 }

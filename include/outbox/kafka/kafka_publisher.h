@@ -14,6 +14,17 @@
 
 namespace outbox::kafka {
 
+// Produces m to topic as the outbox sends every record, the one produce call
+// of the lab (KafkaPublisher and the bench's raw producer): key, value and the
+// headers event_id, event_type and outbox_id, bytes copied
+// (RD_KAFKA_MSG_F_COPY); opaque reaches the delivery report as msg->_private.
+// While librdkafka's local queue is full it serves delivery reports
+// (rd_kafka_poll, 50 ms) and tries again. Returns RD_KAFKA_RESP_ERR_NO_ERROR
+// or the local refusal (e.g. _UNKNOWN_TOPIC); the delivery itself is reported
+// later, through the producer's dr_msg_cb.
+rd_kafka_resp_err_t ProduceOutboundMessage(rd_kafka_t* producer, const std::string& topic,
+                                           const OutboundMessage& m, void* opaque) noexcept;
+
 struct KafkaPublisherOptions {
   std::string brokers;  // bootstrap.servers, e.g. "127.0.0.1:9092"
   std::string topic;

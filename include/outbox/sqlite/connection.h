@@ -24,7 +24,8 @@ struct StatementDeleter {
 // that turns SQLite result codes into exceptions.
 [[noreturn]] void ThrowDbError(sqlite3* db, int rc, std::string_view what);
 
-// Name of an (extended) result code, e.g. "SQLITE_CONSTRAINT_UNIQUE".
+// Name of an (extended) result code, e.g. "SQLITE_CONSTRAINT_UNIQUE"; a code
+// newer than the table as "SQLITE_IOERR+40" (primary name + extended number).
 std::string ResultCodeName(int rc);
 
 class Statement {
@@ -67,6 +68,10 @@ class Connection {
   std::int64_t QueryInt64(std::string_view sql);
   // sqlite3_busy_timeout: how long a statement waits for another writer's lock, ms.
   void SetBusyTimeout(int timeout_ms);
+  // Rows changed by the last INSERT, UPDATE or DELETE on this connection (sqlite3_changes64).
+  std::int64_t Changes() const noexcept;
+  // Rowid of the last successful INSERT on this connection, 0 when none (sqlite3_last_insert_rowid).
+  std::int64_t LastInsertRowid() const noexcept;
 
   sqlite3* get() const noexcept { return db_.get(); }
   const std::string& path() const noexcept { return path_; }
@@ -93,9 +98,31 @@ class Transaction {
   // Throws DbError; after a failed COMMIT the destructor still rolls back.
   void Commit();
 
+  // The connection the transaction runs on: statements prepared on it run
+  // inside the transaction until Commit() or destruction.
+  Connection& connection() noexcept { return connection_; }
+
  private:
   Connection& connection_;
   bool done_ = false;
+};
+
+// A scoped read transaction (BEGIN DEFERRED). In WAL mode every read inside
+// it sees the one snapshot taken at its first read, so counts and rows read
+// through it agree even while other connections commit
+// (https://www.sqlite.org/wal.html, "Concurrency"). It takes no write lock.
+// The destructor ends it (ROLLBACK: nothing was written).
+class ReadTransaction {
+ public:
+  explicit ReadTransaction(Connection& connection);  // throws DbError
+  ReadTransaction(const ReadTransaction&) = delete;
+  ReadTransaction& operator=(const ReadTransaction&) = delete;
+  ~ReadTransaction();
+
+  Connection& connection() noexcept { return connection_; }
+
+ private:
+  Connection& connection_;
 };
 
 }  // namespace outbox::sqlite

@@ -1,4 +1,4 @@
-// The chapter's relay, kept as the teaching baseline (chapter 7.1, 轮询发布器):
+// PerRowRelay: the chapter's relay, kept as the teaching baseline (chapter 7.1, 轮询发布器):
 // for each unpublished row in id order, send with key = event id, wait for
 // the broker's ack, then mark the row published in its own transaction.
 //
@@ -15,19 +15,19 @@
 
 namespace outbox {
 
-struct ChapterRelayOptions {
+struct PerRowRelayOptions {
   std::int64_t limit = 0;  // rows to send at most (publish N); must be > 0
   bool mark = true;        // false for publish-hold: send and ack, never mark
 };
 
 // What happened to one row, reported as soon as it is settled.
-struct ChapterRelayStep {
+struct PerRowRelayStep {
   OutboxRow row;
   DeliveryResult delivery;
   bool marked = false;
 };
 
-struct ChapterRelayReport {
+struct PerRowRelayReport {
   std::int64_t sent = 0;    // rows the broker acknowledged
   std::int64_t marked = 0;  // rows this run marked published
   std::int64_t failed = 0;  // 0 or 1: the run stops at the first failed delivery
@@ -43,8 +43,8 @@ OutboundMessage MessageForRow(const OutboxRow& row);
 // Throws ConfigError when options.limit <= 0 (SQLite would read a negative
 // LIMIT as "no limit"), DbError when reading or marking fails (the row then stays
 // unpublished and will be re-sent: a duplicate, never a loss).
-ChapterRelayReport RunChapterRelay(Store& store, Publisher& publisher,
-                                   const ChapterRelayOptions& options,
-                                   const std::function<void(const ChapterRelayStep&)>& on_step);
+PerRowRelayReport RunPerRowRelay(Store& store, Publisher& publisher,
+                                   const PerRowRelayOptions& options,
+                                   const std::function<void(const PerRowRelayStep&)>& on_step);
 
 }  // namespace outbox

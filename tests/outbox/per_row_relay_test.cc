@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "outbox/chapter_relay.h"
+#include "outbox/per_row_relay.h"
 #include "outbox/error.h"
 #include "outbox/sqlite/connection.h"
 #include "outbox/store.h"
@@ -13,8 +13,8 @@
 
 namespace {
 
-using outbox::ChapterRelayOptions;
-using outbox::ChapterRelayStep;
+using outbox::PerRowRelayOptions;
+using outbox::PerRowRelayStep;
 using outbox::OpenMode;
 using outbox::Store;
 using outbox::StoreOptions;
@@ -31,18 +31,18 @@ class RelayFixture {
       : store(dir.File("lab.db"), options, OpenMode::kCreate) {
     store.ResetSchema();
     for (int i = 1; i <= n; ++i) {
-      outbox::sqlite::Transaction txn(store.connection());
-      store.Enqueue(MakeEvent(i));
+      auto txn = store.BeginWrite();
+      store.Enqueue(txn, MakeEvent(i));
       txn.Commit();
     }
   }
 
-  outbox::ChapterRelayReport Run(outbox::Publisher& publisher, std::int64_t limit, bool mark = true) {
-    ChapterRelayOptions options;
+  outbox::PerRowRelayReport Run(outbox::Publisher& publisher, std::int64_t limit, bool mark = true) {
+    PerRowRelayOptions options;
     options.limit = limit;
     options.mark = mark;
-    return outbox::RunChapterRelay(store, publisher, options,
-                                   [this](const ChapterRelayStep& step) { steps.push_back(step); });
+    return outbox::RunPerRowRelay(store, publisher, options,
+                                   [this](const PerRowRelayStep& step) { steps.push_back(step); });
   }
 
   Ids UnpublishedIds() {
@@ -53,7 +53,7 @@ class RelayFixture {
 
   TempDir dir;
   Store store;
-  std::vector<ChapterRelayStep> steps;
+  std::vector<PerRowRelayStep> steps;
 };
 
 std::vector<std::string> EventIds(int from, int to) {

@@ -1,4 +1,4 @@
-#include "outbox/chapter_relay.h"
+#include "outbox/per_row_relay.h"
 
 #include <fmt/format.h>
 
@@ -17,14 +17,14 @@ OutboundMessage MessageForRow(const OutboxRow& row) {
   return message;
 }
 
-ChapterRelayReport RunChapterRelay(Store& store, Publisher& publisher,
-                                   const ChapterRelayOptions& options,
-                                   const std::function<void(const ChapterRelayStep&)>& on_step) {
+PerRowRelayReport RunPerRowRelay(Store& store, Publisher& publisher,
+                                   const PerRowRelayOptions& options,
+                                   const std::function<void(const PerRowRelayStep&)>& on_step) {
   if (options.limit <= 0)
     throw ConfigError(fmt::format("relay limit {}: must be at least 1", options.limit));
-  ChapterRelayReport report;
+  PerRowRelayReport report;
   for (OutboxRow& row : store.FetchUnpublished(0, options.limit)) {
-    ChapterRelayStep step;
+    PerRowRelayStep step;
     step.delivery = publisher.Publish({MessageForRow(row)}).front();
     if (!step.delivery.ok) {
       ++report.failed;

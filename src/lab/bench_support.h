@@ -1,0 +1,92 @@
+// Internal to the benchmark (benchmark.cc and the *_figure.cc files): what
+// every figure shares, and one Measure function per figure. Not a public
+// header of the lab; see benchmark.h for what the figures mean.
+#pragma once
+
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <system_error>
+
+#include <fmt/format.h>
+
+#include "lab/benchmark.h"
+#include "outbox/error.h"
+#include "outbox/event.h"
+#include "outbox/kafka/kafka_publisher.h"
+#include "outbox/store.h"
+
+namespace outbox::lab::bench {
+
+namespace fs = std::filesystem;
+using SteadyClock = std::chrono::steady_clock;
+
+// Interleaved slices per compared pair of figures (see MeasureRelays).
+inline constexpr int kSlices = 10;
+
+double SecondsSince(SteadyClock::time_point start);
+double Micros(SteadyClock::time_point from, SteadyClock::time_point to);
+
+// A directory made with mkdtemp and removed, with everything in it, on scope exit.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& parent) {
+    fs::path base = parent.empty() ? fs::temp_directory_path() : fs::path(parent);
+    std::string pattern = (base / "outbox-bench-XXXXXX").string();
+    if (!mkdtemp(pattern.data()))  // a bad --work-dir: configuration, not a bug
+      outbox::ThrowSystemError(fmt::format("create directory '{}'", pattern), errno);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+// The chapter's i-th loan event as its row: what the relays read back.
+OutboxRow RowFor(std::int64_t index, std::int64_t created_at_ms);
+// Creates a lab database (loans + outbox) at path.
+std::unique_ptr<Store> FreshDatabase(const std::string& path, const StoreOptions& options);
+// Inserts count outbox rows for events first..first+count-1 in ONE
+// transaction (Store::BulkLoad, not measured), published or not.
+void Populate(Store& store, std::int64_t first, std::int64_t count, bool published);
+kafka::KafkaPublisherOptions PublisherOptions(const BenchmarkOptions& options,
+                                              const std::string& brokers, const std::string& topic);
+// One record outside any figure, so connection setup and topic metadata are
+// not timed. Throws KafkaError when it is not delivered.
+void WarmUp(kafka::KafkaPublisher& publisher);
+// Throws KafkaError "<figure>: <got> of <expected> events acknowledged and marked".
+void RequireAllDelivered(const char* figure, std::int64_t expected, std::int64_t got);
+// The share of total that slice i of kSlices ends at: totals split evenly.
+std::int64_t SliceEnd(std::int64_t total, int slice);
+// Median fdatasync of a 4 KiB overwrite in the work directory, µs: what one
+// SQLite commit at synchronous=full waits for at least. Throws SystemError.
+double MeasureFsyncUs(const TempDir& dir);
+
+// The figures, one file each.
+struct RelayFigures {
+  ThroughputFigure chapter;
+  ThroughputFigure relay;
+};
+RelayFigures MeasureRelays(const BenchmarkOptions& options, const TempDir& dir,
+                           const std::string& brokers, const std::string& topic);  // throughput_figure.cc
+ThroughputFigure MeasureRaw(const BenchmarkOptions& options, const std::string& brokers,
+                            const std::string& topic);                            // throughput_figure.cc
+WritePathFigure MeasureWritePath(const BenchmarkOptions& options, const TempDir& dir);  // write_path_figure.cc
+HistoryFigure MeasureHistory(const BenchmarkOptions& options, const TempDir& dir);      // history_figure.cc
+RssFigure MeasureRss(const BenchmarkOptions& options, const TempDir& dir, const std::string& brokers,
+                     const std::string& topic);                                   // rss_figure.cc
+
+}  // namespace outbox::lab::bench

@@ -1,0 +1,74 @@
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "lab/bench_support.h"
+#include "lab/loans.h"
+#include "lab/statistics.h"
+
+namespace outbox::lab::bench {
+
+namespace {
+
+// write_txns transactions of one variant on store, txns [first, last), each
+// BEGIN IMMEDIATE + insert(s) + COMMIT. Returns the seconds they took.
+double RunWrites(Store& store, const std::vector<Loan>& loans, const std::vector<OutboxEvent>& events,
+                 std::size_t first, std::size_t last, bool with_outbox) {
+  const auto start = SteadyClock::now();
+  for (std::size_t i = first; i < last; ++i) {
+    auto txn = store.BeginWrite();
+    InsertLoan(txn.connection(), loans[i]);
+    if (with_outbox) store.Enqueue(txn, events[i]);
+    txn.Commit();
+  }
+  return SecondsSince(start);
+}
+
+}  // namespace
+
+// Each round: both variants on fresh databases, in kSlices alternating
+// slices (as MeasureRelays, so fsync latency changes hit both alike). The
+// median round of each variant is reported.
+WritePathFigure MeasureWritePath(const BenchmarkOptions& options, const TempDir& dir) {
+  WritePathFigure figure;
+  figure.txns = options.write_txns;
+  std::vector<Loan> loans;
+  std::vector<OutboxEvent> events;
+  for (std::int64_t i = 1; i <= options.write_txns; ++i) {
+    loans.push_back(ChapterLoan(i, options.store.clock->EpochMs()));
+    events.push_back(LoanCreatedEvent(loans.back(), i));
+  }
+  for (std::int64_t round = 0; round < options.write_rounds; ++round) {
+    if (options.progress)
+      options.progress(fmt::format("write path round {}/{}: {} business-only and {} "
+                                   "business+outbox transactions, interleaved",
+                                   round + 1, options.write_rounds, options.write_txns,
+                                   options.write_txns));
+    std::unique_ptr<Store> stores[2];
+    for (int variant = 0; variant < 2; ++variant) {
+      const std::string path = dir.File(fmt::format("write-{}.db", variant));
+      std::error_code ec;
+      for (const char* suffix : {"", "-wal", "-shm"}) fs::remove(path + suffix, ec);
+      stores[variant] = FreshDatabase(path, options.store);
+    }
+    double seconds[2] = {0, 0};
+    std::size_t done = 0;
+    for (int slice = 0; slice < kSlices; ++slice) {
+      const auto end = static_cast<std::size_t>(SliceEnd(options.write_txns, slice));
+      // Alternate which variant goes first, so drift (page cache, disk) hits both alike.
+      const int first_variant = (slice + round) % 2;
+      for (const int variant : {first_variant, 1 - first_variant})
+        seconds[variant] += RunWrites(*stores[variant], loans, events, done, end, variant == 1);
+      done = end;
+    }
+    figure.business_only_tps.push_back(Rate(options.write_txns, seconds[0]));
+    figure.with_outbox_tps.push_back(Rate(options.write_txns, seconds[1]));
+  }
+  figure.business_only_median_tps = Median(figure.business_only_tps);
+  figure.with_outbox_median_tps = Median(figure.with_outbox_tps);
+  figure.ratio = Ratio(figure.with_outbox_median_tps, figure.business_only_median_tps);
+  return figure;
+}
+
+}  // namespace outbox::lab::bench

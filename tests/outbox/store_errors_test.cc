@@ -1,0 +1,50 @@
+// Error messages name the problem and the file, not our SQL, and SQLite's
+// extended result codes by name (issue 9 §3).
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "outbox/error.h"
+#include "outbox/sqlite/connection.h"
+#include "outbox/store.h"
+#include "test_support.h"
+
+using outbox::DbError;
+using outbox::OpenMode;
+using outbox::Store;
+using outbox::StoreOptions;
+using outbox::sqlite::ResultCodeName;
+using outbox::testing::CaptureThrow;
+using outbox::testing::TempDir;
+using outbox::testing::WriteFileBytes;
+
+TEST_CASE("ResultCodeName names primary and extended codes and never prints a bare number",
+          "[sqlite]") {
+  CHECK(ResultCodeName(SQLITE_NOTADB) == "SQLITE_NOTADB");
+  CHECK(ResultCodeName(4874) == "SQLITE_IOERR_SHMSIZE");  // the issue's "SQLITE_4874"
+  CHECK(ResultCodeName(SQLITE_IOERR_WRITE) == "SQLITE_IOERR_WRITE");
+  CHECK(ResultCodeName(SQLITE_CONSTRAINT_TRIGGER) == "SQLITE_CONSTRAINT_TRIGGER");
+  CHECK(ResultCodeName(SQLITE_READONLY_DIRECTORY) == "SQLITE_READONLY_DIRECTORY");
+  CHECK(ResultCodeName(SQLITE_IOERR | (250 << 8)) == "SQLITE_IOERR+250");
+  for (int code = 0; code < (64 << 8); ++code) {
+    const std::string name = ResultCodeName(code);
+    INFO("code " << code << " named " << name);
+    REQUIRE(name.rfind("SQLITE_", 0) == 0);
+    // A number shows only after a name and '+', for a code newer than the table.
+    if (name.find_first_of("0123456789") != std::string::npos)
+      REQUIRE(name.find('+') != std::string::npos);
+  }
+}
+
+TEST_CASE("A garbage file fails with open database F not an SQLite database and no SQL",
+          "[store]") {
+  TempDir dir;
+  const std::string path = dir.File("garbage.db");
+  WriteFileBytes(path, std::string(8192, '\x5a'));
+  const auto error =
+      CaptureThrow<DbError>([&] { Store store(path, StoreOptions{}, OpenMode::kExisting); });
+  REQUIRE(error.has_value());
+  CHECK(std::string(error->what()) ==
+        "open database '" + path + "': not an SQLite database (SQLITE_NOTADB)");
+  CHECK(error->primary_code() == SQLITE_NOTADB);
+}
