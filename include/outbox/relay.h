@@ -67,9 +67,11 @@ struct RelayOptions {
   // Called at each phase transition of a batch, with the claim's token: "claim"
   // (the claim committed; before relay.after_claim), "produce" (just before the
   // publisher produces), "acked" (every delivery report is in; before
-  // relay.after_ack_before_mark), "mark" (the settle committed; after
-  // on_settle), and "idle" (0 rows to claim; token 0). A lab records them so a
-  // kill -9's window can be told afterwards. May be empty. Must not throw.
+  // relay.after_ack_before_mark), "marking" (just before the settle
+  // transaction begins: a kill from here until "mark" may fall before or after
+  // its commit, and only the database can tell), "mark" (the settle committed;
+  // after on_settle), and "idle" (0 rows to claim; token 0). A lab records them
+  // so a kill -9's window can be told afterwards. May be empty. Must not throw.
   std::function<void(std::string_view phase, std::int64_t token)> on_phase;
 };
 

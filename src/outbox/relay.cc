@@ -109,6 +109,7 @@ BatchReport Relay::RunBatch() {
   // busy timeout, keep trying until the lease runs out (then the batch is
   // re-sent by whoever claims it: duplicates, never losses).
   const std::int64_t lease_end = Now() + options_.lease_ms;
+  Phase("marking", claim.token);
   for (;;) {
     try {
       report.settle = store_.SettleBatch(claim.token, acked, failed, options_.settle, Now());

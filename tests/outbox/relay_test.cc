@@ -675,13 +675,15 @@ TEST_CASE("RunBatch reports each settle to on_settle with its token and the mark
   }
 }
 
-TEST_CASE("RunBatch reports claim then produce then acked then mark with the claim token and idle "
-          "when nothing is claimable",
+TEST_CASE("RunBatch reports claim then produce then acked then marking then mark with the claim "
+          "token and idle when nothing is claimable",
           "[relay]") {
   RelayFixture f;
   std::vector<std::pair<std::string, std::int64_t>> phases;
+  std::vector<std::int64_t> published_at_phase;
   f.options.on_phase = [&](std::string_view phase, std::int64_t token) {
     phases.emplace_back(std::string(phase), token);
+    published_at_phase.push_back(f.store.Count().published);
   };
   EnqueueAll(f.store, {EventOn(1, "A"), EventOn(2, "B")});
   FakePublisher publisher;
@@ -700,8 +702,11 @@ TEST_CASE("RunBatch reports claim then produce then acked then mark with the cla
   CHECK(phases == Phases{{"claim", report.token},
                          {"produce", report.token},
                          {"acked", report.token},
+                         {"marking", report.token},
                          {"mark", report.token},
                          {"idle", 0}});
   // The produce phase is recorded before the publisher produces, acked after.
   CHECK(phases_at_publish == 2);
+  // marking comes before the settle commits and mark after it.
+  CHECK(published_at_phase == std::vector<std::int64_t>{0, 0, 0, 0, 2, 2});
 }
