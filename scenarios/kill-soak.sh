@@ -50,9 +50,10 @@ RELAYS=${OUTBOX_SOAK_RELAYS:-1}
 INSTANT_SHARE=50
 PAUSE_SHARE=20
 UNTIL_FAIL=
+SCHEDULE_ONLY=
 BATCH=10
 WRITER_PACE_MS=${OUTBOX_SOAK_WRITER_PACE_MS:-2}
-usage="usage: kill-soak.sh [--seed S] [--kills K] [--events E] [--relays 1|2] [--instant-share P] [--pause-share P] [--until-fail N]"
+usage="usage: kill-soak.sh [--seed S] [--kills K] [--events E] [--relays 1|2] [--instant-share P] [--pause-share P] [--until-fail N] [--schedule-only]"
 while [ $# -gt 0 ]; do
   case $1 in
     --seed) SEED=${2:-} ; shift ;;
@@ -62,6 +63,7 @@ while [ $# -gt 0 ]; do
     --instant-share) INSTANT_SHARE=${2:-} ; shift ;;
     --pause-share) PAUSE_SHARE=${2:-} ; shift ;;
     --until-fail) UNTIL_FAIL=${2:-} ; shift ;;
+    --schedule-only) SCHEDULE_ONLY=1 ;;
     -h | --help) echo "$usage"; FINISHED=1; exit 0 ;;
     *) die "unknown argument '$1'; $usage" ;;
   esac
@@ -95,7 +97,14 @@ if [ -n "$UNTIL_FAIL" ]; then
       finish
     fi
   done
-  echo "all $UNTIL_FAIL seeds from $SEED passed"
+  echo "all $UNTIL_FAIL seeds from $SEED passed; kills per window over all of them:"
+  printf '  %-37s %5s %8s %6s %6s\n' window line instant pause all
+  # Sum each window's columns over the seeds' tables (the name is every field but the last 4).
+  cat "$TMP"/seed-*.log | awk '/^  window / && $NF ~ /^[0-9]+$/ {
+      name = $2; for (i = 3; i <= NF - 4; i++) name = name " " $i
+      if (!(name in all)) order[++n] = name
+      line[name] += $(NF - 3); instant[name] += $(NF - 2); pause[name] += $(NF - 1); all[name] += $NF }
+    END { for (i = 1; i <= n; i++) printf "  window %-30s %5d %8d %6d %6d\n", order[i], line[order[i]], instant[order[i]], pause[order[i]], all[order[i]] }'
   finish
 fi
 
@@ -159,6 +168,14 @@ done >"$SCHEDULE"
 echo "schedule: $KILLS kills over $EVENTS events, $RELAYS relay(s), instant share $INSTANT_SHARE%," \
   "pause share $PAUSE_SHARE%, delays in [0, $DELAY_MAX_US) us; hash $(sha256sum <"$SCHEDULE" | cut -c1-16)"
 cat "$SCHEDULE"
+if [ -n "$SCHEDULE_ONLY" ]; then FINISHED=1; exit 0; fi
+# The same seed must replay the same schedule: draw it again in a fresh bash and compare.
+if ! diff -q <(bash "$0" --seed "$SEED" --kills "$KILLS" --events "$EVENTS" --relays "$RELAYS" \
+  --instant-share "$INSTANT_SHARE" --pause-share "$PAUSE_SHARE" --schedule-only 2>&1 |
+  sed -n 's/^  kill /  kill /p') "$SCHEDULE" >/dev/null; then
+  fail "seed $SEED drew a different schedule in a second bash: it would not replay"
+  finish
+fi
 
 start_broker
 lab_args
@@ -318,7 +335,9 @@ KILLED=$TMP/killed.txt
 sed -n 's/^kill \([0-9]*\) \([a-z0-9]*\) pid=\([0-9]*\) trigger=\([a-z]*\): exit 137$/\1 \2 \3 \4/p' "$RESULTS" |
   sort -n >"$KILLED"
 # Per killed PID: its last phase, the rows it acknowledged and did not mark, the rows it sent
-# with no delivery report (in flight); from the history, one pass.
+# with no delivery report (in flight), the event of a transaction it left open (writer); from the
+# history, one pass. SENT: every event any relay sent (the drain sends every committed row).
+# OK_TXN: every event a writer was told committed.
 KILLED_PIDS=$(cut -d' ' -f3 "$KILLED" | jq -R -s -c 'split("\n") | map(select(. != "") | tonumber)')
 VICTIMS=$TMP/victims.json
 jq -R -s -c --argjson killed "$KILLED_PIDS" '
@@ -332,41 +351,77 @@ jq -R -s -c --argjson killed "$KILLED_PIDS" '
                           - [$ops[] | select(.f == "mark" and .type == "ok") | .value]) | unique),
         in_flight: (([$ops[] | select(.f == "send" and .type == "invoke") | .value]
                      - [$ops[] | select(.f == "send" and (.type == "ok" or .type == "fail")) | .value]
-                     - [$ops[] | select(.f == "mark" and .type == "ok") | .value]) | unique)}})
+                     - [$ops[] | select(.f == "mark" and .type == "ok") | .value]) | unique),
+        open_txn: (([$ops[] | select(.f == "txn" and .type == "invoke") | .value]
+                    - [$ops[] | select(.f == "txn" and .type != "invoke") | .value]) | last)}})
   | from_entries' "$HISTORY" >"$VICTIMS" || fail "cannot read the history $HISTORY"
+SENT=$TMP/sent.json
+jq -R -s -c '[split("\n")[] | fromjson? | select(.f == "send") | .value] | unique' "$HISTORY" >"$SENT" ||
+  fail "cannot read the history $HISTORY"
+OK_TXN=$TMP/ok-txn.json
+jq -R -s -c '[split("\n")[] | fromjson? | select(.f == "txn" and .type == "ok") | .value] | unique' \
+  "$HISTORY" >"$OK_TXN" || fail "cannot read the history $HISTORY"
+DUPS=$(jq -c '.duplicated | keys' "$CHECK_JSON")
 
-# window VICTIM LAST-PHASE: the window name.
+# window VICTIM PID: the window name, then (for the per-kill line) how it was told.
+# A phase is recorded just before or after the step it names, so two last phases do not say on
+# their own which side of a commit the kill fell, and the outcome decides:
+#   writer "begin": its open transaction E committed iff a relay sent E and no later writer was
+#     told it committed E (the next writer reuses the index of a transaction that did not commit);
+#   relay "marking" (SettleBatch running, or its mark records being written): the settle is one
+#     transaction, so its acknowledged and unmarked rows were re-sent (duplicated) all or none:
+#     all = it had not committed (between ack and mark), none = it had (after mark).
 window() {
-  case $1:$2 in
-    writer:begin) echo "writer before commit" ;;
-    writer:commit) echo "writer after commit" ;;
-    writer:*) echo "writer starting (no phase yet)" ;;
-    *:claim) echo "relay after claim" ;;
-    *:produce) echo "relay after produce" ;;
-    *:acked) echo "relay between ack and mark" ;;
-    *:mark) echo "relay after mark" ;;
-    *) echo "relay idle" ;;
+  local victim=$1 pid=$2 last txn rows dup
+  last=$(jq -r --arg p "$pid" '.[$p].last // "none"' "$VICTIMS")
+  case $victim:$last in
+    writer:begin)
+      txn=$(jq -r --arg p "$pid" '.[$p].open_txn // ""' "$VICTIMS")
+      if [ -n "$txn" ] && jq -e --arg e "$txn" 'index($e) != null' "$SENT" >/dev/null &&
+        jq -e --arg e "$txn" 'index($e) == null' "$OK_TXN" >/dev/null; then
+        echo "writer after commit|begin, but $txn committed (killed before its records)"
+      else
+        echo "writer before commit|begin${txn:+, $txn not committed}"
+      fi ;;
+    writer:commit) echo "writer after commit|commit" ;;
+    writer:*) echo "writer starting (no phase yet)|$last" ;;
+    *:claim) echo "relay after claim|claim" ;;
+    *:produce) echo "relay after produce|produce" ;;
+    *:acked) echo "relay between ack and mark|acked" ;;
+    *:marking)
+      read -r rows dup < <(jq -r --arg p "$pid" --argjson dup "$DUPS" \
+        '(.[$p].acked_unmarked // []) as $a | "\($a | length) \($a - ($a - $dup) | length)"' "$VICTIMS")
+      if [ "$rows" -gt 0 ] && [ "$dup" -eq "$rows" ]; then
+        echo "relay between ack and mark|marking, settle not committed ($rows rows re-sent)"
+      elif [ "$dup" -eq 0 ]; then
+        echo "relay after mark|marking, settle committed ($rows rows not re-sent)"
+      else
+        echo "relay settle half applied|marking, $dup of $rows rows re-sent"
+      fi ;;
+    *:mark) echo "relay after mark|mark" ;;
+    *) echo "relay idle|$last" ;;
   esac
 }
 declare -A COUNT=()
 ACK_MARK_ROWS=()   # rows the ack-mark kills left acknowledged and unmarked
 while read -r n victim pid trigger; do
-  last=$(jq -r --arg p "$pid" '.[$p].last // "none"' "$VICTIMS")
-  w=$(window "$victim" "$last")
+  IFS='|' read -r w how < <(window "$victim" "$pid")
   COUNT["$w|$trigger"]=$((${COUNT["$w|$trigger"]:-0} + 1))
   COUNT["$w|all"]=$((${COUNT["$w|all"]:-0} + 1))
   left=$(jq -r --arg p "$pid" '(.[$p].acked_unmarked // []) | length' "$VICTIMS")
-  echo "  kill $n: $victim pid $pid, $trigger -> last phase $last: $w (acked and unmarked: $left)"
+  echo "  kill $n: $victim pid $pid, $trigger -> last phase $how: $w (acked and unmarked: $left)"
   if [ "$w" = "relay between ack and mark" ]; then
     mapfile -t -O "${#ACK_MARK_ROWS[@]}" ACK_MARK_ROWS < <(jq -r --arg p "$pid" '.[$p].acked_unmarked[]' "$VICTIMS")
   fi
-  [ "$trigger" != pause ] || [ "$w" = "relay between ack and mark" ] ||
-    fail "kill $n paused at relay.after_ack_before_mark but its last phase is '$last'"
+  [ "$w" != "relay settle half applied" ] ||
+    fail "kill $n: a settle is one transaction, yet only part of the rows it left acknowledged and unmarked were re-sent ($how)"
+  [ "$trigger" != pause ] || [ "$how" = acked ] ||
+    fail "kill $n paused at relay.after_ack_before_mark but its last phase is '$how'"
 done <"$KILLED"
 printf '  %-37s %5s %8s %6s %6s\n' window line instant pause all
 for w in "writer starting (no phase yet)" "writer before commit" "writer after commit" \
   "relay idle" "relay after claim" "relay after produce" "relay between ack and mark" \
-  "relay after mark"; do
+  "relay after mark" "relay settle half applied"; do
   printf '  window %-30s %5d %8d %6d %6d\n' "$w" "${COUNT["$w|line"]:-0}" "${COUNT["$w|instant"]:-0}" \
     "${COUNT["$w|pause"]:-0}" "${COUNT["$w|all"]:-0}"
 done
@@ -374,19 +429,22 @@ ACK_MARK_KILLS=${COUNT["relay between ack and mark|all"]:-0}
 [ "$ACK_MARK_KILLS" -ge 1 ] || fail "no kill landed between ack and mark (seed $SEED)"
 
 step "duplicates: exactly the rows the killed relays left acknowledged and unmarked"
-# Every row a killed relay acknowledged and did not mark is re-sent after its lease: duplicated.
-# A row it had sent with no delivery report yet (in flight) may have reached the broker: it may
-# be duplicated. A fenced settle (check's own explanation) may duplicate too. Nothing else may.
-DUPS=$(jq -c '.duplicated | keys' "$CHECK_JSON")
+# Every row a killed relay acknowledged and did not mark is re-sent after its lease: duplicated,
+# unless the relay was killed while marking (its settle may have committed: all or none, checked
+# above). A row it had sent with no delivery report yet (in flight) may have reached the broker: it
+# may be duplicated. A fenced settle (check's own explanation) may duplicate too. Nothing else may.
 jq -n -r --argjson v "$(cat "$VICTIMS")" --argjson dup "$DUPS" \
   --argjson fenced "$(jq -c '.history.fenced_duplicates // []' "$CHECK_JSON")" '
-  ([$v[] | .acked_unmarked[]] | unique) as $acked
+  ([$v[] | select(.last != "marking") | .acked_unmarked[]] | unique) as $acked
+  | ([$v[] | select(.last == "marking") | .acked_unmarked[]] | unique) as $marking
   | ([$v[] | .in_flight[]] | unique) as $flight
   | "duplicated \($dup | length): acked and unmarked by a killed relay \($acked | length)"
-    + " (not duplicated: \($acked - $dup | length)), in flight at a kill \($dup - $acked | map(select(. as $d | $flight | index($d))) | length),"
-    + " fenced \($dup - $acked | map(select(. as $d | $fenced | index($d))) | length),"
-    + " unexplained \($dup - $acked - $flight - $fenced | length)",
-    "unexplained: \($dup - $acked - $flight - $fenced | .[:10] | join(" "))",
+    + " (not duplicated: \($acked - $dup | length)),"
+    + " killed while marking \($dup - $acked | map(select(. as $d | $marking | index($d))) | length) of \($marking | length),"
+    + " in flight at a kill \($dup - $acked - $marking | map(select(. as $d | $flight | index($d))) | length),"
+    + " fenced \($dup - $acked - $marking - $flight | map(select(. as $d | $fenced | index($d))) | length),"
+    + " unexplained \($dup - $acked - $marking - $flight - $fenced | length)",
+    "unexplained: \($dup - $acked - $marking - $flight - $fenced | .[:10] | join(" "))",
     "acked_not_duplicated: \($acked - $dup | .[:10] | join(" "))"' >"$TMP/dups.txt"
 cat "$TMP/dups.txt"
 DUP_COUNT=$(jq 'length' <<<"$DUPS")
