@@ -91,6 +91,8 @@ if [ -n "$UNTIL_FAIL" ]; then
     rc=$?
     echo "seed $s: $(tail -n 1 "$log") ($((($(_now_us) - start) / 1000000))s)"
     grep -h '^  window ' "$log" | sed 's/^/    /'
+    # Kills whose window the outcome decided (see window() below).
+    grep -h -e '-> last phase marking' -e '-> last phase begin, but' "$log" | sed 's/^/    /'
     if [ "$rc" -ne 0 ]; then
       sed 's/^/  | /' "$log" | tail -n 60
       fail "first failing seed $s after $n passing; replay: bash scenarios/kill-soak.sh --seed $s --kills $KILLS --events $EVENTS --relays $RELAYS --instant-share $INSTANT_SHARE --pause-share $PAUSE_SHARE"
