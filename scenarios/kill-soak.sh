@@ -90,6 +90,7 @@ if [ -n "$UNTIL_FAIL" ]; then
       --instant-share "$INSTANT_SHARE" --pause-share "$PAUSE_SHARE" >"$log" 2>&1
     rc=$?
     echo "seed $s: $(tail -n 1 "$log") ($((($(_now_us) - start) / 1000000))s)"
+    grep -h -e '^duplicated [0-9]*:' -e '^seed [0-9]*: [0-9]* kills' "$log" | sed 's/^/    /'
     grep -h '^  window ' "$log" | sed 's/^/    /'
     # Kills whose window the outcome decided (see window() below).
     grep -h -e '-> last phase marking' -e '-> last phase begin, but' "$log" | sed 's/^/    /'
