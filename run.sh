@@ -36,7 +36,8 @@ Usage: ./run.sh [-Doutbox.db=PATH] [OutboxLab] SUBCOMMAND [ARGS...]
        ./run.sh demo | report-screenshot | stop-broker | broker-status | --help
 
 Builds build/outbox-lab if needed (first use also runs scripts/install-deps.sh; build output
-goes to $state/build.log and is shown only on failure), then execs it,
+goes to $state/build.log and is shown only on failure, a "CMake Error" line in it counting as
+one even when cmake exits 0), then execs it,
 so the PID you kill -9 is the lab itself. The chapter's Java-style commands work verbatim:
   -Doutbox.db=PATH   becomes --db PATH
   OutboxLab          is dropped
@@ -78,6 +79,17 @@ build_failed() {
   exit "$kRunShFailed"
 }
 
+# A `CMake Error` in the log is a failed build even when cmake exited 0 (an error while
+# regenerating can leave the old build.ninja/Makefile in place): show each one with the lines
+# that explain it, and stop instead of running a stale binary.
+cmake_errors_fail() {
+  local log=$1
+  grep -q 'CMake Error' "$log" || return 0
+  echo "run.sh: error: the build log has CMake errors (cmake exited 0, but build/outbox-lab may be stale); from $log:" >&2
+  grep -A 5 'CMake Error' "$log" >&2
+  exit "$kRunShFailed"
+}
+
 # Serialised with flock, so two run.sh started together do not build over each other. The lock
 # lives in a subshell: its descriptor must not leak into the lab we exec afterwards.
 build() {
@@ -100,6 +112,7 @@ build() {
     # compiling them would triple the first build.
     cmake --build "$build_dir" --target outbox-lab -j"$(nproc)" >>"$log" 2>&1 ||
       build_failed "build failed"
+    cmake_errors_fail "$log"
   ) 9>"$state/build.lock"
   [ -x "$bin" ] || die "the build finished but $bin is missing"
 }
@@ -230,6 +243,12 @@ for arg in "$@"; do
   fi
   case "$arg" in
     -Doutbox.db=*) args+=(--db "${arg#-Doutbox.db=}") ;;
+    # With a space instead of '=': passed on as it is, so the lab names the fix; the path after
+    # it is not the subcommand.
+    -Doutbox.db)
+      args+=("$arg")
+      [ -n "$subcommand" ] || expect_value=1
+      ;;
     OutboxLab)
       if [ -z "$subcommand" ] && [ "$dropped_outboxlab" -eq 0 ]; then
         dropped_outboxlab=1
@@ -274,6 +293,15 @@ if [ "$wants_help" -eq 1 ] || [ "$no_kafka" -eq 1 ] || [ "$has_brokers" -eq 1 ] 
    [ -n "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
   needs_broker=0
 fi
+# A word the lab does not know as a subcommand (a typo, the tail of an unquoted path) starts no
+# broker: the lab itself says what is wrong. A known one prints its own usage line for --help.
+if [ "$needs_broker" -eq 1 ]; then
+  usage_line=$("$bin" "$subcommand" --help 2>/dev/null || true)
+  [[ $usage_line == *"Usage: outbox-lab $subcommand "* ]] || needs_broker=0
+fi
+
+# Hints quote the command as typed here ("run `./run.sh -Doutbox.db=... OutboxLab reset` first").
+export OUTBOX_LAB_FRONTEND=$0
 
 # A reset starts a new experiment: let it start on an empty topic too.
 if [ "$subcommand" = reset ] && [ "$wants_help" -eq 0 ] && [ "$has_brokers" -eq 0 ] &&

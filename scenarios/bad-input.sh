@@ -18,6 +18,14 @@
 #          and check/status/verify/relay --json print JSON that jq accepts. The created_at
 #          contract: a bad INSERT fails in the writer's transaction, an omitted created_at gets
 #          the database clock, and status names the old rows that break it instead of aging them.
+# Issue 15, section 4 (errors that say the fix): a mistyped subcommand, -Doutbox.db with a space
+#          or given to the binary, an unquoted path with spaces, another subcommand's option, a
+#          subcommand's option before it; each exits 2 with one line naming the fix, directly and
+#          through run.sh; every subcommand's --help lists the global options; the "reset first"
+#          hint quotes the command as the user runs it (outbox-lab --db ..., or run.sh's
+#          -Doutbox.db=... OutboxLab); run.sh (in a copy of the repo whose cmake is a stand-in)
+#          stops with exit 125 and shows a `CMake Error` line even though cmake exited 0, and
+#          starts no broker for a word that is not a subcommand.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -150,6 +158,109 @@ run publish 1
 expect_refused 3 "publish with no broker configured"
 expect_verify business=2,outbox=2,published=0,unpublished=2
 db_untouched "the configuration errors"
+
+# --- issue 15, section 4: errors that say the fix ---------------------------------------------------
+
+# expect_usage_hint ERE WHAT: the last run exited 2 with one error line matching ERE.
+expect_usage_hint() {
+  expect_refused 2 "$2"
+  expect_line "$1" "$ERR"
+}
+
+step "a mistyped subcommand is named with the closest real one (exit 2)"
+run verfy
+expect_usage_hint "^outbox-lab: error: unknown subcommand 'verfy'; did you mean 'verify'\? \(see --help\)\$" "verfy"
+run frobnicate
+expect_usage_hint "^outbox-lab: error: unknown subcommand 'frobnicate' \(see --help for the list\)\$" "frobnicate"
+
+step "the chapter's -Doutbox.db given to the binary, and an unquoted path with spaces (exit 2)"
+LAB_BARE=1 run "-Doutbox.db=$DB" reset
+expect_usage_hint "^outbox-lab: error: -Doutbox.db=$DB is run.sh's spelling \(the chapter's\); outbox-lab takes --db $DB\$" "-Doutbox.db=PATH to the binary"
+LAB_BARE=1 run --db "$TMP/my" dir/x.db reset
+expect_usage_hint "^outbox-lab: error: 'dir/x.db' follows the value of --db: a value with spaces must be quoted, as in --db '$TMP/my dir/x.db'\$" "an unquoted path with spaces"
+[ ! -e "$TMP/my" ] || fail "$TMP/my was created"
+
+step "an option in the wrong place names where it belongs (exit 2)"
+run reset --no-kafka
+# shellcheck disable=SC2016  # the backquotes are the message's own, not an expansion
+expect_usage_hint '^outbox-lab: error: reset has no option --no-kafka; .*verify.* \(see `outbox-lab reset --help`\)$' "reset --no-kafka"
+LAB_BARE=1 run --no-kafka verify
+# shellcheck disable=SC2016  # the backquotes are the message's own, not an expansion
+expect_usage_hint '^outbox-lab: error: --no-kafka is an option of .*verify.*: write it after the subcommand, as in `outbox-lab [a-z-]+ --no-kafka`$' "--no-kafka before verify"
+run verify --no-kafak
+# shellcheck disable=SC2016  # the backquotes are the message's own, not an expansion
+expect_usage_hint '^outbox-lab: error: unknown option --no-kafak; did you mean --no-kafka\? \(see `outbox-lab verify --help`\)$' "verify --no-kafak"
+db_untouched "the usage errors"
+
+step "every subcommand's --help lists the global options"
+LAB_BARE=1 run --help
+expect_rc 0 "--help"
+subcommands=$(awk '/^Subcommands:/ { on = 1; next } on && /^  [a-z]/ { print $1 }' "$OUT")
+[ "$(wc -w <<<"$subcommands")" -ge 20 ] || fail "--help lists only $(wc -w <<<"$subcommands") subcommands"
+for sub in $subcommands; do
+  LAB_BARE=1 run "$sub" --help >/dev/null
+  expect_rc 0 "$sub --help"
+  for option in --db --brokers --topic -X; do
+    awk '/^Global options/ { on = 1 } on' "$OUT" | grep -q -E -- "^ +$option( |,)" ||
+      fail "$sub --help: no global option $option under 'Global options'"
+  done
+done
+
+step "the reset-first hint quotes the command as typed"
+DB=$TMP/missing-hint/outbox.db
+run verify --no-kafka
+expect_refused 6 "verify on a missing file"
+expect_line "^outbox-lab: error: open database '$DB': no such file; run \`outbox-lab --db $DB reset\` first\$" "$ERR"
+DB=$good_db
+
+step "run.sh: the same hints, its own spelling in them, CMake errors shown, no broker for a typo"
+# A copy of the repository's entry point around the binary under test; its cmake is a stand-in
+# (on PATH) that builds nothing and, with FAKE_CMAKE_ERROR=1, prints a CMake Error yet exits 0.
+fake_repo=$TMP/repo
+mkdir -p "$fake_repo/scripts" "$fake_repo/build" "$TMP/fake-bin"
+cp "$REPO_DIR/run.sh" "$fake_repo/run.sh"
+cp "$REPO_DIR/scripts/wait-until.sh" "$fake_repo/scripts/"
+ln -s "$(realpath "$LAB_BIN")" "$fake_repo/build/outbox-lab"
+: >"$fake_repo/build/CMakeCache.txt"
+cat >"$TMP/fake-bin/cmake" <<'SH'
+#!/bin/sh
+[ "${FAKE_CMAKE_ERROR:-0}" = 1 ] && printf 'CMake Error at CMakeLists.txt:1 (message):
+  injected by bad-input.sh
+'
+exit 0
+SH
+chmod +x "$TMP/fake-bin/cmake"
+# run_sh ARGS...: the copy's run.sh with its own state dir; stdout, stderr, exit code as `run`.
+run_sh() {
+  RUNS=$((RUNS + 1))
+  OUT=$TMP/run-$RUNS.out
+  ERR=${OUT%.out}.err
+  echo "\$ $fake_repo/run.sh $*"
+  PATH=$TMP/fake-bin:$PATH OUTBOX_LAB_STATE=$TMP/run-sh-state timeout -k 5 60 \
+    "$fake_repo/run.sh" "$@" </dev/null >"$OUT" 2>"$ERR"
+  RC=$?
+  cat "$OUT"
+  sed 's/^/  (stderr) /' "$ERR"
+  [ "$RC" -eq 0 ] || echo "  (exit $RC)"
+}
+FAKE_CMAKE_ERROR=1 run_sh "-Doutbox.db=$DB" OutboxLab status
+expect_rc 125 "run.sh with a CMake Error in its build log"
+expect_line '^CMake Error at CMakeLists.txt:1 \(message\):$' "$ERR"
+expect_line '^run.sh: error: the build log has CMake errors' "$ERR"
+expect_no_line '^\[status\]' "$OUT"
+run_sh "-Doutbox.db=$DB" OutboxLab verfy
+expect_usage_hint "^outbox-lab: error: unknown subcommand 'verfy'; did you mean 'verify'\? \(see --help\)\$" "run.sh verfy"
+run_sh broker-status
+expect_rc 3 "run.sh broker-status after a mistyped subcommand (no broker started for it)"
+run_sh -Doutbox.db "$DB" OutboxLab reset
+expect_usage_hint "^outbox-lab: error: -Doutbox.db takes its path after '=', with no space: -Doutbox.db=$DB\$" "run.sh -Doutbox.db PATH"
+run_sh "-Doutbox.db=$TMP/my" dir/x.db OutboxLab reset
+expect_usage_hint "^outbox-lab: error: 'dir/x.db' follows the value of --db: a value with spaces must be quoted, as in -Doutbox.db='$TMP/my dir/x.db'\$" "run.sh with an unquoted path with spaces"
+run_sh "-Doutbox.db=$TMP/missing-hint/outbox.db" OutboxLab write-hold 1
+expect_refused 6 "run.sh write-hold on a missing file"
+expect_line "^outbox-lab: error: open database '$TMP/missing-hint/outbox.db': no such file; run \`$fake_repo/run.sh -Doutbox.db=$TMP/missing-hint/outbox.db OutboxLab reset\` first\$" "$ERR"
+[ ! -e "$TMP/missing-hint" ] || fail "$TMP/missing-hint was created"
+db_untouched "the run.sh usage errors"
 
 # --- issue 9: rows written by other programs -----------------------------------------------------
 # From here on a broker runs (the steps above pass their own --brokers or none).

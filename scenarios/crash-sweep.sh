@@ -24,7 +24,9 @@
 #          from anywhere else is no evidence); a cell that did not fire FAILS (the workload no
 #          longer reaches the point). Prints the matrix `failpoint x hit -> verdict, step killed,
 #          lost, duplicated (ids), phantom` and `N passed, N failed of F cells that fired; K did
-#          not fire`: passes and failures count only cells that fired.
+#          not fire`: passes and failures count only cells that fired. Each failing cell leaves
+#          its HTML report (`report: FILE` in its log): in --report DIR, else
+#          <build>/artifacts/failures/crash-sweep-<failpoint>-<hit>.html.
 # OUTBOX_SWEEP_ONLY=ERE sweeps only the failpoints whose names match (for debugging one point).
 # The check runs before the purge: `check` judges Kafka against the outbox table only, so a purged
 # (or archived) row's record would count as a phantom and its loan as an atomicity violation.
@@ -103,8 +105,10 @@ sweep_case() {
   CASE_FAILURES=()
   local effects=$TMP/$point-$n.effects.db
   local consume_args=(consume --dedupe --group sweep --effects-db "$effects")
-  local start
+  local start reported=
   start=$(_now_us)
+  # Every step of the cell records its history, for the cell's report should it fail.
+  export OUTBOX_HISTORY=$TMP/$point-$n.history
 
   run reset
   [ "$RC" -eq 0 ] || case_fail "reset: exit $RC"
@@ -148,6 +152,8 @@ sweep_case() {
   effects_seen=$(sqlite3 "$effects" "SELECT COUNT(*) || '/' || COUNT(DISTINCT event_id) FROM loan_effect" 2>&1)
   [ "$effects_seen" = "$LOANS/$LOANS" ] ||
     case_fail "consumer effects (rows/distinct) $effects_seen, expected $LOANS/$LOANS"
+  # A failing cell's report shows the run as check judged it, before the purge empties the outbox.
+  [ "${#CASE_FAILURES[@]}" -gt 0 ] && { cell_report "$point-$n" "$OUTBOX_HISTORY"; reported=1; }
 
   echo "-- purge: OUTBOX_FAILPOINTS='$SPEC'"
   local fired_before=$FIRED
@@ -166,6 +172,8 @@ sweep_case() {
     case_fail "after purge: $(cat "$OUT"), expected business_loan=$LOANS outbox=0 unpublished=0"
 
   [ -n "$FIRED" ] || case_fail "the failpoint never fired: the workload of $LOANS loans did not reach hit $n"
+  [ "${#CASE_FAILURES[@]}" -gt 0 ] && [ -z "$reported" ] && cell_report "$point-$n" "$OUTBOX_HISTORY"
+  unset OUTBOX_HISTORY
   local verdict=PASS
   [ "${#CASE_FAILURES[@]}" -eq 0 ] || verdict=FAIL
   CASE_MS=$((($(_now_us) - start) / 1000))

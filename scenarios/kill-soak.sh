@@ -282,7 +282,7 @@ _process_args() {
       [ "${2:-}" = final ] || echo "FAIL writer: all $EVENTS loans written before its kills were done" >>"$RESULTS"
       return 1
     fi
-    args=(write "$missing")
+    args=(write --verbose "$missing")  # its [write] txn lines are the kill points
   elif [ "${2:-}" = final ]; then
     args=("${RELAY_ARGS[@]}" --until-empty --quiet)
   else

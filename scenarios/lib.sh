@@ -29,6 +29,7 @@ LAB_BIN=${OUTBOX_LAB_BIN:-$REPO_DIR/build/outbox-lab}
 # so a caller's shell (say OUTBOX_DB left over from run.sh use) cannot leak into a run.
 EXTERNAL_BROKERS=${KAFKA_BOOTSTRAP_SERVERS:-}
 unset KAFKA_BOOTSTRAP_SERVERS OUTBOX_DB OUTBOX_TOPIC OUTBOX_BROKER_CONTROL OUTBOX_FAILPOINTS OUTBOX_HISTORY
+unset OUTBOX_LAB_FRONTEND  # run.sh's: hints would quote run.sh instead of outbox-lab
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/outbox-lab-$SCENARIO.XXXXXX") || {
   echo "FAIL $SCENARIO: mktemp -d failed"
@@ -128,8 +129,10 @@ step() {
 
 # The global options of every lab call: this scenario's database, topic and broker. A scenario
 # that passes its own --brokers (bad-input) must not have started one: the binary rejects a
-# repeated option.
+# repeated option. With LAB_BARE=1, none: for a command line whose exact shape is the test.
 lab_args() {
+  LAB_ARGS=()
+  [ "${LAB_BARE:-0}" = 1 ] && return 0
   LAB_ARGS=(--db "$DB" --topic "$TOPIC")
   [ -n "$BROKER" ] && LAB_ARGS+=(--brokers "$BROKER")
   return 0
@@ -232,7 +235,8 @@ start_hold() {
     die "'outbox-lab $*' never reached its HOLD point"
   fi
   cat "$HOLD_LOG"
-  expect_line 'kill -9 me' "$HOLD_LOG"
+  # The line names the process to kill: this very PID (issue 15).
+  expect_line "; kill -9 $HOLD_PID\$" "$HOLD_LOG"
   local comm
   comm=$(ps -o comm= -p "$HOLD_PID" 2>/dev/null)
   [ "$comm" = "outbox-lab" ] || [ "$comm" = "$(basename "$LAB_BIN" | cut -c1-15)" ] ||
@@ -425,4 +429,26 @@ leave_report() {
   run report --html "$REPORT_HTML" --title "outbox-lab: $SCENARIO" "${history[@]}"
   expect_rc 0 "report"
   echo "report: $REPORT_HTML"
+}
+
+# cell_report NAME [HISTORY]: the HTML report of one failing cell of a sweep or soak (issue 11:
+# "the crash sweep and the kill soak write one per failing cell"), from the cell's $DB and $TOPIC
+# and, when given and not empty, its history. Written to $REPORT_DIR when --report was given,
+# else to <build>/artifacts/failures ($OUTBOX_LAB_ARTIFACTS/failures), which outlives the temp
+# dir. Prints `report: FILE`; a report that cannot be written says why in the same line, and is
+# no failure of its own (the cell has failed already).
+cell_report() {
+  local name=$1 history=${2:-} dir args=()
+  dir=${REPORT_DIR:-${OUTBOX_LAB_ARTIFACTS:-$(dirname "$LAB_BIN")/artifacts}/failures}
+  [ -n "$BROKER" ] || { echo "report: none for $name (no broker to read the topic from)"; return 0; }
+  mkdir -p "$dir" || { echo "report: none for $name (cannot create $dir)"; return 0; }
+  dir=$(cd "$dir" && pwd)
+  [ -n "$history" ] && [ -s "$history" ] && args=(--history "$history")
+  lab_args
+  if "$LAB_BIN" "${LAB_ARGS[@]}" report --html "$dir/$SCENARIO-$name.html" \
+    --title "outbox-lab: $SCENARIO, failing cell $name" "${args[@]}" >"$TMP/cell-report.out" 2>&1; then
+    echo "report: $dir/$SCENARIO-$name.html"
+  else
+    echo "report: none for $name ($(tail -n 1 "$TMP/cell-report.out"))"
+  fi
 }

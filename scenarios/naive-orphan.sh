@@ -15,7 +15,7 @@ expect_rc 0 "reset"
 
 step "naive-hold: commit the business row, HOLD before send"
 start_hold naive naive-hold
-expect_line '^\[naive\] business row L-2001 committed; HOLD before send; kill -9 me$' "$HOLD_LOG"
+expect_line '^\[naive\] business row L-2001 committed; HOLD before send; kill -9 '"$HOLD_PID\$" "$HOLD_LOG"
 kill9 "$HOLD_PID"
 
 step "verify: the business row survived, its event exists nowhere"

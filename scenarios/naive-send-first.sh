@@ -18,7 +18,7 @@ expect_rc 0 "reset"
 step "naive-send-first-hold: send evt-4001, wait for the ack, HOLD before the database write"
 start_hold naive-send-first naive-send-first-hold
 expect_line '^\[naive-send-first\] sent key=evt-4001 partition=[0-9]+ offset=[0-9]+$' "$HOLD_LOG"
-expect_line '^\[naive-send-first\] event evt-4001 sent, business row L-4001 NOT written; HOLD before DB write; kill -9 me$' "$HOLD_LOG"
+expect_line '^\[naive-send-first\] event evt-4001 sent, business row L-4001 NOT written; HOLD before DB write; kill -9 '"$HOLD_PID\$" "$HOLD_LOG"
 kill9 "$HOLD_PID"
 
 step "check: the event exists, the loan does not"

@@ -29,7 +29,7 @@ start_hold write write-hold 5
 for i in 1 2 3 4 5; do
   expect_line "^\[write\] txn i=$i loan=L-100$i event=evt-100$i committed business=$i outbox=$i\$" "$HOLD_LOG"
 done
-expect_line '^\[write\] committed all, HOLD before publish; kill -9 me$' "$HOLD_LOG"
+expect_line '^\[write\] committed all, HOLD before publish; kill -9 '"$HOLD_PID\$" "$HOLD_LOG"
 kill9 "$HOLD_PID"
 expect_verify business=5,outbox=5,published=0,unpublished=5,kafka_records=0
 expect_line '^\[verify\] business_loan=5 outbox=5 published=0 unpublished=5$' "$OUT"
@@ -49,7 +49,7 @@ for i in 1 2 3; do
   fi
 done
 expect_count 3 '^\[send\] ' "$HOLD_LOG"
-expect_line '^\[publish-hold\] sent=3, NOT marked published; HOLD before mark; kill -9 me$' "$HOLD_LOG"
+expect_line '^\[publish-hold\] sent=3, NOT marked published; HOLD before mark; kill -9 '"$HOLD_PID\$" "$HOLD_LOG"
 kill9 "$HOLD_PID"
 expect_verify business=5,outbox=5,published=0,unpublished=5,kafka_records=3,kafka_distinct=3
 expect_line '^\[verify\] business_loan=5 outbox=5 published=0 unpublished=5$' "$OUT"

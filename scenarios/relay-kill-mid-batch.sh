@@ -35,7 +35,7 @@ export OUTBOX_FAILPOINTS='relay.after_ack_before_mark=2*off->hold'
 start_hold relay --history "$TMP/history.jsonl" relay --until-empty --batch-size "$BATCH" --send-timeout 2s --lease 3s
 unset OUTBOX_FAILPOINTS
 expect_count 2 "^\[relay\] batch token=[0-9]+ claimed=$BATCH acked=$BATCH failed=0 marked=$BATCH retried=0 parked=0 fenced=0\$" "$HOLD_LOG"
-expect_line '^\[failpoint\] relay.after_ack_before_mark HOLD; kill -9 me$' "$HOLD_LOG"
+expect_line '^\[failpoint\] relay.after_ack_before_mark HOLD; kill -9 '"$HOLD_PID\$" "$HOLD_LOG"
 kill9 "$HOLD_PID"
 
 step "after the kill: two batches marked, three batches on the topic"

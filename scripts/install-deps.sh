@@ -12,6 +12,9 @@ packages=(
   # what the scenarios and run.sh call besides the lab (jq reads every --json report; ps is
   # procps; timeout, mktemp and stdbuf are coreutils)
   jq procps coreutils
+  # the PostgreSQL backend (issue 12): libpq to build, a server for scripts/postgres.sh and the
+  # [postgres] tests (runuser, which runs initdb as the postgres user, is util-linux)
+  libpq-dev postgresql-15 util-linux
 )
 for arg in "$@"; do
   case "$arg" in

@@ -11,6 +11,12 @@ cmake --build build -j"$(nproc)"
 
 scripts/check-test-names.sh build/tests/outbox_tests
 
+# The [postgres] tests run against a real server (scripts/postgres.sh: initdb into a temp dir,
+# loopback only); they fail, never skip, without it.
+OUTBOX_PG_URL=$(scripts/postgres.sh start)
+export OUTBOX_PG_URL
+echo "test.sh: PostgreSQL at $OUTBOX_PG_URL"
+
 report=build/catch-direct.xml
 if ! build/tests/outbox_tests -w NoTests -r xml -o "$report"; then
   echo "test.sh: the Catch2 binary run directly failed; see $report" >&2

@@ -31,7 +31,9 @@ class DbError : public Error {
 };
 
 // The database file does not exist or lacks the lab's tables: nothing was
-// created or changed; `outbox-lab reset` creates the schema.
+// created or changed; `outbox-lab reset` creates the schema. The message says
+// what is missing; the program adds how to reset, in the user's own words
+// (the CLI's main: "run `./run.sh -Doutbox.db=... OutboxLab reset` first").
 class SchemaMissingError : public Error {
  public:
   using Error::Error;

@@ -8,9 +8,10 @@
 //   off    does nothing.
 //   kill   prints "[failpoint] NAME KILL" on stderr (evidence that the point
 //          was reached), then SIGKILLs this process on the spot.
-//   hold   prints "[failpoint] NAME HOLD; kill -9 me" (or the hold line the
-//          caller passed to HitFailpoint) on stdout and blocks until a signal
-//          ends the process.
+//   hold   prints "[failpoint] NAME HOLD; kill -9 PID" (or the hold line the
+//          caller passed to HitFailpoint, then "; kill -9 PID") on stdout,
+//          flushed, and blocks until a signal ends the process. PID is this
+//          process's own, so the line says exactly what to type (issue 15).
 //   pause  prints "[failpoint] NAME PAUSE; kill -USR1 PID to release" on
 //          stdout, then blocks until the process receives SIGUSR1, and returns:
 //          a script waits for the line, does what must happen while the process
@@ -74,8 +75,9 @@ void ConfigureFailpointsFromEnv();
 // Evaluates the failpoint name. Call from the code at that point. May not
 // return (kill, hold), may block until released (pause) or sleep, may throw
 // FailpointError (error action; or pause when poll(2) fails). hold_line, when
-// not empty, is what the hold action prints instead of the generic line: the
-// chapter's own words at its hold points.
+// not empty, is what the hold action prints instead of "[failpoint] NAME HOLD",
+// before "; kill -9 PID": the chapter's own words at its hold points, up to
+// where the chapter says "me".
 void HitFailpoint(std::string_view name, std::string_view hold_line = {});
 
 // What a failpoint asks of a caller that must not throw (an SQLite VFS callback).

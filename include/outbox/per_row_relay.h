@@ -31,6 +31,7 @@ struct PerRowRelayReport {
   std::int64_t sent = 0;    // rows the broker acknowledged
   std::int64_t marked = 0;  // rows this run marked published
   std::int64_t failed = 0;  // 0 or 1: the run stops at the first failed delivery
+  bool stopped = false;     // ended early because stop_requested said so
 };
 
 // The record for a row: key and event_id header = event id.
@@ -38,6 +39,9 @@ OutboundMessage MessageForRow(const OutboxRow& row);
 
 // Runs the chapter's loop once over up to options.limit unpublished rows.
 // Calls on_step after each row is settled (acked and marked, or failed).
+// Before each row asks stop_requested (when not empty) and stops when it says
+// true, so a stop request (say SIGINT) never cuts a row between its ack and
+// its mark.
 // Stops at the first failed delivery, leaving that row and every later one
 // unpublished, as the chapter's send().get() would by throwing.
 // Throws ConfigError when options.limit <= 0 (SQLite would read a negative
@@ -45,6 +49,7 @@ OutboundMessage MessageForRow(const OutboxRow& row);
 // unpublished and will be re-sent: a duplicate, never a loss).
 PerRowRelayReport RunPerRowRelay(Store& store, Publisher& publisher,
                                    const PerRowRelayOptions& options,
-                                   const std::function<void(const PerRowRelayStep&)>& on_step);
+                                   const std::function<void(const PerRowRelayStep&)>& on_step,
+                                   const std::function<bool()>& stop_requested = {});
 
 }  // namespace outbox

@@ -75,6 +75,22 @@ struct RelayOptions {
   std::function<void(std::string_view phase, std::int64_t token)> on_phase;
 };
 
+// Why a relay with unpublished rows has nothing to claim: other owners'
+// leases and rows in backoff (RunRelayLoop reports it through on_wait).
+struct WaitReport {
+  struct Lease {
+    std::string owner;         // the other relay's owner name, e.g. "relay-4242@host"
+    std::int64_t rows = 0;     // unpublished rows it holds
+    std::int64_t until_ms = 0; // epoch ms its last lease runs out
+    bool operator==(const Lease&) const = default;
+  };
+  std::vector<Lease> leases;  // by owner name; this relay's own owner left out
+  BackoffWait backoff;
+
+  bool empty() const { return leases.empty() && backoff.rows == 0; }
+  bool operator==(const WaitReport&) const = default;
+};
+
 struct BatchReport {
   std::int64_t token = 0;
   std::int64_t claimed = 0;
@@ -90,6 +106,9 @@ class Relay {
 
   // True when a row could be claimed now (read-only: no write while idle).
   bool HasClaimable();
+
+  // What the rows this relay cannot claim now wait on (read only). Throws DbError.
+  WaitReport Waits();
 
   // True when nothing is claimable and no row waits on a backoff or a lease:
   // waiting longer cannot help (until-empty ends here). Throws DbError.
@@ -146,6 +165,11 @@ struct LoopOptions {
   // flaky path); the settle is one transaction, so a failed one marks nothing
   // and the claim's rows are re-sent after the lease: duplicates, not losses.
   int max_io_errors = 5;
+  // Called when the loop goes idle while rows wait on another owner's lease or
+  // on a backoff, once per distinct wait (the same owners, rows and end times
+  // are not reported again until a batch runs or the wait changes). May be
+  // empty; must not throw.
+  std::function<void(const WaitReport&)> on_wait;
 };
 
 struct LoopReport {

@@ -110,6 +110,14 @@ struct SettlePolicy {
   std::int64_t backoff_max_ms = 60000;  // cap of the exponential delay
 };
 
+// The delay before the next attempt of a row that failed `attempts` times (>= 1), ms:
+// backoff_base_ms doubled per earlier failure, capped at backoff_max_ms.
+inline std::int64_t BackoffMs(std::int64_t attempts, const SettlePolicy& policy) {
+  std::int64_t delay = policy.backoff_base_ms;
+  for (std::int64_t i = 1; i < attempts && delay < policy.backoff_max_ms; ++i) delay *= 2;
+  return delay < policy.backoff_max_ms ? delay : policy.backoff_max_ms;
+}
+
 struct SettleReport {
   std::int64_t marked = 0;   // acknowledged rows marked published
   std::int64_t retried = 0;  // failed rows put into backoff
@@ -127,6 +135,14 @@ struct ClaimOwner {
   std::int64_t rows = 0;
   std::int64_t age_ms = 0;         // since its oldest claim was taken, ms
   std::int64_t expires_in_ms = 0;  // until its last lease runs out, ms
+};
+
+// Rows waiting on a backoff (Store::Backoffs).
+struct BackoffWait {
+  std::int64_t rows = 0;          // unpublished, unparked, unclaimed, next attempt in the future
+  std::int64_t first_due_ms = 0;  // epoch ms the first of them may be tried again; 0 when none
+
+  bool operator==(const BackoffWait&) const = default;
 };
 
 // Everything status and metrics report, read in one transaction.
@@ -278,6 +294,10 @@ class Store {
 
   // Rows not yet published and not parked (claimable, claimed or in backoff).
   std::int64_t PendingCount();
+
+  // The rows that wait on a backoff at now_ms (epoch ms) and not under a
+  // claim, and when the first is due. Read only. Throws DbError.
+  BackoffWait Backoffs(std::int64_t now_ms);
 
   // Settles a claimed batch in ONE transaction: marks every acked id
   // published (published_at = now_ms) and records every failure (attempts+1,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/exit_code.h"
+#include "cli/usage_hints.h"
 #include "lab/history.h"
 #include "outbox/clock.h"
 #include "outbox/error.h"
@@ -31,6 +32,12 @@ struct GlobalOptions {
   std::shared_ptr<Clock> clock = std::make_shared<SystemClock>();
   std::string process_name;  // the chosen subcommand, set by main after parsing; names history lanes
   std::string vfs = "unix";  // "powerloss": SQLite I/O goes through the power-loss shim
+  // How the user runs the lab, for hints that quote a command: run.sh's $0 (it exports
+  // OUTBOX_LAB_FRONTEND), or empty for outbox-lab called directly. Set by main.
+  std::string frontend;
+
+  // frontend and db, for CommandLine (cli/usage_hints.h).
+  Invocation invocation() const { return {frontend, db}; }
 
   StoreOptions MakeStoreOptions() const;
   // Parsed -X properties. Throws ConfigError.

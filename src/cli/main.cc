@@ -5,6 +5,8 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <optional>
 #include <vector>
 
@@ -59,7 +61,10 @@ int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOpt
   } catch (const outbox::cli::CommandError& e) {
     return Fail(e.code(), e.what());
   } catch (const outbox::SchemaMissingError& e) {
-    return Fail(ExitCode::kSchemaMissing, e.what());
+    return Fail(ExitCode::kSchemaMissing,
+                fmt::format("{}; run `{}` first", e.what(),
+                            outbox::cli::CommandLine(global.invocation(), "reset"))
+                    .c_str());
   } catch (const outbox::DbError& e) {
     return Fail(ForDbError(e), WithFault(e, powerloss).c_str());
   } catch (const outbox::KafkaError& e) {
@@ -87,6 +92,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();  // global options may follow the subcommand
   GlobalOptions global;
+  if (const char* frontend = std::getenv("OUTBOX_LAB_FRONTEND")) global.frontend = frontend;
   AddGlobalOptions(app, global);
   const std::vector<Command> commands = {
       AddResetCommand(app, global),       AddNaiveHoldCommand(app, global),
@@ -103,6 +109,7 @@ int main(int argc, char** argv) {
       AddPowerCutCommand(app, global),
       AddParkedCommand(app, global),
   };
+  ShowGlobalOptionsInSubcommandHelp(app);
 
   try {
     app.parse(argc, argv);
@@ -111,13 +118,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return Fail(ExitCode::kUsage, e.what());
+    const std::vector<std::string> args(argv, argv + argc);
+    return Fail(ExitCode::kUsage, ExplainParseError(app, e, args, global.invocation()).c_str());
   }
 
   const Command* chosen = nullptr;
   for (const Command& command : commands)
     if (command.app->parsed()) chosen = &command;
-  if (!chosen) return Fail(ExitCode::kUsage, "no subcommand given; see --help");
+  if (!chosen) return Fail(ExitCode::kUsage, "a subcommand is required (see --help for the list)");
   global.process_name = chosen->app->get_name();
   const int code = RunCommand(*chosen, global);
   // check: 0 valid, 1 invalid, anything else "could not check".

@@ -18,12 +18,13 @@ Command AddNaiveHoldCommand(CLI::App& app, const GlobalOptions& global) {
             auto txn = store->BeginWrite();
             if (lab::LoanExists(txn.connection(), loan.loan_id))
               throw CommandError(ExitCode::kPrecondition,
-                                 fmt::format("naive-hold: loan {} already exists in '{}'; run reset first",
-                                             loan.loan_id, global.db));
+                                 fmt::format("naive-hold: loan {} already exists in '{}'; run `{}` first",
+                                             loan.loan_id, global.db,
+                                             CommandLine(global.invocation(), "reset")));
             lab::InsertLoan(txn.connection(), loan);
             txn.Commit();
             lab::HoldUntilKilled(fmt::format(
-                "[naive] business row {} committed; HOLD before send; kill -9 me", loan.loan_id));
+                "[naive] business row {} committed; HOLD before send", loan.loan_id));
           }};
 }
 

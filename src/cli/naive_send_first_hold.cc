@@ -37,7 +37,7 @@ Command AddNaiveSendFirstHoldCommand(CLI::App& app, const GlobalOptions& global)
                        result.partition, result.offset);
             lab::HoldUntilKilled(fmt::format(
                 "[naive-send-first] event {} sent, business row {} NOT written; HOLD before DB "
-                "write; kill -9 me",
+                "write",
                 event.event_id, loan.loan_id));
           }};
 }

@@ -3,6 +3,7 @@
 #include "cli/command.h"
 #include "lab/json_bytes.h"
 #include "cli/publishing.h"
+#include "cli/stop_signal.h"
 #include "lab/loans.h"
 #include "lab/recording_publisher.h"
 #include "outbox/per_row_relay.h"
@@ -17,6 +18,8 @@ Command AddPublishCommand(CLI::App& app, const GlobalOptions& global) {
   auto options = std::make_shared<PublishOptions>();
   AddPublishOptions(*sub, *options);
   return {sub, [&global, options]() -> ExitCode {
+            // Ctrl-C or SIGTERM: the row in flight is acknowledged and marked, then the summary.
+            StopSignalFd stop;  // before any librdkafka thread exists
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
             auto publisher = MakePublisher(global, *options);
             const auto history = global.OpenHistory();
@@ -33,7 +36,8 @@ Command AddPublishCommand(CLI::App& app, const GlobalOptions& global) {
                   else
                     PrintDeliveryFailure("publish", step, *publisher);
                   std::fflush(stdout);
-                });
+                },
+                [&stop] { return stop.Received(); });
             const std::int64_t left = store->Count().unpublished;
             if (report.failed > 0) {
               fmt::print("[publish] sent={} marked={} failed={} unpublished-left={}\n", report.sent,
@@ -43,8 +47,10 @@ Command AddPublishCommand(CLI::App& app, const GlobalOptions& global) {
                                  fmt::format("publish: a delivery failed (see above); {} rows left "
                                              "unpublished in '{}'", left, global.db));
             }
-            fmt::print("[publish] sent={} marked={} unpublished-left={}\n", report.sent,
-                       report.marked, left);
+            fmt::print("[publish] {}sent={} marked={} unpublished-left={}\n",
+                       report.stopped ? "stopped on signal: " : "", report.sent, report.marked,
+                       left);
+            std::fflush(stdout);
             return ExitCode::kOk;
           }};
 }

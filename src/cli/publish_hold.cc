@@ -46,7 +46,7 @@ Command AddPublishHoldCommand(CLI::App& app, const GlobalOptions& global) {
             // The registry's hold (an OUTBOX_FAILPOINTS entry for the point may replace it).
             HitFailpoint(lab::kPublishHoldBeforeMark,
                          fmt::format("[publish-hold] sent={}, NOT marked published; HOLD before "
-                                     "mark; kill -9 me",
+                                     "mark",
                                      report.sent));
             return ExitCode::kOk;
           }};

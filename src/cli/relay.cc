@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
+#include <ctime>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +15,7 @@
 #include "lab/json_bytes.h"
 #include "cli/duration.h"
 #include "cli/publishing.h"
+#include "cli/stop_signal.h"
 #include "lab/recording_publisher.h"
 #include "lab/relay_owner.h"
 #include "outbox/change_watcher.h"
@@ -42,28 +45,6 @@ struct RelayCliOptions {
   bool json = false;
 };
 
-// A signalfd for SIGTERM and SIGINT, which are blocked for every thread
-// started afterwards (librdkafka's too), so they arrive only here.
-class StopSignalFd {
- public:
-  StopSignalFd() {
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGTERM);
-    sigaddset(&signals, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-    fd_ = signalfd(-1, &signals, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (fd_ < 0) ThrowSystemError("signalfd", errno);
-  }
-  ~StopSignalFd() { close(fd_); }
-  StopSignalFd(const StopSignalFd&) = delete;
-  StopSignalFd& operator=(const StopSignalFd&) = delete;
-  int get() const noexcept { return fd_; }
-
- private:
-  int fd_ = -1;
-};
-
 
 // At start, before this relay claims anything: the claims of owners on this
 // host whose process is gone (a relay killed mid-batch) are released, so
@@ -80,6 +61,43 @@ void ReleaseDeadOwners(Store& store, const std::string& self, bool default_owner
                lab::EscapeBytes(claim.owner), claim.age_ms);
     std::fflush(stdout);
   }
+}
+
+// "23:59:01.123Z (in 28.5s)": an epoch-ms instant as UTC time of day and as a
+// distance from now_ms.
+std::string Until(std::int64_t until_ms, std::int64_t now_ms) {
+  const std::time_t seconds = static_cast<std::time_t>(until_ms / 1000);
+  std::tm tm = {};
+  gmtime_r(&seconds, &tm);
+  return fmt::format("{:02}:{:02}:{:02}.{:03}Z (in {})", tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     until_ms % 1000, FormatDuration(std::max<std::int64_t>(0, until_ms - now_ms)));
+}
+
+// One line per part of a wait (issue 15: an idle relay with work left says why).
+void PrintWait(const WaitReport& wait, std::int64_t now_ms, bool json) {
+  for (const WaitReport::Lease& lease : wait.leases) {
+    if (json)
+      fmt::print("{}\n", lab::DumpJson(nlohmann::ordered_json{{"report", "wait"},
+                                                              {"on", "lease"},
+                                                              {"owner", lease.owner},
+                                                              {"rows", lease.rows},
+                                                              {"until_ms", lease.until_ms}}));
+    else
+      fmt::print("[relay] waiting: {} rows claimed by {} until {}, when its lease runs out\n",
+                 lease.rows, lab::EscapeBytes(lease.owner), Until(lease.until_ms, now_ms));
+  }
+  if (wait.backoff.rows > 0) {
+    if (json)
+      fmt::print("{}\n", lab::DumpJson(nlohmann::ordered_json{{"report", "wait"},
+                                                              {"on", "backoff"},
+                                                              {"rows", wait.backoff.rows},
+                                                              {"until_ms", wait.backoff.first_due_ms}}));
+    else
+      fmt::print("[relay] waiting: {} rows in backoff after failed deliveries; the first is due "
+                 "at {}\n",
+                 wait.backoff.rows, Until(wait.backoff.first_due_ms, now_ms));
+  }
+  std::fflush(stdout);
 }
 
 }  // namespace
@@ -179,6 +197,10 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                                 : o->until_empty ? LoopMode::kUntilEmpty
                                                  : LoopMode::kForever;
             loop_options.idle_max_ms = static_cast<int>(o->idle_max_ms);
+            if (!o->quiet)
+              loop_options.on_wait = [&store, o](const WaitReport& wait) {
+                PrintWait(wait, store.clock().EpochMs(), o->json);
+              };
             const LoopReport report = RunRelayLoop(
                 relay, watcher, loop_options, [&](const BatchReport& batch) {
                   if (o->quiet) return;

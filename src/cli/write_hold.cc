@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "cli/row_lines.h"
 #include "lab/lab_failpoints.h"
 #include "lab/loans.h"
 #include "outbox/failpoint.h"
@@ -16,7 +17,10 @@ Command AddWriteHoldCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("N", *count, "Number of loan transactions")
       ->required()
       ->check(PositiveInteger());
-  return {sub, [&global, count]() -> ExitCode {
+  auto lines = std::make_shared<RowLineOptions>();
+  AddRowLineOptions(*sub, *lines);
+  return {sub, [&global, count, lines]() -> ExitCode {
+            const bool row_lines = PrintsRowLines(*lines, *count);
             lab::ArmHoldUnlessConfigured(lab::kWriteHoldBeforePublish);
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
             const auto history = global.OpenHistory();
@@ -25,10 +29,17 @@ Command AddWriteHoldCommand(CLI::App& app, const GlobalOptions& global) {
             for (std::int64_t k = 1; k <= *count; ++k) {
               const std::int64_t i = start + k;
               const lab::WrittenLoan w = lab::WriteLoanWithEvent(*store, i, history.get());
+              if (!row_lines) continue;
               auto read = store->BeginRead();
               fmt::print("[write] txn i={} loan={} event={} committed business={} outbox={}\n", i,
                          w.loan.loan_id, w.event.event_id, lab::CountLoans(read.connection()),
                          store->Count().total);
+              std::fflush(stdout);
+            }
+            if (!row_lines) {
+              auto read = store->BeginRead();
+              fmt::print("[write] committed={} business={} outbox={}\n", *count,
+                         lab::CountLoans(read.connection()), store->Count().total);
               std::fflush(stdout);
             }
             lab::Note(history.get(), "info", "hold", "before publish");

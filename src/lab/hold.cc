@@ -8,7 +8,7 @@
 namespace outbox::lab {
 
 void HoldUntilKilled(std::string_view line) {
-  fmt::print("{}\n", line);
+  fmt::print("{}; kill -9 {}\n", line, getpid());
   std::fflush(stdout);
   for (;;) pause();  // pause() returns only after a handled signal; keep holding
 }

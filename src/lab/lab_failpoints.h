@@ -9,7 +9,8 @@ namespace outbox::lab {
 // write-hold: every loan committed, nothing sent. Armed with `hold` by
 // write-hold (the chapter's line), reached and left alone by write.
 inline constexpr const char* kWriteHoldBeforePublish = "write.hold_before_publish";
-inline constexpr const char* kWriteHoldLine = "[write] committed all, HOLD before publish; kill -9 me";
+// The chapter's line up to "kill -9"; the hold action adds "; kill -9 PID".
+inline constexpr const char* kWriteHoldLine = "[write] committed all, HOLD before publish";
 
 // publish-hold: every record sent and acknowledged, none marked published.
 inline constexpr const char* kPublishHoldBeforeMark = "publish.hold_before_mark";

@@ -36,7 +36,7 @@ std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptio
   }
   if (!has_loans)
     throw SchemaMissingError(fmt::format(
-        "open database '{}': no business_loan table; run `outbox-lab reset` first", path));
+        "open database '{}': no business_loan table", path));
   return store;
 }
 

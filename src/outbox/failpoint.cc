@@ -249,9 +249,9 @@ void HitFailpoint(std::string_view name, std::string_view hold_line) {
       for (;;) pause();
     case Action::kHold:
       if (hold_line.empty())
-        fmt::print("[failpoint] {} HOLD; kill -9 me\n", name);
+        fmt::print("[failpoint] {} HOLD; kill -9 {}\n", name, getpid());
       else
-        fmt::print("{}\n", hold_line);
+        fmt::print("{}; kill -9 {}\n", hold_line, getpid());
       std::fflush(stdout);
       for (;;) pause();
     case Action::kPause:
@@ -297,7 +297,7 @@ FailpointOutcome QueryFailpoint(std::string_view name) noexcept {
       Pause(name);
       return FailpointOutcome::kNone;
     case Action::kHold:
-      fmt::print("[failpoint] {} HOLD; kill -9 me\n", name);
+      fmt::print("[failpoint] {} HOLD; kill -9 {}\n", name, getpid());
       std::fflush(stdout);
       for (;;) pause();
     case Action::kKill:

@@ -19,11 +19,16 @@ OutboundMessage MessageForRow(const OutboxRow& row) {
 
 PerRowRelayReport RunPerRowRelay(Store& store, Publisher& publisher,
                                    const PerRowRelayOptions& options,
-                                   const std::function<void(const PerRowRelayStep&)>& on_step) {
+                                   const std::function<void(const PerRowRelayStep&)>& on_step,
+                                   const std::function<bool()>& stop_requested) {
   if (options.limit <= 0)
     throw ConfigError(fmt::format("relay limit {}: must be at least 1", options.limit));
   PerRowRelayReport report;
   for (OutboxRow& row : store.FetchUnpublished(0, options.limit)) {
+    if (stop_requested && stop_requested()) {
+      report.stopped = true;
+      break;
+    }
     PerRowRelayStep step;
     step.delivery = publisher.Publish({MessageForRow(row)}).front();
     if (!step.delivery.ok) {

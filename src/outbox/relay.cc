@@ -55,6 +55,16 @@ void Relay::Phase(std::string_view phase, std::int64_t token) const {
 
 bool Relay::HasClaimable() { return store_.HasClaimable(MakeClaimRequest(0)); }
 
+WaitReport Relay::Waits() {
+  const std::int64_t now_ms = Now();
+  WaitReport report;
+  for (const ClaimOwner& claim : store_.ClaimOwners(now_ms))
+    if (claim.owner != options_.owner)
+      report.leases.push_back({claim.owner, claim.rows, now_ms + claim.expires_in_ms});
+  report.backoff = store_.Backoffs(now_ms);
+  return report;
+}
+
 bool Relay::CanOnlyWaitForever() { return !HasClaimable() && store_.WaitingCount(Now()) == 0; }
 
 BatchReport Relay::RunBatch() {
@@ -140,6 +150,7 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
   LoopReport loop;
   int idle_ms = options.idle_min_ms;
   int io_errors_in_a_row = 0;
+  WaitReport reported_wait;  // the last wait reported through on_wait; empty after a batch
   while (!waiter.StopRequested()) {
     BatchReport batch;
     try {
@@ -166,6 +177,7 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
       loop.parked += batch.settle.parked;
       loop.fenced += batch.settle.fenced;
       if (on_batch) on_batch(batch);
+      reported_wait = {};
       idle_ms = options.idle_min_ms;
       if (options.mode == LoopMode::kOnce) break;
       continue;
@@ -178,6 +190,11 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
     // look, one after it wakes the wait.
     waiter.ForgetWakeups();
     if (relay.HasClaimable()) continue;
+    if (options.on_wait) {
+      WaitReport wait = relay.Waits();
+      if (!wait.empty() && !(wait == reported_wait)) options.on_wait(wait);
+      reported_wait = std::move(wait);
+    }
     const IdleWaiter::Wake wake = waiter.Wait(idle_ms);
     if (wake == IdleWaiter::Wake::kChanged)
       idle_ms = options.idle_min_ms;

@@ -110,12 +110,6 @@ PRAGMA user_version = 3;
 constexpr const char* kCreatedAtValid =
     "(typeof(created_at) = 'integer' AND created_at BETWEEN 946684800000 AND 4102444800000)";
 
-std::int64_t BackoffMs(std::int64_t attempts, const SettlePolicy& policy) {
-  std::int64_t delay = policy.backoff_base_ms;
-  for (std::int64_t i = 1; i < attempts && delay < policy.backoff_max_ms; ++i) delay *= 2;
-  return std::min(delay, policy.backoff_max_ms);
-}
-
 const char* SynchronousPragma(Synchronous s) {
   switch (s) {
     case Synchronous::kOff: return "PRAGMA synchronous=OFF";
@@ -139,7 +133,7 @@ const std::string& CheckPath(const std::string& path, OpenMode mode) {
   if (mode == OpenMode::kExisting) {
     if (!fs::exists(path, ec))
       throw SchemaMissingError(
-          fmt::format("open database '{}': no such file; run `outbox-lab reset` first", path));
+          fmt::format("open database '{}': no such file", path));
     return path;
   }
   const fs::path parent = fs::path(path).parent_path();
@@ -211,7 +205,7 @@ void Store::Open(const StoreOptions& options, OpenMode mode) {
   // a file without our schema is left exactly as it was.
   if (mode == OpenMode::kExisting && !HasSchema())
     throw SchemaMissingError(fmt::format(
-        "open database '{}': no outbox table; run `outbox-lab reset` first", path));
+        "open database '{}': no outbox table", path));
   connection_.Exec("PRAGMA journal_mode=WAL");
   connection_.Exec(SynchronousPragma(options.synchronous));
   if (HasSchema()) Migrate();
@@ -424,6 +418,16 @@ std::int64_t Store::WaitingCount(std::int64_t now_ms) {
   select.Bind(1, now_ms);
   select.Step();
   return select.ColumnInt64(0);
+}
+
+BackoffWait Store::Backoffs(std::int64_t now_ms) {
+  auto select = connection_.Prepare(
+      "SELECT COUNT(*), COALESCE(MIN(next_attempt_at), 0) FROM outbox WHERE published = 0 "
+      "AND parked_at IS NULL AND next_attempt_at > ?1 "
+      "AND (claim_until IS NULL OR claim_until <= ?1)");
+  select.Bind(1, now_ms);
+  select.Step();
+  return {select.ColumnInt64(0), select.ColumnInt64(1)};
 }
 
 std::int64_t Store::PendingCount() {

@@ -418,14 +418,26 @@ TEST_CASE("RegisterFailpoints adds a program's points once and ConfigureFailpoin
   CHECK(count("undotted") == 0);
 }
 
-TEST_CASE("The hold action prints the hold line its caller passes instead of the generic one",
+TEST_CASE("The hold action prints the hold line its caller passes and the PID to kill",
           "[failpoint]") {
   Child child([] {
     ConfigureFailpoints(std::string(kPoint) + "=hold");
-    HitFailpoint(kPoint, "[write] committed all, HOLD before publish; kill -9 me");
+    HitFailpoint(kPoint, "[write] committed all, HOLD before publish");
   });
 
-  CHECK(child.ReadLine() == "[write] committed all, HOLD before publish; kill -9 me");
+  CHECK(child.ReadLine() ==
+        fmt::format("[write] committed all, HOLD before publish; kill -9 {}", child.pid()));
   CHECK(child.QuietFor(100));
+  CHECK(child.Running());
+}
+
+TEST_CASE("The generic hold line names the point and the PID of the holding process",
+          "[failpoint]") {
+  Child child([] {
+    ConfigureFailpoints(std::string(kPoint) + "=hold");
+    HitFailpoint(kPoint);
+  });
+
+  CHECK(child.ReadLine() == fmt::format("[failpoint] {} HOLD; kill -9 {}", kPoint, child.pid()));
   CHECK(child.Running());
 }

@@ -204,6 +204,34 @@ TEST_CASE("Relay sends at most limit rows and the next run continues after them"
   REQUIRE(fx.UnpublishedIds().empty());
 }
 
+TEST_CASE("Relay asked to stop after a row marks that row and sends no further one", "[relay]") {
+  RelayFixture fx(5);
+  FakePublisher publisher;
+  PerRowRelayOptions options;
+  options.limit = 10;
+
+  // A stop request (SIGINT in publish) arrives while row 2 is in flight.
+  const auto report = outbox::RunPerRowRelay(
+      fx.store, publisher, options, [&fx](const PerRowRelayStep& step) { fx.steps.push_back(step); },
+      [&publisher] { return publisher.calls.size() >= 2; });
+
+  CHECK(report.stopped);
+  CHECK(report.sent == 2);
+  CHECK(report.marked == 2);
+  CHECK(publisher.calls.size() == 2);
+  REQUIRE(fx.steps.size() == 2);
+  CHECK(fx.steps[1].marked);
+  CHECK(fx.UnpublishedIds() == Ids{3, 4, 5});
+}
+
+TEST_CASE("Relay without a stop request runs to its limit and reports not stopped", "[relay]") {
+  RelayFixture fx(2);
+  FakePublisher publisher;
+  const auto report = fx.Run(publisher, 10);
+  CHECK_FALSE(report.stopped);
+  CHECK(report.marked == 2);
+}
+
 TEST_CASE("Relay with no unpublished rows sends nothing", "[relay]") {
   RelayFixture fx(0);
   FakePublisher publisher;

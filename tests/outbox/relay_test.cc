@@ -675,6 +675,78 @@ TEST_CASE("RunBatch reports each settle to on_settle with its token and the mark
   }
 }
 
+TEST_CASE("RunRelayLoop says once that rows wait on another relay's lease and until when",
+          "[relay]") {
+  RelayFixture f;
+  EnqueueRange(f.store, 1, 3);
+  outbox::ClaimRequest other;
+  other.owner = "relay-other@host";
+  other.limit = 10;
+  other.lease_ms = 30000;
+  other.now_ms = kNowMs;
+  REQUIRE(f.store.ClaimBatch(other).rows.size() == 3);
+  FakePublisher publisher;
+  Relay relay(f.store, publisher, f.options);
+  FakeWaiter waiter;
+  waiter.max_waits = 5;
+  waiter.on_wait = [&](int timeout_ms) { f.clock.AdvanceMs(timeout_ms); };
+  std::vector<outbox::WaitReport> waits;
+  LoopOptions loop;
+  loop.mode = LoopMode::kForever;
+  loop.on_wait = [&](const outbox::WaitReport& wait) { waits.push_back(wait); };
+
+  const auto report = outbox::RunRelayLoop(relay, waiter, loop, nullptr);
+
+  CHECK(report.stopped);
+  CHECK(report.batches == 0);
+  CHECK(waiter.waits == 5);
+  REQUIRE(waits.size() == 1);  // five idle polls, one wait: said once
+  REQUIRE(waits[0].leases.size() == 1);
+  CHECK(waits[0].leases[0].owner == "relay-other@host");
+  CHECK(waits[0].leases[0].rows == 3);
+  CHECK(waits[0].leases[0].until_ms == kNowMs + 30000);
+  CHECK(waits[0].backoff.rows == 0);
+  CHECK(publisher.calls.empty());
+}
+
+TEST_CASE("RunRelayLoop says once that a failed row waits on its backoff and when it is due",
+          "[relay]") {
+  RelayFixture f;
+  f.options.settle.backoff_base_ms = 300;
+  EnqueueRange(f.store, 1, 1);
+  FakePublisher publisher({false});
+  Relay relay(f.store, publisher, f.options);
+  FakeWaiter waiter;
+  waiter.on_wait = [&](int timeout_ms) { f.clock.AdvanceMs(timeout_ms); };
+  std::vector<outbox::WaitReport> waits;
+  LoopOptions loop;
+  loop.mode = LoopMode::kUntilEmpty;
+  loop.on_wait = [&](const outbox::WaitReport& wait) { waits.push_back(wait); };
+
+  const auto report = outbox::RunRelayLoop(relay, waiter, loop, nullptr);
+
+  CHECK(report.marked == 1);
+  CHECK(waiter.waits >= 2);
+  REQUIRE(waits.size() == 1);
+  CHECK(waits[0].leases.empty());
+  CHECK(waits[0].backoff.rows == 1);
+  CHECK(waits[0].backoff.first_due_ms == kNowMs + 300);
+}
+
+TEST_CASE("Relay Waits leaves out the relay's own claims", "[relay]") {
+  RelayFixture f;
+  EnqueueRange(f.store, 1, 2);
+  outbox::ClaimRequest own;
+  own.owner = f.options.owner;
+  own.limit = 10;
+  own.lease_ms = 30000;
+  own.now_ms = kNowMs;
+  REQUIRE(f.store.ClaimBatch(own).rows.size() == 2);
+  FakePublisher publisher;
+  Relay relay(f.store, publisher, f.options);
+  CHECK(relay.Waits().empty());
+}
+
 TEST_CASE("RunBatch reports claim then produce then acked then marking then mark with the claim "
           "token and idle when nothing is claimable",
           "[relay]") {

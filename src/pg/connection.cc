@@ -1,0 +1,156 @@
+#include "outbox/pg/connection.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cstdlib>
+
+namespace outbox::pg {
+namespace {
+
+// libpq messages end with a newline and may span lines (DETAIL, HINT): one line for ours.
+std::string OneLine(const char* message) {
+  std::string line = message == nullptr ? "" : message;
+  for (char& c : line) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  return line;
+}
+
+[[noreturn]] void ThrowResultError(PGconn* conn, const PGresult* result, std::string_view what) {
+  const char* state = result == nullptr ? nullptr : PQresultErrorField(result, PG_DIAG_SQLSTATE);
+  const char* primary = result == nullptr ? nullptr : PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY);
+  std::string sqlstate = state == nullptr ? "" : state;
+  std::string message = OneLine(primary != nullptr ? primary : PQerrorMessage(conn));
+  if (sqlstate.empty()) {
+    throw PgError(fmt::format("{}: {}", what, message), sqlstate);
+  }
+  throw PgError(fmt::format("{}: {} (SQLSTATE {})", what, message, sqlstate), sqlstate);
+}
+
+}  // namespace
+
+bool IsPostgresUrl(std::string_view db) {
+  return db.starts_with("postgresql://") || db.starts_with("postgres://");
+}
+
+std::string RedactPassword(std::string_view url) {
+  const auto scheme = url.find("://");
+  if (scheme == std::string_view::npos) return std::string(url);
+  const auto authority_end = url.find_first_of("/?", scheme + 3);
+  const auto at = url.rfind('@', authority_end);
+  if (at == std::string_view::npos || at < scheme) return std::string(url);
+  const auto colon = url.find(':', scheme + 3);
+  if (colon == std::string_view::npos || colon > at) return std::string(url);
+  return std::string(url.substr(0, colon)) + std::string(url.substr(at));
+}
+
+std::string Result::Text(int row, int column) const {
+  return std::string(PQgetvalue(result_.get(), row, column),
+                     static_cast<std::size_t>(PQgetlength(result_.get(), row, column)));
+}
+
+std::int64_t Result::Int(int row, int column) const {
+  const char* text = PQgetvalue(result_.get(), row, column);
+  const std::size_t length = static_cast<std::size_t>(PQgetlength(result_.get(), row, column));
+  std::int64_t value = 0;
+  const auto [end, error] = std::from_chars(text, text + length, value);
+  if (error != std::errc() || end != text + length) {
+    throw PgError(fmt::format("column {} of row {} is not an integer: '{}'", column, row,
+                              std::string_view(text, length)),
+                  "");
+  }
+  return value;
+}
+
+std::string Result::Bytes(int row, int column) const {
+  const auto* text = reinterpret_cast<const unsigned char*>(PQgetvalue(result_.get(), row, column));
+  std::size_t length = 0;
+  std::unique_ptr<unsigned char, decltype(&PQfreemem)> bytes(
+      PQunescapeBytea(text, &length), [](void* p) { PQfreemem(p); });
+  if (!bytes) throw PgError(fmt::format("decode bytea column {} of row {}: out of memory", column, row), "");
+  return std::string(reinterpret_cast<const char*>(bytes.get()), length);
+}
+
+std::int64_t Result::Affected() const {
+  const char* tuples = PQcmdTuples(result_.get());
+  std::int64_t value = 0;
+  std::from_chars(tuples, tuples + std::char_traits<char>::length(tuples), value);
+  return value;
+}
+
+Connection::Connection(const std::string& url)
+    : display_url_(RedactPassword(url)), conn_(PQconnectdb(url.c_str())) {
+  if (!conn_) throw PgError(fmt::format("connect to '{}': out of memory", display_url_), "");
+  if (PQstatus(conn_.get()) != CONNECTION_OK) {
+    throw PgError(fmt::format("connect to '{}': {}", display_url_, OneLine(PQerrorMessage(conn_.get()))), "");
+  }
+  // Notices (e.g. "relation already exists, skipping") are not errors: keep them off stderr.
+  PQsetNoticeProcessor(conn_.get(), [](void*, const char*) {}, nullptr);
+}
+
+void Connection::Exec(std::string_view sql, std::string_view what) {
+  const std::string text(sql);
+  // PQexec runs every statement of the string and returns the last one's result; an error stops
+  // the rest, and its result is the one returned.
+  Result result(PQexec(conn_.get(), text.c_str()));
+  const auto status = PQresultStatus(result.get());
+  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+    ThrowResultError(conn_.get(), result.get(), what);
+  }
+}
+
+Result Connection::Query(std::string_view sql, const std::vector<Param>& params, std::string_view what) {
+  const std::string text(sql);
+  std::vector<const char*> values;
+  std::vector<int> lengths;
+  std::vector<int> formats;
+  values.reserve(params.size());
+  for (const Param& param : params) {
+    values.push_back(param.value ? param.value->data() : nullptr);
+    lengths.push_back(param.value ? static_cast<int>(param.value->size()) : 0);
+    formats.push_back(param.binary ? 1 : 0);
+  }
+  // Parameter types are left to the server (nullptr): it infers them from the statement.
+  Result result(PQexecParams(conn_.get(), text.c_str(), static_cast<int>(params.size()), nullptr,
+                             values.data(), lengths.data(), formats.data(), 0));
+  const auto status = PQresultStatus(result.get());
+  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+    ThrowResultError(conn_.get(), result.get(), what);
+  }
+  return result;
+}
+
+std::int64_t Connection::QueryInt(std::string_view sql, const std::vector<Param>& params,
+                                  std::string_view what) {
+  Result result = Query(sql, params, what);
+  if (result.rows() == 0 || result.IsNull(0, 0)) {
+    throw PgError(fmt::format("{}: the query returned no value", what), "");
+  }
+  return result.Int(0, 0);
+}
+
+Transaction::Transaction(Connection& connection) : connection_(connection) {
+  connection_.Exec("BEGIN", "begin a transaction");
+}
+
+Transaction::~Transaction() {
+  if (done_) return;
+  // Best effort: a broken connection has rolled back already, on the server's side.
+  PQclear(PQexec(connection_.get(), "ROLLBACK"));
+}
+
+void Transaction::Commit() {
+  done_ = true;
+  // COMMIT of a transaction that already failed succeeds with the tag ROLLBACK: that is a failure.
+  Result result(PQexec(connection_.get(), "COMMIT"));
+  if (PQresultStatus(result.get()) != PGRES_COMMAND_OK) {
+    ThrowResultError(connection_.get(), result.get(), "commit");
+  }
+  if (std::string_view(PQcmdStatus(result.get())) == "ROLLBACK") {
+    throw PgError("commit: the transaction had failed and was rolled back", "25P02");
+  }
+}
+
+}  // namespace outbox::pg

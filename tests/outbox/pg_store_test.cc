@@ -1,0 +1,302 @@
+// The outbox on a real PostgreSQL server (issue 12). scripts/test.sh starts one with
+// scripts/postgres.sh and passes its URL in OUTBOX_PG_URL; without it these tests FAIL and say
+// how to start one, so a run without a server never passes them vacuously. Each test works in
+// its own schema, so tests running in parallel under ctest never see each other's rows.
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "outbox/pg/connection.h"
+#include "outbox/pg_store.h"
+
+using namespace outbox;
+
+namespace {
+
+std::string ServerUrl() {
+  const char* url = std::getenv("OUTBOX_PG_URL");
+  INFO("OUTBOX_PG_URL is not set: run `export OUTBOX_PG_URL=$(scripts/postgres.sh start)`");
+  REQUIRE(url != nullptr);
+  REQUIRE(std::string(url).size() > 0);
+  return url;
+}
+
+// A fresh schema of its own, dropped at the end; url() connects with it as the search_path.
+class Schema {
+ public:
+  Schema() : admin_(ServerUrl()) {
+    static std::atomic<int> counter{0};
+    name_ = "t_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+    admin_.Exec("DROP SCHEMA IF EXISTS " + name_ + " CASCADE; CREATE SCHEMA " + name_, "create a test schema");
+    const std::string base = ServerUrl();
+    // lock_timeout: a claim that waits on a lock (no SKIP LOCKED) fails the test in 10 s instead
+    // of hanging it.
+    url_ = base + (base.find('?') == std::string::npos ? "?" : "&") + "options=-csearch_path%3D" + name_ +
+           "%20-clock_timeout%3D10000";
+  }
+  ~Schema() {
+    try {
+      admin_.Exec("DROP SCHEMA IF EXISTS " + name_ + " CASCADE", "drop a test schema");
+    } catch (...) {
+    }
+  }
+  // Read once in the constructor: threads may call it, and Catch2's assertions are not thread-safe.
+  const std::string& url() const { return url_; }
+
+ private:
+  pg::Connection admin_;
+  std::string name_;
+  std::string url_;
+};
+
+OutboxEvent Event(const std::string& id, const std::string& aggregate = "") {
+  return OutboxEvent{id, aggregate.empty() ? "L-" + id : aggregate, "LoanCreated", "{\"id\":\"" + id + "\"}", 0};
+}
+
+std::int64_t EnqueueOne(PgStore& store, const OutboxEvent& event) {
+  auto txn = store.BeginWrite();
+  const std::int64_t id = store.Enqueue(txn, event);
+  txn.Commit();
+  return id;
+}
+
+ClaimRequest Request(const std::string& owner, std::int64_t limit = 100, std::int64_t lease_ms = 30000) {
+  ClaimRequest request;
+  request.owner = owner;
+  request.limit = limit;
+  request.lease_ms = lease_ms;
+  return request;
+}
+
+std::vector<std::string> EventIds(const Claim& claim) {
+  std::vector<std::string> ids;
+  for (const auto& row : claim.rows) ids.push_back(row.event.event_id);
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("PostgreSQL outbox rows commit and roll back with their transaction", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  EnqueueOne(store, Event("evt-1001"));
+  {
+    auto txn = store.BeginWrite();
+    store.Enqueue(txn, Event("evt-1002"));
+  }  // no commit: rolled back
+  const OutboxCounts counts = store.Count();
+  CHECK(counts.total == 1);
+  CHECK(counts.unpublished == 1);
+  CHECK(counts.published == 0);
+}
+
+TEST_CASE("PostgreSQL enqueue of an existing event id fails with SQLSTATE 23505", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  EnqueueOne(store, Event("evt-1001"));
+  auto txn = store.BeginWrite();
+  try {
+    store.Enqueue(txn, Event("evt-1001"));
+    FAIL("a duplicate event id was accepted");
+  } catch (const pg::PgError& error) {
+    CHECK(error.sqlstate() == "23505");
+    CHECK(std::string(error.what()).find("enqueue event 'evt-1001'") == 0);
+    CHECK(std::string(error.what()).find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("PostgreSQL payload bytes that are not UTF-8 reach the relay unchanged", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  OutboxEvent event = Event("evt-1001");
+  event.payload = std::string("\xC3\x28\x00\xFF", 4);
+  EnqueueOne(store, event);
+  const Claim claim = store.ClaimBatch(Request("relay-a"));
+  REQUIRE(claim.rows.size() == 1);
+  CHECK(claim.rows[0].event.payload == event.payload);
+}
+
+TEST_CASE("PostgreSQL claims skip rows another transaction has locked instead of waiting", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  for (int i = 1; i <= 4; ++i) EnqueueOne(store, Event("evt-100" + std::to_string(i)));
+  // Another relay is in the middle of its claim: it holds row 1 and row 2 locked.
+  pg::Connection other(schema.url());
+  pg::Transaction held(other);
+  other.Query("SELECT id FROM outbox WHERE id <= 2 FOR UPDATE", {}, "lock two rows");
+
+  const Claim claim = store.ClaimBatch(Request("relay-b"));
+  CHECK(EventIds(claim) == std::vector<std::string>{"evt-1003", "evt-1004"});
+}
+
+TEST_CASE("PostgreSQL claims by two relays at once share the rows without overlap", "[postgres]") {
+  Schema schema;
+  {
+    PgStore writer(schema.url());
+    auto txn = writer.BeginWrite();
+    for (int i = 0; i < 400; ++i) writer.Enqueue(txn, Event("evt-" + std::to_string(10000 + i)));
+    txn.Commit();
+  }
+  std::vector<std::int64_t> claimed_a, claimed_b;
+  auto drain = [&](const std::string& owner, std::vector<std::int64_t>& claimed) {
+    PgStore store(schema.url());
+    for (;;) {
+      const Claim claim = store.ClaimBatch(Request(owner, 7));
+      if (claim.rows.empty()) return;
+      std::vector<std::int64_t> acked;
+      for (const auto& row : claim.rows) acked.push_back(row.id);
+      claimed.insert(claimed.end(), acked.begin(), acked.end());
+      store.SettleBatch(claim.token, acked, {}, SettlePolicy{});
+    }
+  };
+  std::thread a(drain, "relay-a", std::ref(claimed_a));
+  std::thread b(drain, "relay-b", std::ref(claimed_b));
+  a.join();
+  b.join();
+  std::vector<std::int64_t> all = claimed_a;
+  all.insert(all.end(), claimed_b.begin(), claimed_b.end());
+  std::sort(all.begin(), all.end());
+  CHECK(all.size() == 400);
+  CHECK(std::adjacent_find(all.begin(), all.end()) == all.end());
+  PgStore check(schema.url());
+  CHECK(check.Count().published == 400);
+}
+
+TEST_CASE("PostgreSQL settle of a claim taken over by another relay is fenced", "[postgres]") {
+  Schema schema;
+  PgStore relay_a(schema.url());
+  PgStore relay_b(schema.url());
+  EnqueueOne(relay_a, Event("evt-1001"));
+  // A lease of 0 ms has run out at once (claim_until = now()), so relay b may take the row over.
+  const Claim first = relay_a.ClaimBatch(Request("relay-a", 10, 0));
+  REQUIRE(first.rows.size() == 1);
+  const Claim second = relay_b.ClaimBatch(Request("relay-b", 10, 30000));
+  REQUIRE(second.rows.size() == 1);
+  CHECK(second.token > first.token);
+
+  const SettleReport late = relay_a.SettleBatch(first.token, {first.rows[0].id}, {}, SettlePolicy{});
+  CHECK(late.fenced == 1);
+  CHECK(late.marked == 0);
+  const SettleReport owner = relay_b.SettleBatch(second.token, {second.rows[0].id}, {}, SettlePolicy{});
+  CHECK(owner.marked == 1);
+  CHECK(relay_a.Count().published == 1);
+}
+
+TEST_CASE("PostgreSQL leases follow the server clock so a relay whose clock runs ahead steals nothing", "[postgres]") {
+  Schema schema;
+  PgStore relay_a(schema.url());
+  PgStore relay_b(schema.url());
+  EnqueueOne(relay_a, Event("evt-1001"));
+  REQUIRE(relay_a.ClaimBatch(Request("relay-a", 10, 30000)).rows.size() == 1);
+  // Relay b's own clock says it is an hour later: on SQLite that would expire the lease.
+  ClaimRequest ahead = Request("relay-b");
+  ahead.now_ms = 4102444800000 - 1;
+  CHECK(relay_b.ClaimBatch(ahead).rows.empty());
+}
+
+TEST_CASE("PostgreSQL failed deliveries back off on the server clock and park at max attempts", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  const std::int64_t id = EnqueueOne(store, Event("evt-1001"));
+  SettlePolicy policy;
+  policy.max_attempts = 2;
+  policy.backoff_base_ms = 0;  // retry at once: no test waits on a clock
+  policy.backoff_max_ms = 0;
+
+  Claim claim = store.ClaimBatch(Request("relay-a"));
+  REQUIRE(claim.rows.size() == 1);
+  SettleReport report = store.SettleBatch(claim.token, {}, {{id, "Broker: Not enough in-sync replicas"}}, policy);
+  CHECK(report.retried == 1);
+  claim = store.ClaimBatch(Request("relay-a"));
+  REQUIRE(claim.rows.size() == 1);
+  CHECK(claim.attempts[0] == 1);
+  report = store.SettleBatch(claim.token, {}, {{id, "Broker: Not enough in-sync replicas"}}, policy);
+  CHECK(report.parked == 1);
+  CHECK(store.ClaimBatch(Request("relay-a")).rows.empty());
+  CHECK(store.Count().unpublished == 1);
+
+  SECTION("a backoff in the future keeps the row from the next claim") {
+    const std::int64_t later = EnqueueOne(store, Event("evt-1002"));
+    SettlePolicy slow;
+    slow.backoff_base_ms = 60000;
+    const Claim next = store.ClaimBatch(Request("relay-a"));
+    REQUIRE(EventIds(next) == std::vector<std::string>{"evt-1002"});
+    store.SettleBatch(next.token, {}, {{later, "timed out"}}, slow);
+    CHECK(store.ClaimBatch(Request("relay-a")).rows.empty());
+  }
+}
+
+TEST_CASE("PostgreSQL commits out of id order never lose a row but a naive keyset cursor does", "[postgres]") {
+  Schema schema;
+  PgStore writer_a(schema.url());
+  PgStore writer_b(schema.url());
+  // Writer a takes the smaller id and holds its transaction open; writer b commits a larger one.
+  auto held = writer_a.BeginWrite();
+  const std::int64_t early = writer_a.Enqueue(held, Event("evt-1001"));
+  const std::int64_t late = EnqueueOne(writer_b, Event("evt-1002"));
+  REQUIRE(early < late);
+
+  PgStore naive(schema.url());
+  PgStore scanning(schema.url());
+  const Claim naive_first = naive.ClaimBatch(Request("naive"), PgClaimMode::kNaiveCursor);
+  REQUIRE(EventIds(naive_first) == std::vector<std::string>{"evt-1002"});
+  naive.SettleBatch(naive_first.token, {naive_first.rows[0].id}, {}, SettlePolicy{});
+
+  held.Commit();  // evt-1001 is committed now, behind the naive cursor
+
+  CHECK(naive.ClaimBatch(Request("naive"), PgClaimMode::kNaiveCursor).rows.empty());
+  const Claim scan = scanning.ClaimBatch(Request("scan"));
+  CHECK(EventIds(scan) == std::vector<std::string>{"evt-1001"});
+}
+
+TEST_CASE("PostgreSQL block key claims only the oldest unpublished row of each aggregate", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  EnqueueOne(store, Event("evt-1001", "L-1"));
+  EnqueueOne(store, Event("evt-1002", "L-1"));
+  EnqueueOne(store, Event("evt-1003", "L-2"));
+  const Claim claim = store.ClaimBatch(Request("relay-a"));
+  CHECK(EventIds(claim) == std::vector<std::string>{"evt-1001", "evt-1003"});
+}
+
+TEST_CASE("PostgreSQL stores created at the same time both migrate the schema once", "[postgres]") {
+  Schema schema;
+  std::atomic<int> opened{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      PgStore store(schema.url());
+      ++opened;
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK(opened == 4);
+  PgStore store(schema.url());
+  CHECK(store.Count().total == 0);
+}
+
+TEST_CASE("PostgreSQL connect errors are one line naming the server without its password", "[postgres]") {
+  try {
+    pg::Connection connection("postgresql://outbox:secret@127.0.0.1:1/outbox_lab?connect_timeout=2");
+    FAIL("connected to port 1");
+  } catch (const pg::PgError& error) {
+    const std::string message = error.what();
+    CHECK(message.find("connect to 'postgresql://outbox@127.0.0.1:1/outbox_lab") == 0);
+    CHECK(message.find("secret") == std::string::npos);
+    CHECK(message.find('\n') == std::string::npos);
+    CHECK(error.connection_lost());
+  }
+}
+
+TEST_CASE("PostgreSQL URLs are told apart from SQLite paths", "[postgres]") {
+  CHECK(pg::IsPostgresUrl("postgresql://u@h/db"));
+  CHECK(pg::IsPostgresUrl("postgres://u@h/db"));
+  CHECK_FALSE(pg::IsPostgresUrl("outbox.db"));
+  CHECK_FALSE(pg::IsPostgresUrl("/tmp/postgresql://x"));
+  CHECK(pg::RedactPassword("postgresql://u:pw@h:5432/db") == "postgresql://u@h:5432/db");
+  CHECK(pg::RedactPassword("postgresql://u@h/db") == "postgresql://u@h/db");
+}
