@@ -23,19 +23,22 @@
 #          prints the same schedule hash; where the other processes are at that instant is up to
 #          the scheduler.
 #          Every lab process records its phases in the history (relay: claim, produce, acked,
-#          mark, idle; writer: begin, commit; src/lab/history.h). After the run each kill is
-#          classified by the last phase its victim recorded, and a table of kills per window
-#          is printed. Leader mode (one elected relay) does not exist yet: only claims mode is
-#          soaked.
-# Expects: every kill lands (exit 137; a pause kill's victim stood at its PAUSE line), every
-#          pause kill classifies as "between ack and mark", at least one kill lands between ack
-#          and mark; a final relay --until-empty drains, and check --history is valid with 0
-#          lost, 0 phantom, E business rows and duplicated > 0, where the duplicated ids are
-#          exactly the rows a killed relay acknowledged and did not mark, plus at most rows a
-#          killed relay had in flight (sent, no delivery report) or a fenced settle explains.
-#          A failing run prints its seed and the replay command.
+#          marking, mark, idle; writer: begin, commit; src/lab/history.h). After the run each
+#          kill is classified by the last phase its victim recorded (marking and begin by the
+#          outcome too: see window() below), and a table of kills per window is printed. Leader
+#          mode (one elected relay) does not exist yet: only claims mode is soaked.
+# Expects: the same seed draws the same schedule in a second bash; every kill lands (exit 137;
+#          a pause kill's victim stood at its PAUSE line), every pause kill's last phase is
+#          acked, at least one kill lands between ack and mark, no settle is half applied; a
+#          final relay --until-empty drains, and check --history is valid with 0 lost, 0
+#          phantom, E business rows and duplicated > 0, where the duplicated ids are exactly the
+#          rows a killed relay acknowledged and did not mark, plus at most rows a killed relay
+#          had in flight (sent, no delivery report), left while marking, or a fenced settle
+#          explains. A failing run prints its seed and the replay command.
 # Usage:   kill-soak.sh [--seed S] [--kills K] [--events E] [--relays 1|2] [--instant-share P]
-#          [--pause-share P] [--until-fail N]   (env OUTBOX_SOAK_SEED, _KILLS, _EVENTS, _RELAYS).
+#          [--pause-share P] [--until-fail N] [--schedule-only]
+#          (env OUTBOX_SOAK_SEED, _KILLS, _EVENTS, _RELAYS). --schedule-only prints the schedule
+#          and exits.
 #          Default seed: a new one per run, printed first. The long run:
 #            kill-soak.sh --kills 50 --events 5000 --relays 2
 #          --until-fail N runs seeds S, S+1, ... (S the seed, given or fresh) one after another
