@@ -13,7 +13,7 @@
 #          kafka_records=0; the send after `rtt 0` lands at offset 0 of its partition).
 #          (2) row 1 published; row 2's send fails with _MSG_TIMED_OUT (exit 9) and stays
 #          unpublished, yet the broker stored it: Kafka holds evt-1002 while the outbox does not
-#          mark it (check: stuck=[evt-1002], nothing lost). After `rtt 0`, `publish 10` re-sends it:
+#          mark it (check: pending=[evt-1002], nothing lost, exit 15). After `rtt 0`, `publish 10` re-sends it:
 #          check valid, duplicated = {evt-1002: 2}, 0 lost, 0 phantom.
 # Always uses the embedded broker, even with KAFKA_BOOTSTRAP_SERVERS: faults need its control socket.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -58,9 +58,9 @@ broker_ctl rtt 0
 step "the broker stored evt-1002, the outbox does not have it marked"
 expect_verify business=2,outbox=2,published=1,unpublished=1,kafka_records=2,kafka_distinct=2
 run check --json
-expect_rc 1 "check while evt-1002 is unmarked (stuck makes it invalid)"
-expect_json "$OUT" '.stuck == ["evt-1002"] and .ok == 2 and .lost == []' \
-  "check: evt-1002 stuck (unmarked) yet in Kafka, nothing lost"
+expect_rc 15 "check while evt-1002 is unmarked (pending: not drained yet)"
+expect_json "$OUT" '.pending == ["evt-1002"] and .stuck == ["evt-1002"] and .ok == 2 and .lost == [] and .verdict == "not-drained"' \
+  "check: evt-1002 pending (unmarked) yet in Kafka, nothing lost"
 
 step "publish 10 re-sends evt-1002: a duplicate, nothing lost"
 run publish 10

@@ -59,9 +59,9 @@ chapter_run() {
     expect_eq "" "$first_pids$second_pids" "$name: producer ids without idempotence"
   fi
   expect_verify business=5,outbox=5,published=5,unpublished=0,kafka_records=8,kafka_distinct=5,kafka_duplicates=3,kafka_missing=0
-  expect_line '^\[verify\] duplicate evt-1001 x2$' "$OUT"
-  expect_line '^\[verify\] duplicate evt-1002 x2$' "$OUT"
-  expect_line '^\[verify\] duplicate evt-1003 x2$' "$OUT"
+  expect_line '^\[verify\] duplicate evt-1001 x2 \(expected: at-least-once\)$' "$OUT"
+  expect_line '^\[verify\] duplicate evt-1002 x2 \(expected: at-least-once\)$' "$OUT"
+  expect_line '^\[verify\] duplicate evt-1003 x2 \(expected: at-least-once\)$' "$OUT"
 }
 
 # start_broker_in_subdir NAME: lib's start_broker with its files in $TMP (here, a subdirectory),

@@ -8,7 +8,9 @@
 #          unpublished=5. After (2): the same, with 3 records on the topic. publish 10 re-sends all
 #          five (offsets 3..7) and marks them. Final reconciliation: business 5, outbox 5,
 #          published 5, 8 Kafka records, 5 distinct event ids, evt-1001/1002/1003 twice each,
-#          none missing, none unexpected — the chapter's table.
+#          none missing, none unexpected — the chapter's table. After each stage verify ends with
+#          one sentence in the chapter's terms (intents durable / sent but not marked / 8 records =
+#          3 + 5, duplicates expected), and `verify --lang zh` prints the chapter's Chinese table.
 # With KAFKA_BOOTSTRAP_SERVERS the topic is auto-created by that broker; if its num.partitions
 # is above 1 (docker-compose.yml sets 1), the checks of offsets and of record order, which assume
 # the chapter's single partition, become checks of the same records in any order.
@@ -33,6 +35,7 @@ expect_line '^\[write\] committed all, HOLD before publish; kill -9 '"$HOLD_PID\
 kill9 "$HOLD_PID"
 expect_verify business=5,outbox=5,published=0,unpublished=5,kafka_records=0
 expect_line '^\[verify\] business_loan=5 outbox=5 published=0 unpublished=5$' "$OUT"
+expect_line '^\[verify\] 5 intents are durable, 0 sent; the relay will send them$' "$OUT"
 
 step "second crash: send 3, kill -9 after the acks and before the marks"
 start_hold publish-hold publish-hold 3
@@ -53,6 +56,7 @@ expect_line '^\[publish-hold\] sent=3, NOT marked published; HOLD before mark; k
 kill9 "$HOLD_PID"
 expect_verify business=5,outbox=5,published=0,unpublished=5,kafka_records=3,kafka_distinct=3
 expect_line '^\[verify\] business_loan=5 outbox=5 published=0 unpublished=5$' "$OUT"
+expect_line '^\[verify\] 3 records are in Kafka but not marked; they will be sent again \(at-least-once\); 2 more intents are durable, not sent yet$' "$OUT"
 
 step "third start: the relay re-sends all five and marks them"
 run publish 10
@@ -104,21 +108,37 @@ else
 fi
 
 step "final reconciliation"
+echo "# first as one JSON object (verify --json), the form scripts read; jq checks it"
 run verify --json
 expect_rc 0 "verify --json"
 expect_json "$OUT" '.kafka.duplicates == {"evt-1001": 2, "evt-1002": 2, "evt-1003": 2} and .kafka.records == 8 and .kafka.distinct_event_ids == 5 and .kafka.missing == [] and .kafka.unexpected == []' \
   "verify --json: exactly evt-1001, evt-1002, evt-1003 twice, 8 records of 5 events"
 expect_verify business=5,outbox=5,published=5,unpublished=0,kafka_records=8,kafka_distinct=5,kafka_duplicates=3,kafka_missing=0,kafka_unexpected=0
 expect_line '^\[verify\] business_loan=5 outbox=5 published=5 unpublished=0$' "$OUT"
+expect_line '^\[verify\] duplicate evt-1001 x2 \(expected: at-least-once\)$' "$OUT"
+expect_line '^\[verify\] 8 records = 3 sent but not marked before a crash \+ 5 sent and marked; the 3 duplicates are expected \(at-least-once\)$' "$OUT"
 if [ "$single_partition" -eq 1 ]; then
   expect_line '^duplicated ids +evt-1001 x2, evt-1002 x2, evt-1003 x2$' "$OUT"
 fi
+
+step "the same reconciliation in the chapter's own terms"
+run verify --lang zh
+expect_rc 0 "verify --lang zh"
+expect_line '^账目 +数值$' "$OUT"
+expect_line '^业务表行数 +5$' "$OUT"
+expect_line '^Kafka 记录数 +8$' "$OUT"
+expect_line '^Kafka 不同事件 ID 数 +5$' "$OUT"
+if [ "$single_partition" -eq 1 ]; then
+  expect_line '^重复的 ID +evt-1001、evt-1002、evt-1003 各 2 次$' "$OUT"
+fi
+expect_line '^\[verify\] 8 条记录 = 崩溃前已发送、未标记的 3 条 \+ 发送并标记的 5 条；3 条重复在预期之内（至少一次）$' "$OUT"
 
 step "the checker: the writers' history against the database and the topic"
 run check --history "$OUTBOX_HISTORY"
 expect_rc 0 "check (valid)"
 expect_line '^\[check\] history: attempts=5 acknowledged=5 failed=0 indeterminate=0 ok=5 recovered=0 unexpected=0$' "$OUT"
 expect_line '^\[check\] ok=5 lost=0 duplicated=3 phantom=0 atomicity=0 lost-after-mark=0 stuck=0 order-violations=0$' "$OUT"
+expect_line '^\[check\] duplicated: evt-100[123] x2, evt-100[123] x2, evt-100[123] x2 \(expected: at-least-once\)$' "$OUT"
 expect_line '^\[check\] valid$' "$OUT"
 
 finish

@@ -126,8 +126,9 @@ expect_status_json parked=1 published=20 pending=1 claimed=0
 last_error=$(sqlite3 "$DB" "SELECT last_error FROM outbox WHERE event_id = 'evt-9001'")
 echo "evt-9001 last_error: $last_error"
 case "$last_error" in *MSG_SIZE_TOO_LARGE*) ;; *) fail "evt-9001 last_error is '$last_error', not MSG_SIZE_TOO_LARGE" ;; esac
-expect_check_json 1 "poison parked, evt-9002 waiting: invalid until unparked" \
-  '.lost == ["evt-9001", "evt-9002"]' '.stuck == ["evt-9001", "evt-9002"]' \
+expect_check_json 15 "poison parked, evt-9002 waiting: not drained until unparked, nothing lost" \
+  '.lost == []' '.parked == ["evt-9001"]' '.pending == ["evt-9002"]' \
+  '.stuck == ["evt-9001", "evt-9002"]' '.verdict == "not-drained"' \
   '.kafka_records == 20' '.ok == 20' '.duplicated == {}' \
   '.phantom == [] and .atomicity == [] and .lost_after_mark == []'
 
@@ -174,8 +175,8 @@ expect_rc 0 "relay --until-empty --on-failure skip"
 expect_line '^\[relay\] done: batches=[0-9]+ acked=21 marked=21 failed=3 parked=1 fenced=0 pending=0$' "$OUT"
 expect_status_json parked=1 published=21 pending=0 claimed=0
 expect_eq "evt-9001 0 1 3,evt-9002 1 0 0" "$(l9001_state)" "L-9001 events after the skip relay"
-expect_check_json 1 "skip: only the parked poison missing" \
-  '.lost == ["evt-9001"]' '.stuck == ["evt-9001"]' '.kafka_records == 21' \
+expect_check_json 15 "skip: only the parked poison not sent, not lost" \
+  '.lost == []' '.parked == ["evt-9001"]' '.stuck == ["evt-9001"]' '.kafka_records == 21' \
   '.duplicated == {}' '.phantom == [] and .lost_after_mark == []'
 
 step "skip: unpark: evt-9001 is published after evt-9002 — one order violation"

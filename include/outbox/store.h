@@ -212,8 +212,16 @@ class Store {
   Store& operator=(const Store&) = delete;
 
   // Drops and recreates the outbox table and its partial index over
-  // unpublished rows, in one transaction. Throws DbError.
+  // unpublished rows, in one transaction, and starts a new run: a fresh run
+  // id (epoch ms and 32 random bits, "1764545856000-3f9a0c1b") replaces the
+  // old one in table outbox_run. Throws DbError.
   void ResetSchema();
+  // The run id of the last ResetSchema(). The lab sends it as the Kafka
+  // header "run_id" on every record, so that a reader of a topic shared by
+  // several databases (or by earlier resets of this one) counts only this
+  // run's records (README, "Runs"). Empty for a database reset before run ids
+  // existed (no outbox_run table). Throws DbError.
+  std::string RunId();
   // True when the outbox table exists.
   bool HasSchema();
 

@@ -4,20 +4,153 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/drain.h"
 #include "cli/duration.h"
+#include "cli/publishing.h"
 #include "lab/json_bytes.h"
 #include "lab/checker.h"
 #include "lab/loans.h"
 #include "lab/reconciliation.h"
+#include "lab/verdict_text.h"
 
 namespace outbox::cli {
 namespace {
 
-// Ids come from rows other programs wrote: shown escaped (lab::EscapeBytes).
-std::string Join(const std::vector<std::string>& items) {
-  std::string text;
-  for (const auto& item : items) text += (text.empty() ? "" : ", ") + lab::EscapeBytes(item);
-  return text;
+struct CheckOptions {
+  bool json = false;
+  std::int64_t timeout_ms = 10000;  // --read-timeout
+  std::vector<std::string> histories;
+  std::string expect;
+  std::string synchronous_used = "full";
+  bool ids = false;
+  bool drain = false;
+  std::int64_t delivery_timeout_ms = 10000;  // --delivery-timeout, for --drain
+  std::string lang = "en";
+};
+
+ExitCode ExitCodeOf(lab::Verdict verdict) {
+  switch (verdict) {
+    case lab::Verdict::kValid: return ExitCode::kOk;
+    case lab::Verdict::kInvalid: return ExitCode::kExpectationFailed;
+    case lab::Verdict::kNotDrained: return ExitCode::kNotDrained;
+    case lab::Verdict::kCannotJudge: return ExitCode::kCannotJudge;
+  }
+  return ExitCode::kExpectationFailed;
+}
+
+void PrintJson(const lab::CheckResult& r, const std::string& run_id,
+               const std::map<std::string, std::int64_t>& expected,
+               const std::vector<std::string>& mismatches) {
+  const lab::HistoryVerdict& h = r.history;
+  nlohmann::ordered_json out;
+  out["valid"] = r.valid();
+  out["verdict"] = lab::VerdictName(r.verdict());
+  out["run_id"] = run_id;
+  out["business_rows"] = r.business_rows;
+  out["outbox_rows"] = r.outbox_rows;
+  out["kafka_records"] = r.kafka_records;
+  out["other_run_records"] = r.other_run_records;
+  out["ok"] = r.ok;
+  out["lost"] = r.lost;
+  out["pending"] = r.pending;
+  out["parked"] = r.parked;
+  out["retention_unknown"] = r.retention_unknown;
+  out["partitions"] = nlohmann::ordered_json::array();
+  for (const lab::PartitionExtent& p : r.partitions)
+    out["partitions"].push_back({{"partition", p.partition}, {"log_start", p.log_start}, {"end", p.end}});
+  out["duplicated"] = nlohmann::ordered_json::object();
+  for (const auto& [id, n] : r.duplicated) out["duplicated"][id] = n;
+  out["phantom"] = r.phantom;
+  out["atomicity"] = r.atomicity;
+  out["lost_after_mark"] = r.lost_after_mark;
+  out["stuck"] = r.stuck;
+  out["order_violations"] = r.order_violations;
+  out["undone"] = r.undone;
+  out["undone_phantom"] = r.undone_phantom;
+  out["corrupt"] = r.corrupt;
+  if (h.present) {
+    out["history"] = {{"attempts", h.attempts},
+                      {"acknowledged", h.acknowledged},
+                      {"failed", h.failed},
+                      {"indeterminate", h.indeterminate},
+                      {"ok", h.ok},
+                      {"recovered", h.recovered},
+                      {"unexpected", h.unexpected},
+                      {"malformed_lines", h.malformed_lines},
+                      {"marked", h.marked},
+                      {"fenced", h.fenced},
+                      {"parked", h.parked},
+                      {"marked_without_ack", h.marked_without_ack},
+                      {"fenced_duplicates", h.fenced_duplicates}};
+  }
+  if (!expected.empty()) {
+    out["expectations_met"] = mismatches.empty();
+    out["mismatches"] = mismatches;
+  }
+  fmt::print("{}\n", lab::DumpJson(out));
+}
+
+void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
+               const std::map<std::string, std::int64_t>& expected,
+               const std::vector<std::string>& mismatches) {
+  const lab::HistoryVerdict& h = r.history;
+  const auto list = [&o](const std::vector<std::string>& ids) { return lab::ShortIdList(ids, o.ids); };
+  fmt::print("[check] business={} outbox={} kafka-records={}\n", r.business_rows, r.outbox_rows,
+             r.kafka_records);
+  if (r.other_run_records > 0)
+    fmt::print("[check] other runs' records on the topic: {} (another database or an earlier "
+               "reset; not counted)\n",
+               r.other_run_records);
+  for (const lab::PartitionExtent& p : r.partitions)
+    if (p.log_start > 0)
+      fmt::print("[check] broker retention: partition {} starts at offset {} (offsets 0..{} were "
+                 "dropped)\n",
+                 p.partition, p.log_start, p.log_start - 1);
+  if (h.present)
+    fmt::print("[check] history: attempts={} acknowledged={} failed={} indeterminate={} ok={} "
+               "recovered={} unexpected={}\n",
+               h.attempts, h.acknowledged, h.failed, h.indeterminate, h.ok, h.recovered,
+               h.unexpected.size());
+  if (h.present)
+    fmt::print("[check] history settles: marked={} fenced={} parked={} marked-without-ack={} "
+               "duplicates-after-fencing={}\n",
+               h.marked, h.fenced, h.parked, h.marked_without_ack.size(),
+               h.fenced_duplicates.size());
+  if (!h.marked_without_ack.empty())
+    fmt::print("[check] marked without an ack (lost-after-mark evidence): {}\n",
+               list(h.marked_without_ack));
+  fmt::print("[check] ok={} lost={} duplicated={} phantom={} atomicity={} lost-after-mark={} "
+             "stuck={} order-violations={}\n",
+             r.ok, r.lost.size(), r.duplicated.size(), r.phantom.size(), r.atomicity.size(),
+             r.lost_after_mark.size(), r.stuck.size(), r.order_violations.size());
+  if (!r.stuck.empty() || !r.retention_unknown.empty())
+    fmt::print("[check] pending={} parked={} cannot-judge={}\n", r.pending.size(), r.parked.size(),
+               r.retention_unknown.size());
+  if (!r.duplicated.empty()) {
+    std::vector<std::string> items;
+    for (const auto& [id, n] : r.duplicated) items.push_back(fmt::format("{} x{}", id, n));
+    fmt::print("[check] duplicated: {} {}\n", list(items), lab::DuplicateNote(lang));
+  }
+  if (!r.lost.empty()) fmt::print("[check] lost: {}\n", list(r.lost));
+  if (!r.pending.empty())
+    fmt::print("[check] pending (committed, not yet published: the relay will send them): {}\n",
+               list(r.pending));
+  if (!r.parked.empty())
+    fmt::print("[check] parked (sent again only after `outbox-lab unpark`): {}\n", list(r.parked));
+  if (!r.retention_unknown.empty())
+    fmt::print("[check] cannot judge (broker retention): {}\n", list(r.retention_unknown));
+  if (!r.phantom.empty()) fmt::print("[check] phantom: {}\n", list(r.phantom));
+  if (!r.atomicity.empty()) fmt::print("[check] atomicity: {}\n", list(r.atomicity));
+  if (!r.undone.empty() || !r.corrupt.empty())
+    fmt::print("[check] power loss ({}): undone={} undone-phantom={} corrupt={}\n",
+               r.undo_allowed ? "allowed below full" : "an error at full", r.undone.size(),
+               r.undone_phantom.size(), r.corrupt.empty() ? 0 : 1);
+  if (!r.undone.empty()) fmt::print("[check] undone: {}\n", list(r.undone));
+  if (!r.corrupt.empty()) fmt::print("[check] corrupt: {}\n", r.corrupt);
+  fmt::print("[check] {}\n", lab::CheckVerdictLine(r, lang));
+  for (const auto& line : mismatches) fmt::print("[check] MISMATCH {}\n", line);
+  if (!expected.empty() && mismatches.empty())
+    fmt::print("[check] all {} expectations hold\n", expected.size());
 }
 
 }  // namespace
@@ -26,18 +159,13 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
   CLI::App* sub = app.add_subcommand(
       "check",
       "Judge a run from the database and the whole topic: ok, lost, duplicated, phantom, "
-      "atomicity, lost-after-mark, stuck, order violations. Exit 0 valid, 1 invalid, 2 could "
-      "not check. Duplicates never invalidate (at-least-once). With --expect: exit 0 when every "
+      "atomicity, lost-after-mark, pending, order violations. Only this run's records count "
+      "(header run_id). Exit 0 valid, 1 invalid, 15 not drained yet (unpublished rows: run the "
+      "relay, then check), 16 cannot judge (the broker dropped records), 2 could not check. "
+      "Duplicates never invalidate (at-least-once). With --expect: exit 0 when every "
       "expectation holds, 1 when one does not");
-  struct Options {
-    bool json = false;
-    std::int64_t timeout_ms = 10000;  // --read-timeout
-    std::vector<std::string> histories;
-    std::string expect;
-    std::string synchronous_used = "full";
-  };
-  auto o = std::make_shared<Options>();
-  sub->add_flag("--json", o->json, "Print one JSON object");
+  auto o = std::make_shared<CheckOptions>();
+  sub->add_flag("--json", o->json, "Print one JSON object (every id, whatever --ids)");
   sub->add_option("--history", o->histories,
                   "History files written with --history by writers and relays (repeatable); adds "
                   "attempts, acknowledged, recovered and unexpected")
@@ -50,6 +178,16 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                   "a power cut (and events the relay published from them) are reported but allowed")
       ->check(CLI::IsMember({"off", "normal", "full", "extra"}))
       ->capture_default_str();
+  sub->add_flag("--ids", o->ids,
+                "Print every id of a list (default: the first 10 and how many more)");
+  sub->add_flag("--drain", o->drain,
+                "First run the relay until nothing is left to send (as `relay --until-empty`, "
+                "Jepsen's final drain), then judge");
+  AddDeliveryTimeoutOption(*sub, o->delivery_timeout_ms);
+  sub->add_option("--lang", o->lang, "Language of the verdict line: en or zh (the chapter's terms)")
+      ->check(CLI::IsMember({"en", "zh"}))
+      ->envname("OUTBOX_LANG")
+      ->capture_default_str();
   AddReadTimeoutOption(*sub, o->timeout_ms);
   Command command{sub, [&global, o]() -> ExitCode {
                     // Parse expectations first: a typo must not cost a topic read.
@@ -61,105 +199,47 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                           throw ConfigError(fmt::format(
                               "--expect {}={}: history keys need --history", key, value));
                     }
-                    const auto records = lab::ReadTopic(
+                    const lab::Lang lang = lab::ParseLang(o->lang);
+                    if (o->drain) {
+                      const LoopReport drained = DrainOutbox(global, o->delivery_timeout_ms);
+                      // On stderr under --json, so stdout stays one JSON object.
+                      fmt::print(o->json ? stderr : stdout,
+                                 "[check] drain: the relay ran until empty: batches={} acked={} "
+                                 "marked={} failed={} parked={}\n",
+                                 drained.batches, drained.acked, drained.marked, drained.failed,
+                                 drained.parked);
+                      std::fflush(stdout);
+                    }
+                    const lab::TopicLog log = lab::ReadTopicLog(
                         {global.RequireBrokers(), global.topic, global.ParsedProperties(), static_cast<int>(o->timeout_ms)});
                     std::vector<lab::HistoryOp> ops;
                     std::int64_t malformed = 0;
                     if (!o->histories.empty()) ops = lab::ReadHistories(o->histories, &malformed);
                     lab::CheckResult r;
+                    std::string run_id;
                     try {
                       auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
-                      r = lab::CheckRun(*store, records, o->histories.empty() ? nullptr : &ops);
+                      run_id = store->RunId();
+                      lab::RunRecords run = lab::RecordsOfRun(log.records, run_id);
+                      r = lab::CheckRun(*store, run.records,
+                                        o->histories.empty() ? nullptr : &ops, log.partitions);
+                      r.other_run_records = run.other_run_records;
                     } catch (const DbError& e) {
                       // Damage that stops the reads is a finding, not a failure to check.
                       if (e.primary_code() != SQLITE_CORRUPT && e.primary_code() != SQLITE_NOTADB)
                         throw;
                       r.corrupt = e.what();
-                      r.kafka_records = static_cast<std::int64_t>(records.size());
+                      r.kafka_records = static_cast<std::int64_t>(log.records.size());
                     }
                     r.undo_allowed = ParseSynchronous(o->synchronous_used) < Synchronous::kFull;
                     r.history.malformed_lines = malformed;
-                    const lab::HistoryVerdict& h = r.history;
                     const auto mismatches =
                         lab::CompareExpectations(expected, lab::CheckValues(r));
-                    if (o->json) {
-                      nlohmann::ordered_json out;
-                      out["valid"] = r.valid();
-                      out["business_rows"] = r.business_rows;
-                      out["outbox_rows"] = r.outbox_rows;
-                      out["kafka_records"] = r.kafka_records;
-                      out["ok"] = r.ok;
-                      out["lost"] = r.lost;
-                      out["duplicated"] = nlohmann::ordered_json::object();
-                      for (const auto& [id, n] : r.duplicated) out["duplicated"][id] = n;
-                      out["phantom"] = r.phantom;
-                      out["atomicity"] = r.atomicity;
-                      out["lost_after_mark"] = r.lost_after_mark;
-                      out["stuck"] = r.stuck;
-                      out["order_violations"] = r.order_violations;
-                      out["undone"] = r.undone;
-                      out["undone_phantom"] = r.undone_phantom;
-                      out["corrupt"] = r.corrupt;
-                      if (h.present) {
-                        out["history"] = {{"attempts", h.attempts},
-                                          {"acknowledged", h.acknowledged},
-                                          {"failed", h.failed},
-                                          {"indeterminate", h.indeterminate},
-                                          {"ok", h.ok},
-                                          {"recovered", h.recovered},
-                                          {"unexpected", h.unexpected},
-                                          {"malformed_lines", h.malformed_lines},
-                                          {"marked", h.marked},
-                                          {"fenced", h.fenced},
-                                          {"parked", h.parked},
-                                          {"marked_without_ack", h.marked_without_ack},
-                                          {"fenced_duplicates", h.fenced_duplicates}};
-                      }
-                      if (!expected.empty()) {
-                        out["expectations_met"] = mismatches.empty();
-                        out["mismatches"] = mismatches;
-                      }
-                      fmt::print("{}\n", lab::DumpJson(out));
-                    } else {
-                      fmt::print("[check] business={} outbox={} kafka-records={}\n", r.business_rows,
-                                 r.outbox_rows, r.kafka_records);
-                      if (h.present)
-                        fmt::print("[check] history: attempts={} acknowledged={} failed={} "
-                                   "indeterminate={} ok={} recovered={} unexpected={}\n",
-                                   h.attempts, h.acknowledged, h.failed, h.indeterminate, h.ok,
-                                   h.recovered, h.unexpected.size());
-                      if (h.present)
-                        fmt::print("[check] history settles: marked={} fenced={} parked={} "
-                                   "marked-without-ack={} duplicates-after-fencing={}\n",
-                                   h.marked, h.fenced, h.parked, h.marked_without_ack.size(),
-                                   h.fenced_duplicates.size());
-                      if (!h.marked_without_ack.empty())
-                        fmt::print("[check] marked without an ack (lost-after-mark evidence): {}\n",
-                                   Join(h.marked_without_ack));
-                      fmt::print("[check] ok={} lost={} duplicated={} phantom={} atomicity={} "
-                                 "lost-after-mark={} stuck={} order-violations={}\n",
-                                 r.ok, r.lost.size(), r.duplicated.size(), r.phantom.size(),
-                                 r.atomicity.size(), r.lost_after_mark.size(), r.stuck.size(),
-                                 r.order_violations.size());
-                      if (!r.lost.empty()) fmt::print("[check] lost: {}\n", Join(r.lost));
-                      if (!r.phantom.empty()) fmt::print("[check] phantom: {}\n", Join(r.phantom));
-                      if (!r.atomicity.empty()) fmt::print("[check] atomicity: {}\n", Join(r.atomicity));
-                      if (!r.stuck.empty()) fmt::print("[check] stuck: {}\n", Join(r.stuck));
-                      if (!r.undone.empty() || !r.corrupt.empty())
-                        fmt::print("[check] power loss ({}): undone={} undone-phantom={} "
-                                   "corrupt={}\n",
-                                   r.undo_allowed ? "allowed below full" : "an error at full",
-                                   r.undone.size(), r.undone_phantom.size(), r.corrupt.empty() ? 0 : 1);
-                      if (!r.undone.empty()) fmt::print("[check] undone: {}\n", Join(r.undone));
-                      if (!r.corrupt.empty()) fmt::print("[check] corrupt: {}\n", r.corrupt);
-                      fmt::print("[check] {}\n", r.valid() ? "valid" : "INVALID");
-                      for (const auto& line : mismatches) fmt::print("[check] MISMATCH {}\n", line);
-                      if (!expected.empty() && mismatches.empty())
-                        fmt::print("[check] all {} expectations hold\n", expected.size());
-                    }
+                    if (o->json) PrintJson(r, run_id, expected, mismatches);
+                    else PrintText(r, *o, lang, expected, mismatches);
                     if (!expected.empty())
                       return mismatches.empty() ? ExitCode::kOk : ExitCode::kExpectationFailed;
-                    return r.valid() ? ExitCode::kOk : ExitCode::kExpectationFailed;
+                    return ExitCodeOf(r.verdict());
                   },
                   ExitCode::kUsage};  // 2: could not check
   return command;

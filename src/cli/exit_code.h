@@ -19,6 +19,8 @@ enum class ExitCode : int {
   kFailpoint = 12,         // a failpoint's `error` action fired (OUTBOX_FAILPOINTS)
   kSystem = 13,            // an OS call failed: inotify, socket, signalfd, history file, fork
   kParkedRows = 14,        // relay --fail-on-parked: finished with parked rows in the outbox
+  kNotDrained = 15,        // check: nothing lost so far, but outbox rows are still unpublished
+  kCannotJudge = 16,       // check: the broker dropped records (retention): some events unjudgeable
   kInternal = 70,          // a bug: an unexpected exception
 };
 

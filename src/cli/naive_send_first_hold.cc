@@ -22,7 +22,7 @@ Command AddNaiveSendFirstHoldCommand(CLI::App& app, const GlobalOptions& global)
             lab::Loan loan = lab::ChapterLoan(3001, store->clock().EpochMs());  // L-4001
             loan.book_id = "B-401";
             const OutboxEvent event = lab::LoanCreatedEvent(loan, 3001);  // evt-4001
-            auto publisher = MakePublisher(global, *options);
+            auto publisher = MakePublisher(global, *options, store->RunId());
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(*publisher, history.get());
             lab::Note(history.get(), "invoke", "txn", event.event_id);  // stays open: killed before the write

@@ -21,7 +21,7 @@ Command AddPublishHoldCommand(CLI::App& app, const GlobalOptions& global) {
   return {sub, [&global, options]() -> ExitCode {
             lab::ArmHoldUnlessConfigured(lab::kPublishHoldBeforeMark);
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
-            auto publisher = MakePublisher(global, *options);
+            auto publisher = MakePublisher(global, *options, store->RunId());
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(*publisher, history.get());
             const auto report = RunPerRowRelay(

@@ -21,13 +21,22 @@ void AddPublishOptions(CLI::App& sub, PublishOptions& options) {
   AddDeliveryTimeoutOption(sub, options.delivery_timeout_ms);
 }
 
+std::vector<kafka::Property> ProducerProperties(const GlobalOptions& global) {
+  std::vector<kafka::Property> properties = {{"compression.type", "lz4"}};
+  const std::vector<kafka::Property> given = global.ParsedProperties();
+  properties.insert(properties.end(), given.begin(), given.end());
+  return properties;
+}
+
 std::unique_ptr<kafka::KafkaPublisher> MakePublisher(const GlobalOptions& global,
-                                                     const PublishOptions& options) {
+                                                     const PublishOptions& options,
+                                                     const std::string& run_id) {
   kafka::KafkaPublisherOptions publisher_options;
   publisher_options.brokers = global.RequireBrokers();
   publisher_options.topic = global.topic;
   publisher_options.delivery_timeout_ms = static_cast<int>(options.delivery_timeout_ms);
-  publisher_options.properties = global.ParsedProperties();
+  publisher_options.properties = ProducerProperties(global);
+  publisher_options.run_id = run_id;
   return std::make_unique<kafka::KafkaPublisher>(publisher_options);
 }
 

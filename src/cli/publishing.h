@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "cli/command.h"
 #include "outbox/per_row_relay.h"
@@ -24,9 +26,20 @@ CLI::Option* AddDeliveryTimeoutOption(CLI::App& sub, std::int64_t& ms);
 
 void AddPublishOptions(CLI::App& sub, PublishOptions& options);
 
-// Throws ConfigError (no broker, bad -X property).
+// The lab's producer properties: compression.type=lz4, then -X (which wins).
+// librdkafka 2.0.2's mock cluster keeps at most 5 MiB per partition and has no
+// call to raise it (rdkafka_mock.c, rd_kafka_mock_partition_init); it stores
+// batches as produced, so compressed batches let the embedded broker keep
+// about five times more of the lab's events (150,000 chapter events fit).
+// Throws ConfigError for a malformed -X.
+std::vector<kafka::Property> ProducerProperties(const GlobalOptions& global);
+
+// A publisher that sends run_id (Store::RunId() of the database the rows come
+// from) as header "run_id" on every record. Throws ConfigError (no broker, bad
+// -X property).
 std::unique_ptr<kafka::KafkaPublisher> MakePublisher(const GlobalOptions& global,
-                                                     const PublishOptions& options);
+                                                     const PublishOptions& options,
+                                                     const std::string& run_id);
 
 // "[tag] outboxId=1 key=evt-1001 delivery FAILED: ...; left unpublished", to stdout,
 // with librdkafka's last client error (e.g. connection refused) when it has one.

@@ -13,6 +13,7 @@
 
 #include "cli/command.h"
 #include "lab/json_bytes.h"
+#include "cli/drain.h"
 #include "cli/duration.h"
 #include "cli/publishing.h"
 #include "cli/stop_signal.h"
@@ -45,6 +46,7 @@ struct RelayCliOptions {
   bool json = false;
 };
 
+}  // namespace
 
 // At start, before this relay claims anything: the claims of owners on this
 // host whose process is gone (a relay killed mid-batch) are released, so
@@ -62,6 +64,8 @@ void ReleaseDeadOwners(Store& store, const std::string& self, bool default_owner
     std::fflush(stdout);
   }
 }
+
+namespace {
 
 // "23:59:01.123Z (in 28.5s)": an epoch-ms instant as UTC time of day and as a
 // distance from now_ms.
@@ -171,7 +175,8 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             publisher_options.brokers = global.RequireBrokers();
             publisher_options.topic = global.topic;
             publisher_options.delivery_timeout_ms = static_cast<int>(o->delivery_timeout_ms);
-            publisher_options.properties = global.ParsedProperties();
+            publisher_options.properties = ProducerProperties(global);
+            publisher_options.run_id = store.RunId();
             kafka::KafkaPublisher publisher(publisher_options);
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(publisher, history.get());

@@ -1,7 +1,9 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "lab/checker.h"
 #include "lab/loans.h"
+#include "lab/reconciliation.h"
 #include "lab/report.h"
 
 namespace outbox::cli {
@@ -31,8 +33,11 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str();
   return {sub, [&global, o]() -> ExitCode {
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
-            const auto records = lab::ReadTopic(
-                {global.RequireBrokers(), global.topic, global.ParsedProperties(), o->timeout_ms});
+            // Only this run's records (header run_id), as verify and check count them.
+            const auto records = lab::RecordsOfRun(
+                lab::ReadTopic({global.RequireBrokers(), global.topic, global.ParsedProperties(),
+                                o->timeout_ms}),
+                store->RunId()).records;
             std::int64_t malformed = 0;
             std::vector<lab::HistoryOp> ops;
             if (!o->histories.empty()) ops = lab::ReadHistories(o->histories, &malformed);
@@ -45,7 +50,9 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
             lab::WriteFileAtomically(o->html, html);
             fmt::print("[report] wrote {} ({} bytes): {} lanes, {} records, verdict {}\n", o->html,
                        html.size(), model.lanes.size(), model.cells.size(),
-                       model.check.valid() ? "valid" : "INVALID");
+                       model.check.verdict() == lab::Verdict::kInvalid
+                           ? "INVALID"
+                           : lab::VerdictName(model.check.verdict()));
             return ExitCode::kOk;
           }};
 }

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -9,6 +10,7 @@
 #include "lab/json_bytes.h"
 #include "lab/loans.h"
 #include "lab/reconciliation.h"
+#include "lab/verdict_text.h"
 
 namespace outbox::cli {
 namespace {
@@ -18,45 +20,59 @@ struct VerifyOptions {
   std::string expect;
   bool no_kafka = false;
   std::int64_t timeout_ms = 10000;  // --read-timeout
+  bool ids = false;
+  std::string lang = "en";
 };
 
-std::string DuplicateList(const lab::KafkaReconciliation& kafka) {
-  if (kafka.duplicates.empty()) return "none";
-  std::string text;
-  for (const auto& [id, count] : kafka.duplicates)
-    text += fmt::format("{}{} x{}", text.empty() ? "" : ", ", lab::EscapeBytes(id), count);
-  return text;
-}
-
 void PrintText(const lab::DbSnapshot& db, const std::optional<lab::KafkaReconciliation>& kafka,
-               const std::string& topic) {
+               const std::vector<lab::PartitionExtent>& partitions, const std::string& topic,
+               const VerifyOptions& o, lab::Lang lang) {
   if (!kafka) return;
+  const auto list = [&o](const std::vector<std::string>& ids) { return lab::ShortIdList(ids, o.ids); };
   fmt::print("[verify] kafka topic={} records={} distinct-event-ids={} duplicated-ids={} "
              "missing={} unexpected={}\n",
              topic, kafka->records, kafka->distinct_event_ids, kafka->duplicates.size(),
              kafka->missing.size(), kafka->unexpected.size());
-  for (const auto& [id, count] : kafka->duplicates)
-    fmt::print("[verify] duplicate {} x{}\n", lab::EscapeBytes(id), count);
-  for (const auto& id : kafka->missing) fmt::print("[verify] missing {} (in outbox, not in Kafka)\n", lab::EscapeBytes(id));
-  for (const auto& id : kafka->unexpected)
-    fmt::print("[verify] unexpected {} (in Kafka, not in outbox)\n", lab::EscapeBytes(id));
-  fmt::print("\n{:<26} {}\n", "reconciliation", "value");
-  fmt::print("{:<26} {}\n", "business rows", db.business_loans);
-  fmt::print("{:<26} {}\n", "outbox rows", db.outbox.total);
-  fmt::print("{:<26} {}\n", "published=TRUE", db.outbox.published);
-  fmt::print("{:<26} {}\n", "Kafka records", kafka->records);
-  fmt::print("{:<26} {}\n", "Kafka distinct event ids", kafka->distinct_event_ids);
-  fmt::print("{:<26} {}\n", "duplicated ids", DuplicateList(*kafka));
+  if (kafka->other_run_records > 0)
+    fmt::print("[verify] other runs' records on the topic: {} (another database or an earlier "
+               "reset; not counted)\n",
+               kafka->other_run_records);
+  for (const lab::PartitionExtent& p : partitions)
+    if (p.log_start > 0)
+      fmt::print("[verify] broker retention: partition {} starts at offset {} (offsets 0..{} were "
+                 "dropped)\n",
+                 p.partition, p.log_start, p.log_start - 1);
+  const std::size_t shown = o.ids ? kafka->duplicates.size()
+                                  : std::min(kafka->duplicates.size(), lab::kIdsShown);
+  for (std::size_t i = 0; i < shown; ++i)
+    fmt::print("[verify] duplicate {} x{} {}\n", lab::EscapeBytes(kafka->duplicates[i].first),
+               kafka->duplicates[i].second, lab::DuplicateNote(lang));
+  if (shown < kafka->duplicates.size())
+    fmt::print("[verify] ... and {} more duplicated ids (--ids prints all)\n",
+               kafka->duplicates.size() - shown);
+  if (!kafka->unsent.empty())
+    fmt::print("[verify] not sent yet (unpublished: the relay will send them): {}\n",
+               list(kafka->unsent));
+  if (!kafka->lost.empty())
+    fmt::print("[verify] lost (marked published, not in Kafka): {}\n", list(kafka->lost));
+  if (!kafka->retention_unknown.empty())
+    fmt::print("[verify] cannot judge (broker retention; published, not in what is left): {}\n",
+               list(kafka->retention_unknown));
+  if (!kafka->unexpected.empty())
+    fmt::print("[verify] unexpected (in Kafka, not in the outbox): {}\n", list(kafka->unexpected));
+  fmt::print("\n{}", lab::ReconciliationTable(db, *kafka, lang));
 }
 
 nlohmann::ordered_json ToJson(const lab::DbSnapshot& db,
                               const std::optional<lab::KafkaReconciliation>& kafka,
-                              const std::string& topic) {
+                              const std::vector<lab::PartitionExtent>& partitions,
+                              const std::string& topic, lab::Lang lang) {
   nlohmann::ordered_json out;
   out["business_loan"] = db.business_loans;
   out["outbox"] = db.outbox.total;
   out["published"] = db.outbox.published;
   out["unpublished"] = db.outbox.unpublished;
+  out["run_id"] = db.run_id;
   if (kafka) {
     nlohmann::ordered_json k;
     k["topic"] = topic;
@@ -66,10 +82,19 @@ nlohmann::ordered_json ToJson(const lab::DbSnapshot& db,
     for (const auto& [id, count] : kafka->duplicates) k["duplicates"][id] = count;
     k["missing"] = kafka->missing;
     k["unexpected"] = kafka->unexpected;
+    k["unsent"] = kafka->unsent;
+    k["sent_unmarked"] = kafka->sent_unmarked;
+    k["lost"] = kafka->lost;
+    k["retention_unknown"] = kafka->retention_unknown;
+    k["other_run_records"] = kafka->other_run_records;
+    k["partitions"] = nlohmann::ordered_json::array();
+    for (const lab::PartitionExtent& p : partitions)
+      k["partitions"].push_back({{"partition", p.partition}, {"log_start", p.log_start}, {"end", p.end}});
     out["kafka"] = k;
   } else {
     out["kafka"] = nullptr;
   }
+  out["meaning"] = lab::ExplainReconciliation(db, kafka ? &*kafka : nullptr, lang);
   return out;
 }
 
@@ -79,7 +104,8 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
   CLI::App* sub = app.add_subcommand(
       "verify",
       "Count business, outbox, published and unpublished rows; with a broker, reconcile the "
-      "outbox against every record of the topic");
+      "outbox against this run's records of the topic (header run_id); end with one line "
+      "saying what the numbers mean");
   auto options = std::make_shared<VerifyOptions>();
   sub->add_flag("--json", options->json, "Print one JSON object");
   sub->add_option("--expect", options->expect,
@@ -98,11 +124,20 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
           },
           "KEY=N,...", "Expectations"));
   sub->add_flag("--no-kafka", options->no_kafka, "Check the database only, even with a broker");
+  sub->add_flag("--ids", options->ids,
+                "Print every id of a list (default: the first 10 and how many more)");
+  sub->add_option("--lang", options->lang,
+                  "Language of the closing line and the final table: en or zh (the chapter's "
+                  "terms: 账目, 数值, 业务表行数 ...)")
+      ->check(CLI::IsMember({"en", "zh"}))
+      ->envname("OUTBOX_LANG")
+      ->capture_default_str();
   AddReadTimeoutOption(*sub, options->timeout_ms);
   return {sub, [&global, options]() -> ExitCode {
             // Parse expectations first: a typo must not cost a topic read.
             std::map<std::string, std::int64_t> expected;
             if (!options->expect.empty()) expected = lab::ParseExpectations(options->expect);
+            const lab::Lang lang = lab::ParseLang(options->lang);
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
             const lab::DbSnapshot db = lab::TakeDbSnapshot(*store);
             if (!options->json)
@@ -111,24 +146,28 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
                          db.outbox.unpublished);
             std::fflush(stdout);
             std::optional<lab::KafkaReconciliation> kafka;
+            std::vector<lab::PartitionExtent> partitions;
             if (!global.brokers.empty() && !options->no_kafka) {
-              const auto records = lab::ReadTopic(
+              const lab::TopicLog log = lab::ReadTopicLog(
                   {global.brokers, global.topic, global.ParsedProperties(), static_cast<int>(options->timeout_ms)});
-              kafka = lab::Reconcile(db.outbox_event_ids, records);
+              kafka = lab::Reconcile(db, log);
+              partitions = log.partitions;
             }
             const auto mismatches = lab::CompareExpectations(expected, lab::ActualValues(db, kafka));
             if (options->json) {
-              auto out = ToJson(db, kafka, global.topic);
+              auto out = ToJson(db, kafka, partitions, global.topic, lang);
               if (!expected.empty()) {
                 out["expectations_met"] = mismatches.empty();
                 out["mismatches"] = mismatches;
               }
               fmt::print("{}\n", lab::DumpJson(out));
             } else {
-              PrintText(db, kafka, global.topic);
+              PrintText(db, kafka, partitions, global.topic, *options, lang);
               for (const auto& line : mismatches) fmt::print("[verify] MISMATCH {}\n", line);
               if (!expected.empty() && mismatches.empty())
                 fmt::print("[verify] all {} expectations hold\n", expected.size());
+              fmt::print("[verify] {}\n",
+                         lab::ExplainReconciliation(db, kafka ? &*kafka : nullptr, lang));
             }
             return mismatches.empty() ? ExitCode::kOk : ExitCode::kExpectationFailed;
           }};

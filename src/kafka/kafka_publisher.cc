@@ -20,7 +20,8 @@ constexpr int kReportPollMaxMs = 100;  // one poll's cap; it returns early on a 
 }  // namespace
 
 rd_kafka_resp_err_t ProduceOutboundMessage(rd_kafka_t* producer, const std::string& topic,
-                                           const OutboundMessage& m, void* opaque) noexcept {
+                                           const OutboundMessage& m, void* opaque,
+                                           const std::string& run_id) noexcept {
   char outbox_id[24];
   const auto id_end = std::to_chars(outbox_id, outbox_id + sizeof outbox_id, m.outbox_id).ptr;
   for (;;) {
@@ -32,6 +33,7 @@ rd_kafka_resp_err_t ProduceOutboundMessage(rd_kafka_t* producer, const std::stri
         RD_KAFKA_V_HEADER("event_type", m.event_type.data(),
                           static_cast<ssize_t>(m.event_type.size())),
         RD_KAFKA_V_HEADER("outbox_id", outbox_id, static_cast<ssize_t>(id_end - outbox_id)),
+        RD_KAFKA_V_HEADER("run_id", run_id.data(), static_cast<ssize_t>(run_id.size())),
         RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
     if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) return err;
     rd_kafka_poll(producer, kQueueFullPollMs);  // serve delivery reports to make room
@@ -39,7 +41,7 @@ rd_kafka_resp_err_t ProduceOutboundMessage(rd_kafka_t* producer, const std::stri
 }
 
 KafkaPublisher::KafkaPublisher(const KafkaPublisherOptions& options)
-    : topic_(options.topic), delivery_timeout_ms_(options.delivery_timeout_ms) {
+    : topic_(options.topic), run_id_(options.run_id), delivery_timeout_ms_(options.delivery_timeout_ms) {
   if (options.delivery_timeout_ms <= 0)
     throw ConfigError(fmt::format("delivery timeout {} ms: must be positive", options.delivery_timeout_ms));
   std::vector<Property> properties = {
@@ -98,7 +100,7 @@ std::vector<DeliveryResult> KafkaPublisher::Publish(const std::vector<OutboundMe
     const OutboundMessage& m = messages[i];
     DeliveryResult& slot = results[i];
     slot.outbox_id = m.outbox_id;
-    const rd_kafka_resp_err_t err = ProduceOutboundMessage(producer_.get(), topic_, m, &slot);
+    const rd_kafka_resp_err_t err = ProduceOutboundMessage(producer_.get(), topic_, m, &slot, run_id_);
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
       ++reports_pending_;
     else

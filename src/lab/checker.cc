@@ -23,7 +23,6 @@ void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, co
     else if (op.type == "ok" || op.type == "fail") txn_outcome[op.value] = op.type;
   }
   h.attempts = static_cast<std::int64_t>(txn_outcome.size());
-  std::set<std::string> lost(result.lost.begin(), result.lost.end());
   std::set<std::string> phantom(result.phantom.begin(), result.phantom.end());
   for (const auto& [event_id, outcome] : txn_outcome) {
     const bool in_kafka = seen.count(event_id) > 0;
@@ -32,8 +31,8 @@ void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, co
       ++h.acknowledged;
       if (in_kafka) ++h.ok;
       // Acknowledged, now without an outbox row: the commit was undone (a power cut).
+      // With its row, CheckRun already judged it (ok, pending, lost or unjudgeable).
       if (gone) result.undone.push_back(event_id);
-      else if (!in_kafka && lost.insert(event_id).second) result.lost.push_back(event_id);
     } else if (outcome == "fail") {
       ++h.failed;
       if (in_kafka && phantom.insert(event_id).second) result.phantom.push_back(event_id);
@@ -75,8 +74,11 @@ void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, co
 }  // namespace
 
 CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
-                     const std::vector<HistoryOp>* history) {
+                     const std::vector<HistoryOp>* history,
+                     const std::vector<PartitionExtent>& partitions) {
   CheckResult result;
+  result.partitions = partitions;
+  for (const PartitionExtent& p : partitions) result.dropped_offsets += p.log_start;
   {
     const std::string answer = store.IntegrityCheck();
     if (answer != "ok") result.corrupt = answer;
@@ -89,7 +91,7 @@ CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
     auto txn = store.BeginRead();
     // Archived rows (purge --archive) were published: they still count.
     for (const SnapshotRow& row : store.Snapshot(txn).rows) {
-      outbox[row.event_id] = {row.id, row.event_id, row.aggregate_id, row.published};
+      outbox[row.event_id] = {row.id, row.event_id, row.aggregate_id, row.published, row.parked};
       outbox_order.push_back(row.event_id);
     }
     for (std::string& loan : LoanIds(txn.connection())) loans.insert(std::move(loan));
@@ -133,17 +135,36 @@ CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
     if (seen[id] > 1) result.duplicated.emplace_back(id, seen[id]);
   for (const auto& event_id : outbox_order) {
     const OutboxEntry& entry = outbox[event_id];
-    if (!entry.published) result.stuck.push_back(event_id);
+    if (!entry.published) {
+      // Committed: the relay owes it to Kafka and will pay (or re-pay) it.
+      result.stuck.push_back(event_id);
+      (entry.parked ? result.parked : result.pending).push_back(event_id);
+    }
     if (seen.count(event_id)) {
       ++result.ok;
       continue;
     }
+    if (!entry.published) continue;
+    if (result.dropped_offsets > 0) {
+      result.retention_unknown.push_back(event_id);
+      continue;
+    }
     result.lost.push_back(event_id);
-    if (entry.published) result.lost_after_mark.push_back(event_id);
+    result.lost_after_mark.push_back(event_id);
   }
   for (const auto& event_id : outbox_order) result.outbox.push_back(outbox[event_id]);
   if (history) JudgeHistory(*history, outbox, seen, first_seen, result);
   return result;
+}
+
+const char* VerdictName(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kValid: return "valid";
+    case Verdict::kInvalid: return "invalid";
+    case Verdict::kNotDrained: return "not-drained";
+    case Verdict::kCannotJudge: return "cannot-judge";
+  }
+  return "invalid";
 }
 
 const std::vector<std::string>& CheckExpectationKeys() {
@@ -151,6 +172,7 @@ const std::vector<std::string>& CheckExpectationKeys() {
       "valid",         "business_rows",      "outbox_rows",          "kafka_records",
       "ok",            "lost",               "duplicated",           "phantom",
       "atomicity",     "lost_after_mark",    "stuck",                "order_violations",
+      "pending",       "parked",             "retention_unknown",    "other_run_records",
       "history_attempts", "history_acknowledged", "history_failed", "history_indeterminate",
       "history_ok",    "history_recovered",  "history_unexpected", "history_marked",
       "history_fenced", "history_parked",    "history_marked_without_ack",
@@ -173,6 +195,10 @@ std::map<std::string, std::int64_t> CheckValues(const CheckResult& r) {
       {"lost_after_mark", size(r.lost_after_mark)},
       {"stuck", size(r.stuck)},
       {"order_violations", size(r.order_violations)},
+      {"pending", size(r.pending)},
+      {"parked", size(r.parked)},
+      {"retention_unknown", size(r.retention_unknown)},
+      {"other_run_records", r.other_run_records},
   };
   if (r.history.present) {
     const HistoryVerdict& h = r.history;

@@ -1,7 +1,10 @@
 // Checker: judges a run from what is durable — the database and the whole
 // topic — in the style of Jepsen's total-queue checker. Duplicates are
 // counted but allowed (at-least-once); anything lost, phantom or half-written
-// makes the run invalid.
+// makes the run invalid. Only an event that can never arrive is lost: a
+// committed outbox row not yet published is pending (the relay will send it,
+// chapter 7.1: "只要 outbox 行还在，就一定能补发"), and an event whose record
+// the broker may have dropped (log start above 0) cannot be judged.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +49,7 @@ struct OutboxEntry {
   std::string event_id;
   std::string aggregate_id;
   bool published = false;
+  bool parked = false;
 };
 
 // The two records of one order violation, in topic order: `first` is the
@@ -59,20 +63,42 @@ struct OrderViolation {
   std::int64_t second_outbox_id = 0;
 };
 
+// The verdict of a check, in order of precedence: a finding beats an
+// unfinished run, which beats an unjudgeable one.
+enum class Verdict {
+  kValid,        // every committed event is in Kafka, none lost, none phantom
+  kInvalid,      // something lost, phantom, half-written, corrupt or undone at full
+  kNotDrained,   // nothing wrong so far, but outbox rows are still unpublished (pending or parked)
+  kCannotJudge,  // nothing wrong in what is left, but the broker dropped records (retention)
+};
+
 struct CheckResult {
   HistoryVerdict history;
   std::int64_t business_rows = 0;
   std::int64_t outbox_rows = 0;      // committed events: what the relay owes Kafka
   std::int64_t kafka_records = 0;
   std::int64_t ok = 0;               // outbox events present in Kafka
-  // In the outbox (or acknowledged to a writer, with history), never in Kafka.
+  // Marked published, yet not in Kafka, on a topic whose every partition
+  // still starts at offset 0: it can never arrive.
   std::vector<std::string> lost;
+  // Committed and unpublished, not parked: the relay will send it (some may
+  // be in Kafka already, sent but not marked: they will be sent again).
+  std::vector<std::string> pending;
+  // Unpublished and parked after max attempts: sent only after `unpark`.
+  std::vector<std::string> parked;
+  // Marked published and not in Kafka, but some partition's log start is
+  // above 0: its record may have been among those the broker dropped
+  // (retention), so it is neither ok nor lost.
+  std::vector<std::string> retention_unknown;
+  std::vector<PartitionExtent> partitions;  // as given to CheckRun
+  std::int64_t dropped_offsets = 0;         // sum of the partitions' log starts
   std::vector<std::pair<std::string, std::int64_t>> duplicated;  // id, times seen (> 1)
   // In Kafka, but no committed outbox row has it (or its transaction definitely failed).
   std::vector<std::string> phantom;
   std::vector<std::string> atomicity;  // "loan L-1 has no outbox row" / "event e has no loan"
-  std::vector<std::string> lost_after_mark;  // marked published, yet not in Kafka
-  std::vector<std::string> stuck;    // still unpublished (or parked) when checked
+  // Marked published, yet not in Kafka (the lost ones), or marked without an ack (history).
+  std::vector<std::string> lost_after_mark;
+  std::vector<std::string> stuck;    // pending and parked together, in outbox id order
   std::vector<std::string> order_violations;  // per aggregate, first sightings out of id order
   std::vector<OrderViolation> order_pairs;    // the same violations, with both records
   std::vector<OutboxEntry> outbox;            // every row read, in outbox id order
@@ -88,17 +114,33 @@ struct CheckResult {
   // may undo a commit (https://www.sqlite.org/pragma.html#pragma_synchronous),
   // so undone commits and their phantom events are reported but allowed.
   bool undo_allowed = false;
-  bool valid() const {
+  // Records on the topic from other runs (other databases, earlier resets):
+  // left out of every count above; set by the caller (RecordsOfRun).
+  std::int64_t other_run_records = 0;
+  // True when something is wrong: lost, phantom, atomicity, lost after mark,
+  // unexpected (history), corrupt, or undone at full.
+  bool has_findings() const {
     const std::size_t allowed_phantom = undo_allowed ? undone_phantom.size() : 0;
-    return lost.empty() && phantom.size() == allowed_phantom && atomicity.empty() &&
-           lost_after_mark.empty() && stuck.empty() && history.unexpected.empty() &&
-           corrupt.empty() && (undo_allowed || undone.empty());
+    return !lost.empty() || phantom.size() != allowed_phantom || !atomicity.empty() ||
+           !lost_after_mark.empty() || !history.unexpected.empty() || !corrupt.empty() ||
+           (!undo_allowed && !undone.empty());
   }
+  Verdict verdict() const {
+    if (has_findings()) return Verdict::kInvalid;
+    if (!stuck.empty()) return Verdict::kNotDrained;
+    if (!retention_unknown.empty()) return Verdict::kCannotJudge;
+    return Verdict::kValid;
+  }
+  bool valid() const { return verdict() == Verdict::kValid; }
 };
+
+// "valid", "invalid", "not-drained", "cannot-judge": the verdict's name in JSON.
+const char* VerdictName(Verdict verdict);
 
 // The keys of check --expect, in report order: valid (1 or 0), business_rows,
 // outbox_rows, kafka_records, ok, then the sizes of the lists lost, duplicated,
-// phantom, atomicity, lost_after_mark, stuck, order_violations, then the
+// phantom, atomicity, lost_after_mark, stuck, order_violations, pending,
+// parked, retention_unknown, then other_run_records, then the
 // history counts history_attempts ... history_unexpected, history_marked,
 // history_fenced, history_parked, history_marked_without_ack and
 // history_fenced_duplicates (only with --history).
@@ -108,11 +150,15 @@ const std::vector<std::string>& CheckExpectationKeys();
 // r.history.present.
 std::map<std::string, std::int64_t> CheckValues(const CheckResult& r);
 
-// Reads the lab's tables and compares them with records (every record of the
-// topic) and, when history is not null, with what the writers were told.
-// Runs PRAGMA integrity_check first. Throws DbError (SQLITE_CORRUPT when the
-// damage stops the reads).
+// Reads the lab's tables and compares them with records (every record of this
+// run on the topic, see RecordsOfRun) and, when history is not null, with what
+// the writers were told. partitions (from ReadTopicLog) tell whether the
+// broker dropped records: when a log start is above 0, a published event not
+// in records is retention_unknown instead of lost. Runs PRAGMA
+// integrity_check first. Throws DbError (SQLITE_CORRUPT when the damage stops
+// the reads).
 CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
-                     const std::vector<HistoryOp>* history = nullptr);
+                     const std::vector<HistoryOp>* history = nullptr,
+                     const std::vector<PartitionExtent>& partitions = {});
 
 }  // namespace outbox::lab

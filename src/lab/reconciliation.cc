@@ -28,9 +28,40 @@ DbSnapshot TakeDbSnapshot(Store& store) {
   snapshot.business_loans = CountLoans(txn.connection());
   const OutboxSnapshot outbox = store.Snapshot(txn);
   snapshot.outbox = outbox.Counts();
-  for (const SnapshotRow& row : outbox.rows)
-    if (!row.archived) snapshot.outbox_event_ids.push_back(row.event_id);
+  for (const SnapshotRow& row : outbox.rows) {
+    if (row.archived) continue;
+    snapshot.outbox_event_ids.push_back(row.event_id);
+    if (!row.published) snapshot.unpublished_event_ids.push_back(row.event_id);
+  }
+  snapshot.run_id = store.RunId();
   return snapshot;
+}
+
+RunRecords RecordsOfRun(std::vector<TopicRecord> records, const std::string& run_id) {
+  RunRecords split;
+  for (TopicRecord& record : records) {
+    if (record.run_id == run_id) split.records.push_back(std::move(record));
+    else ++split.other_run_records;
+  }
+  return split;
+}
+
+KafkaReconciliation Reconcile(const DbSnapshot& db, const TopicLog& log) {
+  RunRecords run = RecordsOfRun(log.records, db.run_id);
+  KafkaReconciliation result = Reconcile(db.outbox_event_ids, run.records);
+  result.other_run_records = run.other_run_records;
+  result.dropped_offsets = log.Dropped();
+  const std::unordered_set<std::string> unpublished(db.unpublished_event_ids.begin(),
+                                                    db.unpublished_event_ids.end());
+  const std::unordered_set<std::string> missing(result.missing.begin(), result.missing.end());
+  for (const std::string& id : db.unpublished_event_ids)
+    if (!missing.count(id)) result.sent_unmarked.push_back(id);
+  for (const std::string& id : result.missing) {
+    if (unpublished.count(id)) result.unsent.push_back(id);
+    else if (result.dropped_offsets > 0) result.retention_unknown.push_back(id);
+    else result.lost.push_back(id);
+  }
+  return result;
 }
 
 KafkaReconciliation Reconcile(const std::vector<std::string>& outbox_event_ids,

@@ -18,22 +18,47 @@ struct DbSnapshot {
   std::int64_t business_loans = 0;
   OutboxCounts outbox;
   std::vector<std::string> outbox_event_ids;  // in outbox id order
+  std::vector<std::string> unpublished_event_ids;  // the unpublished part, in outbox id order
+  std::string run_id;  // Store::RunId(): which records on the topic are this run's
 };
 
 struct KafkaReconciliation {
-  std::int64_t records = 0;
+  std::int64_t records = 0;  // this run's records
   std::int64_t distinct_event_ids = 0;
   std::vector<std::pair<std::string, std::int64_t>> duplicates;  // id, count > 1; first-seen order
-  std::vector<std::string> missing;     // in the outbox, never in Kafka: lost
+  std::vector<std::string> missing;     // in the outbox, not in Kafka (yet): unsent or lost
   std::vector<std::string> unexpected;  // in Kafka, not in the outbox: phantom
+  // Filled by the DbSnapshot overload of Reconcile only:
+  std::vector<std::string> unsent;         // missing and unpublished: the relay will send them
+  std::vector<std::string> sent_unmarked;  // in Kafka and unpublished: will be sent again
+  std::vector<std::string> lost;           // missing and published, the log complete: lost
+  // Missing and published, but the broker dropped records (a log start above
+  // 0): the record may have been among them. Neither ok nor lost.
+  std::vector<std::string> retention_unknown;
+  std::int64_t dropped_offsets = 0;    // sum of the partitions' log starts
+  std::int64_t other_run_records = 0;  // records of other runs, left out of every count
 };
 
-// Reads the counts and the outbox's event ids in one read transaction.
-// Archived rows (purge --archive) are not counted. Throws DbError.
+// Reads the counts, the outbox's event ids and the run id in one read
+// transaction. Archived rows (purge --archive) are not counted. Throws DbError.
 DbSnapshot TakeDbSnapshot(Store& store);
 
 KafkaReconciliation Reconcile(const std::vector<std::string>& outbox_event_ids,
                               const std::vector<TopicRecord>& records);
+
+// The records of one run (TopicRecord::run_id == run_id; an empty run_id, a
+// database reset before run ids, takes the records without one) and how many
+// records of other runs the topic holds besides.
+struct RunRecords {
+  std::vector<TopicRecord> records;
+  std::int64_t other_run_records = 0;
+};
+RunRecords RecordsOfRun(std::vector<TopicRecord> records, const std::string& run_id);
+
+// Reconciles db with log: only this run's records (db.run_id) count; the
+// others are counted in other_run_records. Also splits missing into unsent,
+// lost and retention_unknown, and finds the unpublished events already sent.
+KafkaReconciliation Reconcile(const DbSnapshot& db, const TopicLog& log);
 
 // Expected values from "business=5,outbox=5,kafka_records=8". Keys: business,
 // outbox, published, unpublished, kafka_records, kafka_distinct,

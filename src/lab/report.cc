@@ -440,7 +440,7 @@ void RenderVerdict(Out out, const ReportModel& model, const RenderOptions& optio
                  "<section id=\"verdict\" data-valid=\"{}\"><h2>Checker verdict: <span "
                  "class=\"badge {}\" id=\"verdict-text\">{}</span></h2>\n",
                  valid ? "true" : "false", valid ? "valid" : "invalid",
-                 valid ? "valid" : "INVALID");
+                 r.verdict() == Verdict::kInvalid ? "INVALID" : VerdictName(r.verdict()));
   fmt::format_to(out, "<table id=\"counts\"><tr><th>count</th><th>value</th><th>ids</th></tr>\n");
   // kBad: invalidates the run (red when non-zero); kWarn: worth a look (orange); kPlain: a tally.
   enum Kind { kPlain, kWarn, kBad };
@@ -470,7 +470,8 @@ void RenderVerdict(Out out, const ReportModel& model, const RenderOptions& optio
   row("atomicity", "atomicity", size(r.atomicity), kBad, IdList(r.atomicity, max));
   row("lost-after-mark", "lost after mark", size(r.lost_after_mark), kBad,
       IdList(r.lost_after_mark, max));
-  row("stuck", "stuck (unpublished)", size(r.stuck), kBad, IdList(r.stuck, max));
+  // Not lost: the relay will send them (not drained yet).
+  row("stuck", "pending (unpublished: not drained yet)", size(r.stuck), kWarn, IdList(r.stuck, max));
   row("order-violations", "order violations", size(r.order_violations), kWarn,
       IdList(r.order_violations, max));
   const HistoryVerdict& h = r.history;

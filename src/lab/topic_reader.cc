@@ -13,6 +13,16 @@
 namespace outbox::lab {
 namespace {
 
+std::string HeaderOf(const rd_kafka_message_t* msg, const char* name) {
+  rd_kafka_headers_t* headers = nullptr;
+  const void* data = nullptr;
+  size_t size = 0;
+  if (rd_kafka_message_headers(msg, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+      rd_kafka_header_get_last(headers, name, &data, &size) != RD_KAFKA_RESP_ERR_NO_ERROR || !data)
+    return {};
+  return std::string(static_cast<const char*>(data), size);
+}
+
 std::string EventIdOf(const rd_kafka_message_t* msg, const std::string& key,
                       const std::string& value) {
   rd_kafka_headers_t* headers = nullptr;
@@ -31,7 +41,17 @@ std::string EventIdOf(const rd_kafka_message_t* msg, const std::string& key,
 
 }  // namespace
 
+std::int64_t TopicLog::Dropped() const {
+  std::int64_t dropped = 0;
+  for (const PartitionExtent& p : partitions) dropped += p.log_start;
+  return dropped;
+}
+
 std::vector<TopicRecord> ReadTopic(const TopicReadOptions& options) {
+  return ReadTopicLog(options).records;
+}
+
+TopicLog ReadTopicLog(const TopicReadOptions& options) {
   const Deadline deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeout_ms);
   const std::string what = fmt::format("read topic '{}' from '{}'", options.topic, options.brokers);
   std::vector<kafka::Property> properties = {
@@ -59,6 +79,7 @@ std::vector<TopicRecord> ReadTopic(const TopicReadOptions& options) {
   std::sort(partitions.begin(), partitions.end());
 
   // Read up to the high watermark as it is now; records produced later are not waited for.
+  TopicLog log;
   std::map<std::int32_t, std::int64_t> next_offset, end_offset;
   kafka::TopicPartitionListHandle assignment(
       rd_kafka_topic_partition_list_new(static_cast<int>(partitions.size())));
@@ -67,14 +88,15 @@ std::vector<TopicRecord> ReadTopic(const TopicReadOptions& options) {
     err = rd_kafka_query_watermark_offsets(consumer.get(), options.topic.c_str(), p, &low, &high,
                                            RemainingMs(deadline));
     if (err) kafka::ThrowKafkaError(fmt::format("{}: watermarks of partition {}", what, p), err);
+    log.partitions.push_back({p, low, high});
     if (high <= low) continue;
     next_offset[p] = low;
     end_offset[p] = high;
     rd_kafka_topic_partition_list_add(assignment.get(), options.topic.c_str(), p)->offset = low;
   }
 
-  std::vector<TopicRecord> records;
-  if (next_offset.empty()) return records;
+  std::vector<TopicRecord>& records = log.records;
+  if (next_offset.empty()) return log;
   err = rd_kafka_assign(consumer.get(), assignment.get());
   if (err) kafka::ThrowKafkaError(what + ": assign partitions", err);
 
@@ -88,12 +110,13 @@ std::vector<TopicRecord> ReadTopic(const TopicReadOptions& options) {
         if (msg.key) record.key.assign(static_cast<const char*>(msg.key), msg.key_len);
         if (msg.payload) record.value.assign(static_cast<const char*>(msg.payload), msg.len);
         record.event_id = EventIdOf(&msg, record.key, record.value);
+        record.run_id = HeaderOf(&msg, "run_id");
         records.push_back(std::move(record));
       });
   std::stable_sort(records.begin(), records.end(), [](const TopicRecord& a, const TopicRecord& b) {
     return a.partition != b.partition ? a.partition < b.partition : a.offset < b.offset;
   });
-  return records;
+  return log;
 }
 
 }  // namespace outbox::lab

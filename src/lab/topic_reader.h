@@ -18,6 +18,27 @@ struct TopicRecord {
   // The record's event id: header "event_id", else the payload's "eventId",
   // else the key.
   std::string event_id;
+  // Header "run_id" (Store::RunId() of the database it came from), or empty
+  // when the record has none (produced by another client, or before run ids).
+  std::string run_id;
+};
+
+// One partition as the read found it.
+struct PartitionExtent {
+  std::int32_t partition = 0;
+  // The low watermark: the first offset the broker still holds. Above 0 the
+  // broker dropped the records below it (retention: a real Kafka's
+  // retention.ms/bytes, or the embedded broker's 5 MiB per partition).
+  std::int64_t log_start = 0;
+  std::int64_t end = 0;  // the high watermark when the read began
+};
+
+struct TopicLog {
+  std::vector<TopicRecord> records;         // ordered by partition then offset
+  std::vector<PartitionExtent> partitions;  // every partition of the topic, by id
+
+  // Offsets the broker no longer holds, over all partitions (the sum of log_start).
+  std::int64_t Dropped() const;
 };
 
 struct TopicReadOptions {
@@ -33,5 +54,10 @@ struct TopicReadOptions {
 // reached or the read does not finish within timeout_ms; ConfigError for a
 // bad -X property.
 std::vector<TopicRecord> ReadTopic(const TopicReadOptions& options);
+
+// The same read, with each partition's log start (low watermark) and end, so
+// that a checker can tell "not in Kafka" from "maybe dropped by retention".
+// Throws as ReadTopic.
+TopicLog ReadTopicLog(const TopicReadOptions& options);
 
 }  // namespace outbox::lab

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <limits>
 #include <cstring>
+#include <random>
 #include <system_error>
 
 #include "outbox/error.h"
@@ -244,11 +245,31 @@ void Store::ResetSchema() {
   sqlite::Transaction txn(connection_);
   connection_.Exec(
       "DROP TABLE IF EXISTS outbox; DROP TABLE IF EXISTS outbox_fence; "
-      "DROP TABLE IF EXISTS outbox_archive; PRAGMA user_version = 0;");
+      "DROP TABLE IF EXISTS outbox_archive; DROP TABLE IF EXISTS outbox_run; "
+      "PRAGMA user_version = 0;");
   connection_.Exec(kOutboxSchemaV1);
   connection_.Exec(kMigrateToV2);
   MigrateToV3();
+  // Not part of the versioned schema: a database reset before run ids existed
+  // simply has no run (RunId() is empty) and needs no migration.
+  connection_.Exec(
+      "CREATE TABLE outbox_run (id INTEGER PRIMARY KEY CHECK (id = 1), run_id TEXT NOT NULL, "
+      "started_at INTEGER NOT NULL)");
+  // Epoch ms and 32 random bits: unique across resets of one file and across files.
+  const std::int64_t now_ms = clock_->EpochMs();
+  const std::string run_id = fmt::format("{}-{:08x}", now_ms, std::random_device{}());
+  auto insert =
+      connection_.Prepare("INSERT INTO outbox_run(id, run_id, started_at) VALUES(1, ?1, ?2)");
+  insert.Bind(1, run_id).Bind(2, now_ms).Run();
   txn.Commit();
+}
+
+std::string Store::RunId() {
+  if (connection_.QueryInt64(
+          "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='outbox_run'") == 0)
+    return {};
+  auto select = connection_.Prepare("SELECT run_id FROM outbox_run WHERE id = 1");
+  return select.Step() ? select.ColumnText(0) : std::string();
 }
 
 sqlite::Transaction Store::BeginWrite() { return sqlite::Transaction(connection_); }

@@ -102,7 +102,7 @@ TEST_CASE("CheckRun judges the chapter's run valid with 8 records of 5 events an
   CheckNoFindings(r);
 }
 
-TEST_CASE("CheckRun reports an unpublished event missing from Kafka as lost and stuck",
+TEST_CASE("CheckRun reports an unpublished event missing from Kafka as pending and not lost",
           "[checker]") {
   CheckerFixture f;
   f.WriteLoans(3);
@@ -111,14 +111,79 @@ TEST_CASE("CheckRun reports an unpublished event missing from Kafka as lost and 
 
   const CheckResult r = CheckRun(*f.store, Records({"evt-1001", "evt-1002"}));
 
+  // The outbox row is committed: the relay will send it (chapter 7.1). Not lost, not drained.
+  CHECK(r.verdict() == outbox::lab::Verdict::kNotDrained);
   CHECK_FALSE(r.valid());
+  CHECK_FALSE(r.has_findings());
   CHECK(r.ok == 2);
-  CHECK(r.lost == Strings{"evt-1003"});
+  CHECK(r.lost.empty());
+  CHECK(r.pending == Strings{"evt-1003"});
+  CHECK(r.parked.empty());
   CHECK(r.stuck == Strings{"evt-1003"});
   CHECK(r.lost_after_mark.empty());  // never marked: the relay still owes it
   CHECK(r.phantom.empty());
   CHECK(r.atomicity.empty());
   CHECK(r.duplicated.empty());
+}
+
+TEST_CASE("CheckRun counts a row sent but not marked as ok and still pending", "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(2);
+  f.Mark("evt-1001");
+
+  const CheckResult r = CheckRun(*f.store, Records({"evt-1001", "evt-1002"}));
+
+  CHECK(r.ok == 2);
+  CHECK(r.pending == Strings{"evt-1002"});  // the relay will send it again (at-least-once)
+  CHECK(r.lost.empty());
+  CHECK(r.verdict() == outbox::lab::Verdict::kNotDrained);
+}
+
+TEST_CASE("CheckRun judges a published event missing from a truncated log as unjudgeable not lost",
+          "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(4);
+  f.MarkAll();
+  // The broker dropped offsets 0 and 1 (retention); evt-1003 and evt-1004 are what is left.
+  std::vector<TopicRecord> records = Records({"evt-1003", "evt-1004"});
+  for (TopicRecord& record : records) record.offset += 2;
+  const std::vector<outbox::lab::PartitionExtent> partitions = {{0, 2, 4}};
+
+  const CheckResult r = CheckRun(*f.store, records, nullptr, partitions);
+
+  CHECK(r.lost.empty());
+  CHECK(r.lost_after_mark.empty());
+  CHECK(r.retention_unknown == Strings{"evt-1001", "evt-1002"});
+  CHECK(r.dropped_offsets == 2);
+  CHECK(r.ok == 2);
+  CHECK(r.verdict() == outbox::lab::Verdict::kCannotJudge);
+  CHECK(outbox::lab::CheckValues(r).at("retention_unknown") == 2);
+
+  // The same records on a log that starts at 0: the two are lost for good.
+  const CheckResult complete = CheckRun(*f.store, records, nullptr, {{0, 0, 4}});
+  CHECK(complete.lost == Strings{"evt-1001", "evt-1002"});
+  CHECK(complete.retention_unknown.empty());
+  CHECK(complete.verdict() == outbox::lab::Verdict::kInvalid);
+}
+
+TEST_CASE("CheckRun puts a finding before unpublished rows and those before retention",
+          "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(3);
+  f.Mark("evt-1001");
+  f.Mark("evt-1002");
+  const std::vector<outbox::lab::PartitionExtent> truncated = {{0, 5, 6}};
+
+  // evt-1001 unjudgeable, evt-1003 pending: not drained comes first.
+  const CheckResult pending = CheckRun(*f.store, Records({"evt-1002"}), nullptr, truncated);
+  CHECK(pending.retention_unknown == Strings{"evt-1001"});
+  CHECK(pending.pending == Strings{"evt-1003"});
+  CHECK(pending.verdict() == outbox::lab::Verdict::kNotDrained);
+
+  // A phantom is a finding whatever else is unfinished.
+  const CheckResult phantom =
+      CheckRun(*f.store, Records({"evt-1002", "evt-9999"}), nullptr, truncated);
+  CHECK(phantom.verdict() == outbox::lab::Verdict::kInvalid);
 }
 
 TEST_CASE("CheckRun reports an event marked published yet absent from Kafka as lost after mark",
@@ -251,9 +316,11 @@ TEST_CASE("CheckValues gives check --expect every key with the report's numbers 
 
   CHECK(values == std::map<std::string, std::int64_t>{
                       {"valid", 0},        {"business_rows", 3},   {"outbox_rows", 3},
-                      {"kafka_records", 3}, {"ok", 2},             {"lost", 1},
+                      {"kafka_records", 3}, {"ok", 2},             {"lost", 0},
                       {"duplicated", 1},   {"phantom", 0},         {"atomicity", 0},
-                      {"lost_after_mark", 0}, {"stuck", 2},        {"order_violations", 0}});
+                      {"lost_after_mark", 0}, {"stuck", 2},        {"order_violations", 0},
+                      {"pending", 2},      {"parked", 0},          {"retention_unknown", 0},
+                      {"other_run_records", 0}});
   // Every value has a key check --expect accepts; history keys only with a history.
   const auto& keys = outbox::lab::CheckExpectationKeys();
   for (const auto& [key, value] : values) {

@@ -161,3 +161,62 @@ TEST_CASE("ReadTopic rejects an unknown property with ConfigError", "[kafka]") {
   REQUIRE(error.has_value());
   REQUIRE_THAT(error->what(), Catch::Contains("no.such.property"));
 }
+
+TEST_CASE("ReadTopicLog gives each record the run id its publisher sent as a header", "[kafka]") {
+  EmbeddedBroker broker;
+  broker.CreateTopic(kTopic, 1);
+  outbox::kafka::KafkaPublisherOptions publisher_options;
+  publisher_options.brokers = broker.BootstrapServers();
+  publisher_options.topic = kTopic;
+  publisher_options.run_id = "1764545856000-3f9a0c1b";
+  outbox::kafka::KafkaPublisher publisher(publisher_options);
+  outbox::OutboxRow row;
+  row.id = 1;
+  row.event = outbox::testing::MakeEvent(1);
+  for (const auto& result : publisher.Publish({outbox::MessageForRow(row)})) REQUIRE(result.ok);
+  ProduceRaw(broker, 0, "evt-x", "{}", "evt-x");  // another client: no run id
+
+  const outbox::lab::TopicLog log = outbox::lab::ReadTopicLog(ReadOptions(broker));
+
+  REQUIRE(log.records.size() == 2);
+  CHECK(log.records[0].run_id == "1764545856000-3f9a0c1b");
+  CHECK(log.records[1].run_id.empty());
+  REQUIRE(log.partitions.size() == 1);
+  CHECK(log.partitions[0].log_start == 0);
+  CHECK(log.partitions[0].end == 2);
+  CHECK(log.Dropped() == 0);
+}
+
+TEST_CASE("ReadTopicLog reports the log start above 0 once the embedded broker dropped records",
+          "[kafka]") {
+  // librdkafka 2.0.2's mock keeps at most 5 MiB per partition (rdkafka_mock.c,
+  // rd_kafka_mock_partition_init): 6 messages of 1 MiB leave a log that no
+  // longer starts at offset 0.
+  EmbeddedBroker broker;
+  broker.CreateTopic(kTopic, 1);
+  auto producer = outbox::kafka::MakeClient(
+      RD_KAFKA_PRODUCER, outbox::kafka::MakeConf({{"bootstrap.servers", broker.BootstrapServers()},
+                                                  {"message.max.bytes", "2000000"}}));
+  const std::string value(1 << 20, 'x');
+  for (int i = 0; i < 6; ++i) {
+    const std::string key = "evt-" + std::to_string(i);
+    REQUIRE(rd_kafka_producev(producer.get(), RD_KAFKA_V_TOPIC(kTopic), RD_KAFKA_V_PARTITION(0),
+                              RD_KAFKA_V_KEY(key.data(), key.size()),
+                              RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                              RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR);
+    REQUIRE(rd_kafka_flush(producer.get(), 10000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+
+  TopicReadOptions options = ReadOptions(broker);
+  options.properties = {{"fetch.max.bytes", "8000000"}, {"receive.message.max.bytes", "9000000"}};
+  const outbox::lab::TopicLog log = outbox::lab::ReadTopicLog(options);
+
+  REQUIRE(log.partitions.size() == 1);
+  CHECK(log.partitions[0].end == 6);
+  CHECK(log.partitions[0].log_start > 0);
+  CHECK(log.Dropped() == log.partitions[0].log_start);
+  CHECK(static_cast<std::int64_t>(log.records.size()) == 6 - log.partitions[0].log_start);
+  REQUIRE_FALSE(log.records.empty());
+  CHECK(log.records.front().offset == log.partitions[0].log_start);
+}

@@ -1,5 +1,5 @@
 // The store is the only door into the outbox tables: no source file outside
-// src/outbox names outbox, outbox_fence, outbox_archive or sqlite_sequence
+// src/outbox names outbox, outbox_fence, outbox_archive, outbox_run or sqlite_sequence
 // in SQL. Reads the source tree (OUTBOX_SOURCE_DIR, set by CMake).
 #include <catch2/catch.hpp>
 
@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 // SQL that reads or writes a table names it after one of these words.
 const std::regex& OutboxTableSql() {
   static const std::regex pattern(
-      R"x((from|into|update|join|table|exists)\s+(outbox|outbox_fence|outbox_archive|sqlite_sequence)\b)x",
+      R"x((from|into|update|join|table|exists)\s+(outbox|outbox_fence|outbox_archive|outbox_run|sqlite_sequence)\b)x",
       std::regex::icase);
   return pattern;
 }
@@ -64,6 +64,7 @@ TEST_CASE("The pattern for SQL on the outbox tables matches what it must and not
   CHECK(matches(R"x("INSERT INTO outbox(event_id) VALUES(?1)")x"));
   CHECK(matches(R"x("UPDATE  outbox SET published = 1")x"));
   CHECK(matches(R"x("select count(*) from outbox_archive")x"));
+  CHECK(matches(R"x("SELECT run_id FROM outbox_run WHERE id = 1")x"));
   CHECK(matches(R"x("SELECT seq FROM sqlite_sequence WHERE name = 'outbox'")x"));
   CHECK_FALSE(matches(R"x("SELECT loan_id FROM business_loan")x"));
   CHECK_FALSE(matches(CodeOf("  int deleted = 0;  // published rows removed from outbox")));

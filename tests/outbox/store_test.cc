@@ -83,6 +83,42 @@ TEST_CASE("ResetSchema drops every existing outbox row", "[store]") {
   REQUIRE(store.FetchUnpublished(0, 10).empty());
 }
 
+TEST_CASE("Each ResetSchema starts a new run whose id survives reopening", "[store]") {
+  TempDir dir;
+  const std::string path = dir.File("lab.db");
+  std::string first;
+  {
+    Store store(path, StoreOptions{}, OpenMode::kCreate);
+    store.ResetSchema();
+    first = store.RunId();
+  }
+  CHECK_FALSE(first.empty());
+  Store store(path, StoreOptions{}, OpenMode::kExisting);
+  CHECK(store.RunId() == first);
+  store.ResetSchema();
+  CHECK_FALSE(store.RunId().empty());
+  CHECK(store.RunId() != first);
+  // Another database reset in the same millisecond still gets another run id.
+  Store other(dir.File("other.db"), StoreOptions{}, OpenMode::kCreate);
+  other.ResetSchema();
+  CHECK(other.RunId() != store.RunId());
+}
+
+TEST_CASE("A database reset before run ids existed has an empty run id", "[store]") {
+  TempDir dir;
+  const std::string path = dir.File("lab.db");
+  {
+    Store store(path, StoreOptions{}, OpenMode::kCreate);
+    store.ResetSchema();
+  }
+  {
+    outbox::sqlite::Connection raw(path, SQLITE_OPEN_READWRITE);
+    raw.Exec("DROP TABLE outbox_run");
+  }
+  Store store(path, StoreOptions{}, OpenMode::kExisting);
+  CHECK(store.RunId().empty());
+}
+
 TEST_CASE("Enqueue inside a transaction returns increasing row ids and stores every field", "[store]") {
   TempDir dir;
   Store store(dir.File("lab.db"), StoreOptions{}, OpenMode::kCreate);

@@ -16,14 +16,15 @@ namespace outbox::kafka {
 
 // Produces m to topic as the outbox sends every record, the one produce call
 // of the lab (KafkaPublisher and the bench's raw producer): key, value and the
-// headers event_id, event_type and outbox_id, bytes copied
+// headers event_id, event_type, outbox_id and run_id (empty when run_id is), bytes copied
 // (RD_KAFKA_MSG_F_COPY); opaque reaches the delivery report as msg->_private.
 // While librdkafka's local queue is full it serves delivery reports
 // (rd_kafka_poll, 50 ms) and tries again. Returns RD_KAFKA_RESP_ERR_NO_ERROR
 // or the local refusal (e.g. _UNKNOWN_TOPIC); the delivery itself is reported
 // later, through the producer's dr_msg_cb.
 rd_kafka_resp_err_t ProduceOutboundMessage(rd_kafka_t* producer, const std::string& topic,
-                                           const OutboundMessage& m, void* opaque) noexcept;
+                                           const OutboundMessage& m, void* opaque,
+                                           const std::string& run_id = {}) noexcept;
 
 struct KafkaPublisherOptions {
   std::string brokers;  // bootstrap.servers, e.g. "127.0.0.1:9092"
@@ -34,6 +35,9 @@ struct KafkaPublisherOptions {
   int delivery_timeout_ms = 10000;
   // Applied after the defaults above and acks=all, so they win (-X name=value).
   std::vector<Property> properties;
+  // Sent as header "run_id" on every record: Store::RunId() of the database
+  // the records come from, so readers can count one run's records apart.
+  std::string run_id;
 };
 
 class KafkaPublisher : public Publisher {
@@ -59,6 +63,7 @@ class KafkaPublisher : public Publisher {
   static void OnError(rd_kafka_t* rk, int err, const char* reason, void* opaque) noexcept;
 
   std::string topic_;
+  std::string run_id_;
   int delivery_timeout_ms_;
   mutable std::mutex error_mutex_;  // error_cb may run on a librdkafka thread
   std::string last_client_error_;

@@ -1,0 +1,40 @@
+#include "cli/drain.h"
+
+#include <algorithm>
+
+#include "cli/publishing.h"
+#include "lab/history.h"
+#include "lab/recording_publisher.h"
+#include "lab/relay_owner.h"
+#include "outbox/change_watcher.h"
+#include "outbox/kafka/kafka_publisher.h"
+
+namespace outbox::cli {
+
+LoopReport DrainOutbox(const GlobalOptions& global, std::int64_t delivery_timeout_ms) {
+  Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
+  kafka::KafkaPublisherOptions publisher_options;
+  publisher_options.brokers = global.RequireBrokers();
+  publisher_options.topic = global.topic;
+  publisher_options.delivery_timeout_ms = static_cast<int>(delivery_timeout_ms);
+  publisher_options.properties = ProducerProperties(global);
+  publisher_options.run_id = store.RunId();
+  kafka::KafkaPublisher publisher(publisher_options);
+  const auto history = global.OpenHistory();
+  lab::RecordingPublisher recording(publisher, history.get());
+  RelayOptions relay_options;
+  relay_options.owner = lab::DefaultRelayOwner();
+  relay_options.lease_ms = std::max<std::int64_t>(relay_options.lease_ms, 2 * delivery_timeout_ms);
+  if (history)
+    relay_options.on_settle = [h = history.get()](const SettleRecord& settle) {
+      lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
+    };
+  ReleaseDeadOwners(store, relay_options.owner, /*default_owner=*/true);
+  Relay relay(store, recording, relay_options);
+  ChangeWatcher watcher(global.db, /*stop_fd=*/-1);
+  LoopOptions loop_options;
+  loop_options.mode = LoopMode::kUntilEmpty;
+  return RunRelayLoop(relay, watcher, loop_options, [](const BatchReport&) {});
+}
+
+}  // namespace outbox::cli
