@@ -1,36 +1,72 @@
 #!/usr/bin/env bash
-# Kill soak: seeded random kill -9s of a writer and a relay that run at the same time.
-# Injects: K SIGKILLs (default 10) while a writer writes E loans (default 1,000) and a relay
-#          (batches of 10, lease 2s) publishes them concurrently. The writer is paced at one loan
-#          per ~2 ms (failpoint write.after_commit=sleep(2), env OUTBOX_SOAK_WRITER_PACE_MS) so the
-#          two really overlap. Each kill -9 is triggered by the victim's own progress, not by
-#          time: the writer dies right after its k-th `[write] txn` line, the relay right after
-#          its j-th `[relay] batch` line (counted since that process started). After each kill
-#          the victim is restarted at once: the writer with the loans still missing, the relay as
-#          it was. The schedule — which process, after how many of its own lines — comes from
-#          bash's RANDOM seeded with the seed and is printed before anything runs; the same seed
-#          replays the same schedule (where the other process is at that instant is up to the
-#          scheduler).
-# Expects: every kill lands (exit 137), then a final relay --until-empty drains, and check is
-#          valid with 0 lost and 0 phantom and E business rows; duplicates are allowed
-#          (at-least-once) and reported.
-# Usage:   kill-soak.sh [--seed S] [--kills K] [--events E]   (env OUTBOX_SOAK_SEED, _KILLS,
-#          _EVENTS). Default seed: a new one per run, printed first. The long run:
-#          kill-soak.sh --kills 50 --events 5000   (about 30 s here; the CI default about 10 s).
+# Kill soak: seeded kill -9s of a writer and one or two relays that run at the same time, each
+# kill classified afterwards by the window it landed in.
+# Injects: K SIGKILLs (default 10) while a writer writes E loans (default 1,000) and R relays
+#          (--relays, default 1; 2 = two relays competing in claims mode; batches of 10, lease
+#          2s) publish them concurrently. The writer is paced at one loan per ~2 ms (failpoint
+#          write.after_commit=sleep(2), env OUTBOX_SOAK_WRITER_PACE_MS) so they really overlap.
+#          Each kill has one of three triggers, drawn from the seed:
+#            line     kill -9 right after the victim's k-th own line (`[write] txn` / `[relay]
+#                     batch`, counted since that start);
+#            instant  after that k-th line, wait a random delay D (microseconds, uniform in
+#                     [0, BATCH x pace) = [0, 20 ms), the time a batch's worth of loans takes to
+#                     be written), then kill -9: wherever the victim is at that instant;
+#            pause    (relay kills only) the relay is started with
+#                     relay.after_ack_before_mark=N*off->pause (N in 0..2 from the seed) and
+#                     killed while it stands there: every delivery report of its batch is in,
+#                     nothing is marked. This steers a share of the kills into the window the
+#                     chapter is about; line and instant kills stay where they fall.
+#          --instant-share P (default 50) is the percentage of line/instant kills that are
+#          instant; --pause-share P (default 20) the percentage of relay kills that pause (at
+#          least one when P > 0 and there is a relay kill, so every run hits the ack-mark
+#          window). The same seed draws the same schedule (victims, lines, triggers, delays) and
+#          prints the same schedule hash; where the other processes are at that instant is up to
+#          the scheduler.
+#          Every lab process records its phases in the history (relay: claim, produce, acked,
+#          marking, mark, idle; writer: begin, commit; src/lab/history.h). After the run each
+#          kill is classified by the last phase its victim recorded (marking and begin by the
+#          outcome too: see window() below), and a table of kills per window is printed. Leader
+#          mode (one elected relay) does not exist yet: only claims mode is soaked.
+# Expects: the same seed draws the same schedule in a second bash; every kill lands (exit 137;
+#          a pause kill's victim stood at its PAUSE line), every pause kill's last phase is
+#          acked, at least one kill lands between ack and mark, no settle is half applied; a
+#          final relay --until-empty drains, and check --history is valid with 0 lost, 0
+#          phantom, E business rows and duplicated > 0, where the duplicated ids are exactly the
+#          rows a killed relay acknowledged and did not mark, plus at most rows a killed relay
+#          had in flight (sent, no delivery report), left while marking, or a fenced settle
+#          explains. A failing run prints its seed and the replay command.
+# Usage:   kill-soak.sh [--seed S] [--kills K] [--events E] [--relays 1|2] [--instant-share P]
+#          [--pause-share P] [--until-fail N] [--schedule-only]
+#          (env OUTBOX_SOAK_SEED, _KILLS, _EVENTS, _RELAYS). --schedule-only prints the schedule
+#          and exits.
+#          Default seed: a new one per run, printed first. The long run:
+#            kill-soak.sh --kills 50 --events 5000 --relays 2
+#          --until-fail N runs seeds S, S+1, ... (S the seed, given or fresh) one after another
+#          until one fails or N have passed, and prints the first failing seed's replay command.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
 SEED=${OUTBOX_SOAK_SEED:-}
 KILLS=${OUTBOX_SOAK_KILLS:-10}
 EVENTS=${OUTBOX_SOAK_EVENTS:-1000}
+RELAYS=${OUTBOX_SOAK_RELAYS:-1}
+INSTANT_SHARE=50
+PAUSE_SHARE=20
+UNTIL_FAIL=
+SCHEDULE_ONLY=
 BATCH=10
 WRITER_PACE_MS=${OUTBOX_SOAK_WRITER_PACE_MS:-2}
-usage="usage: kill-soak.sh [--seed S] [--kills K] [--events E]"
+usage="usage: kill-soak.sh [--seed S] [--kills K] [--events E] [--relays 1|2] [--instant-share P] [--pause-share P] [--until-fail N] [--schedule-only]"
 while [ $# -gt 0 ]; do
   case $1 in
     --seed) SEED=${2:-} ; shift ;;
     --kills) KILLS=${2:-} ; shift ;;
     --events) EVENTS=${2:-} ; shift ;;
+    --relays) RELAYS=${2:-} ; shift ;;
+    --instant-share) INSTANT_SHARE=${2:-} ; shift ;;
+    --pause-share) PAUSE_SHARE=${2:-} ; shift ;;
+    --until-fail) UNTIL_FAIL=${2:-} ; shift ;;
+    --schedule-only) SCHEDULE_ONLY=1 ;;
     -h | --help) echo "$usage"; FINISHED=1; exit 0 ;;
     *) die "unknown argument '$1'; $usage" ;;
   esac
@@ -38,87 +74,188 @@ while [ $# -gt 0 ]; do
 done
 # A fresh seed from the clock and PID, in bash RANDOM's seed range, unless one was given.
 [ -n "$SEED" ] || SEED=$(((${EPOCHREALTIME//[!0-9]/} ^ $$) % 32768))
-for value in "$SEED" "$KILLS" "$EVENTS"; do
-  [[ $value =~ ^[0-9]+$ ]] || die "--seed, --kills and --events take non-negative integers; $usage"
+for value in "$SEED" "$KILLS" "$EVENTS" "$RELAYS" "$INSTANT_SHARE" "$PAUSE_SHARE" ${UNTIL_FAIL:+"$UNTIL_FAIL"}; do
+  [[ $value =~ ^[0-9]+$ ]] || die "options take non-negative integers; $usage"
 done
-echo "seed $SEED (replay: bash scenarios/kill-soak.sh --seed $SEED --kills $KILLS --events $EVENTS)"
-# The relay must still have batches to print when its last kill is due: its kill points add up
-# to at most half of EVENTS/BATCH batch lines, and each kill can waste one more batch.
-[ "$EVENTS" -ge $((4 * BATCH * KILLS)) ] || die "--events must be at least $((4 * BATCH * KILLS)) for $KILLS kills"
+[ "$RELAYS" -eq 1 ] || [ "$RELAYS" -eq 2 ] || die "--relays takes 1 or 2; $usage"
+{ [ "$INSTANT_SHARE" -le 100 ] && [ "$PAUSE_SHARE" -le 100 ]; } || die "shares are percentages (0..100)"
+[ "$KILLS" -ge 1 ] || die "--kills must be at least 1: a soak without kills tests no window"
+REPLAY="bash scenarios/kill-soak.sh --seed $SEED --kills $KILLS --events $EVENTS --relays $RELAYS --instant-share $INSTANT_SHARE --pause-share $PAUSE_SHARE"
+
+# --- --until-fail N: this script once per seed, until one fails --------------------------------
+if [ -n "$UNTIL_FAIL" ]; then
+  step "until-fail: up to $UNTIL_FAIL seeds from $SEED"
+  for ((n = 0; n < UNTIL_FAIL; n++)); do
+    s=$(((SEED + n) % 32768))
+    log=$TMP/seed-$s.log
+    start=$(_now_us)
+    bash "$0" --seed "$s" --kills "$KILLS" --events "$EVENTS" --relays "$RELAYS" \
+      --instant-share "$INSTANT_SHARE" --pause-share "$PAUSE_SHARE" >"$log" 2>&1
+    rc=$?
+    echo "seed $s: $(tail -n 1 "$log") ($((($(_now_us) - start) / 1000000))s)"
+    grep -h -e '^duplicated [0-9]*:' -e '^seed [0-9]*: [0-9]* kills' "$log" | sed 's/^/    /'
+    grep -h '^  window ' "$log" | sed 's/^/    /'
+    # Kills whose window the outcome decided (see window() below).
+    grep -h -e '-> last phase marking' -e '-> last phase begin, but' "$log" | sed 's/^/    /'
+    if [ "$rc" -ne 0 ]; then
+      sed 's/^/  | /' "$log" | tail -n 60
+      fail "first failing seed $s after $n passing; replay: bash scenarios/kill-soak.sh --seed $s --kills $KILLS --events $EVENTS --relays $RELAYS --instant-share $INSTANT_SHARE --pause-share $PAUSE_SHARE"
+      finish
+    fi
+  done
+  echo "all $UNTIL_FAIL seeds from $SEED passed; kills per window over all of them:"
+  printf '  %-37s %5s %8s %6s %6s\n' window line instant pause all
+  # Sum each window's columns over the seeds' tables (the name is every field but the last 4).
+  cat "$TMP"/seed-*.log | awk '/^  window / && $NF ~ /^[0-9]+$/ {
+      name = $2; for (i = 3; i <= NF - 4; i++) name = name " " $i
+      if (!(name in all)) order[++n] = name
+      line[name] += $(NF - 3); instant[name] += $(NF - 2); pause[name] += $(NF - 1); all[name] += $NF }
+    END { for (i = 1; i <= n; i++) printf "  window %-30s %5d %8d %6d %6d\n", order[i], line[order[i]], instant[order[i]], pause[order[i]], all[order[i]] }'
+  finish
+fi
+
+echo "seed $SEED (replay: $REPLAY)"
 
 # --- the schedule: nothing else may draw from RANDOM before it is made ---------------------------
 RANDOM=$SEED
-VICTIM=()
-WRITER_KILLS=0
-RELAY_KILLS=0
+DELAY_MAX_US=$((BATCH * WRITER_PACE_MS * 1000))
+VICTIM=()   # writer, relay1, relay2
+TRIGGER=()  # line, instant, pause
+DELAY_US=() # instant: microseconds after the line; pause: N (pause at the N+1st hit)
+AT=()       # line and instant: the victim's own line number since its start
+declare -A KILLS_OF=([writer]=0 [relay1]=0 [relay2]=0)
 for ((i = 0; i < KILLS; i++)); do
-  if ((RANDOM % 2 == 0)); then VICTIM+=(writer); WRITER_KILLS=$((WRITER_KILLS + 1))
-  else VICTIM+=(relay); RELAY_KILLS=$((RELAY_KILLS + 1)); fi
+  if ((RANDOM % 2 == 0)); then victim=writer; else victim=relay$((1 + RANDOM % RELAYS)); fi
+  VICTIM+=("$victim")
+  KILLS_OF[$victim]=$((KILLS_OF[$victim] + 1))
 done
-# Kill points sum to at most half of each process's lines, so it cannot finish its work first.
-WRITER_SPAN=$((EVENTS / (2 * (WRITER_KILLS + 1))))
-RELAY_SPAN=$((EVENTS / BATCH / (2 * (RELAY_KILLS + 1))))
-WRITER_AT=()
-RELAY_AT=()
-for victim in "${VICTIM[@]}"; do
-  if [ "$victim" = writer ]; then WRITER_AT+=($((1 + RANDOM % WRITER_SPAN)))
-  else RELAY_AT+=($((1 + RANDOM % RELAY_SPAN))); fi
-done
-echo "schedule: $KILLS kills over $EVENTS events"
-w=0
-r=0
+# Every run needs a relay kill to reach the ack-mark window: a seeded writer kill becomes one.
+if [ $((KILLS_OF[relay1] + KILLS_OF[relay2])) -eq 0 ]; then
+  i=$((RANDOM % KILLS))
+  VICTIM[i]=relay1
+  KILLS_OF[writer]=$((KILLS_OF[writer] - 1))
+  KILLS_OF[relay1]=1
+fi
+pauses=0
 for ((i = 0; i < KILLS; i++)); do
-  if [ "${VICTIM[$i]}" = writer ]; then
-    echo "  kill $((i + 1)): writer, right after its [write] txn line #${WRITER_AT[$w]}"; w=$((w + 1))
-  else
-    echo "  kill $((i + 1)): relay, right after its [relay] batch line #${RELAY_AT[$r]}"; r=$((r + 1))
-  fi
+  if [ "${VICTIM[i]}" != writer ] && ((RANDOM % 100 < PAUSE_SHARE)); then
+    TRIGGER+=(pause); pauses=$((pauses + 1))
+  elif ((RANDOM % 100 < INSTANT_SHARE)); then TRIGGER+=(instant)
+  else TRIGGER+=(line); fi
 done
+if [ "$PAUSE_SHARE" -gt 0 ] && [ "$pauses" -eq 0 ]; then
+  relay_kills=()
+  for ((i = 0; i < KILLS; i++)); do [ "${VICTIM[i]}" = writer ] || relay_kills+=("$i"); done
+  TRIGGER[${relay_kills[RANDOM % ${#relay_kills[@]}]}]=pause
+fi
+# Kill points sum to at most half of each process's lines, so it cannot finish its work first
+# (a relay's batches hold at most BATCH rows; two relays share them).
+for ((i = 0; i < KILLS; i++)); do
+  victim=${VICTIM[i]}
+  if [ "$victim" = writer ]; then span=$((EVENTS / (2 * (KILLS_OF[writer] + 1))))
+  else span=$((EVENTS / BATCH / RELAYS / (2 * (KILLS_OF[$victim] + 1)))); fi
+  [ "$span" -ge 1 ] || die "--events $EVENTS is too few for $KILLS kills"
+  AT+=($((1 + RANDOM % span)))
+  case ${TRIGGER[i]} in
+    instant) DELAY_US+=($((((RANDOM << 15) | RANDOM) % DELAY_MAX_US))) ;;
+    pause) DELAY_US+=($((RANDOM % 3))) ;;
+    *) DELAY_US+=(0) ;;
+  esac
+done
+SCHEDULE=$TMP/schedule.txt
+for ((i = 0; i < KILLS; i++)); do
+  case ${TRIGGER[i]} in
+    line) what="right after its own line #${AT[i]}" ;;
+    instant) what="${DELAY_US[i]} us after its own line #${AT[i]}" ;;
+    pause) what="standing at relay.after_ack_before_mark (pause after ${DELAY_US[i]} passes)" ;;
+  esac
+  printf '  kill %d: %s, %s: %s\n' $((i + 1)) "${VICTIM[i]}" "${TRIGGER[i]}" "$what"
+done >"$SCHEDULE"
+echo "schedule: $KILLS kills over $EVENTS events, $RELAYS relay(s), instant share $INSTANT_SHARE%," \
+  "pause share $PAUSE_SHARE%, delays in [0, $DELAY_MAX_US) us; hash $(sha256sum <"$SCHEDULE" | cut -c1-16)"
+cat "$SCHEDULE"
+if [ -n "$SCHEDULE_ONLY" ]; then FINISHED=1; exit 0; fi
+# The same seed must replay the same schedule: draw it again in a fresh bash and compare.
+if ! diff -q <(bash "$0" --seed "$SEED" --kills "$KILLS" --events "$EVENTS" --relays "$RELAYS" \
+  --instant-share "$INSTANT_SHARE" --pause-share "$PAUSE_SHARE" --schedule-only 2>&1 |
+  sed -n 's/^  kill /  kill /p') "$SCHEDULE" >/dev/null; then
+  fail "seed $SEED drew a different schedule in a second bash: it would not replay"
+  finish
+fi
 
 start_broker
 lab_args
 RESULTS=$TMP/results.txt  # one line per kill or problem, appended by the supervisors
 : >"$RESULTS"
+# Every lab process appends its records (and phase marks) here; a report's history wins.
+export OUTBOX_HISTORY=${OUTBOX_HISTORY:-$TMP/history.jsonl}
+HISTORY=$OUTBOX_HISTORY
 
 # written: business rows so far (the writer is the only one adding them).
 written() {
   "$LAB_BIN" "${LAB_ARGS[@]}" verify --no-kafka --json 2>/dev/null | jq -r .business_loan
 }
 
-# supervise NAME PATTERN KILL_POINTS: runs in the background. For each kill point k: start the
-# process (its stdout through a FIFO, line-buffered by stdbuf, so each line is seen as it is
-# printed), count its lines starting with PATTERN, kill -9 it by PID right after the kth, restart.
-# Then one last run to completion. Reports to $RESULTS; `kill`, `ended` and `FAIL` lines.
+# _us_text US: microseconds as seconds for read -t (e.g. 0.012345).
+_us_text() { printf '%d.%06d' $(($1 / 1000000)) $(($1 % 1000000)); }
+
+# supervise NAME PATTERN: runs in the background. For each kill of NAME in the schedule: start
+# the process (its stdout, and for a pause kill its stderr, through a FIFO line-buffered by
+# stdbuf, so each line is seen as it is printed), kill -9 it by PID on its trigger, restart. Then
+# one last run to completion. Reports to $RESULTS: `kill`, `ended` and `FAIL` lines.
 supervise() {
-  local name=$1 pattern=$2 points=$3 child='' k seen line status args envs i=0
+  local name=$1 pattern=$2 child='' k seen line status args envs i fd trigger left wanted landed
   local fifo=$TMP/$name.fifo log=$TMP/$name.log
   trap '[ -n "$child" ] && kill -9 "$child" 2>/dev/null; exit 143' TERM
-  for k in $points; do
-    i=$((i + 1))
-    _process_args "$name" || break
+  for ((i = 0; i < KILLS; i++)); do
+    [ "${VICTIM[i]}" = "$name" ] || continue
+    trigger=${TRIGGER[i]}
+    k=${AT[i]}
+    # Only the writer has no next start (all its loans written): it says why in $RESULTS.
+    _process_args "$name" "" "$i" || break
     rm -f -- "$fifo"
     mkfifo "$fifo" || { echo "FAIL $name: mkfifo $fifo" >>"$RESULTS"; return; }
-    echo "--- $name start: ${args[*]} (kill after line $k)" >>"$log"
+    echo "--- $name start: ${args[*]} (kill $((i + 1)): $trigger)" >>"$log"
+    wanted=$pattern
+    [ "$trigger" = pause ] && { wanted='[failpoint] relay.after_ack_before_mark PAUSE'; k=1; }
     # A simple command with &: $! is env, which execs stdbuf, which execs the lab: the lab's PID.
-    env "${envs[@]}" stdbuf -oL "$LAB_BIN" "${LAB_ARGS[@]}" "${args[@]}" </dev/null >"$fifo" 2>>"$TMP/$name.err" &
+    if [ "$trigger" = pause ]; then
+      env "${envs[@]}" stdbuf -oL "$LAB_BIN" "${LAB_ARGS[@]}" "${args[@]}" </dev/null >"$fifo" 2>&1 &
+    else
+      env "${envs[@]}" stdbuf -oL "$LAB_BIN" "${LAB_ARGS[@]}" "${args[@]}" </dev/null >"$fifo" 2>>"$TMP/$name.err" &
+    fi
     child=$!
+    exec {fd}<"$fifo"
     seen=0
-    while IFS= read -r line; do
+    landed=1
+    while IFS= read -r -u "$fd" line; do
       printf '%s\n' "$line" >>"$log"
-      [[ $line == "$pattern"* ]] && seen=$((seen + 1))
-      if [ "$seen" -ge "$k" ]; then
-        kill -9 "$child"
-        break
-      fi
-    done <"$fifo"
+      [[ $line == "$wanted"* ]] && seen=$((seen + 1))
+      [ "$seen" -ge "$k" ] && break
+    done
+    [ "$seen" -ge "$k" ] || landed=0
+    if [ "$landed" -eq 1 ] && [ "$trigger" = instant ]; then
+      # The random instant: keep draining the victim's output until DELAY_US[i] have passed.
+      local deadline=$((${EPOCHREALTIME/./} + DELAY_US[i]))
+      while left=$((deadline - ${EPOCHREALTIME/./})); [ "$left" -gt 0 ]; do
+        if IFS= read -r -t "$(_us_text "$left")" -u "$fd" line; then
+          printf '%s\n' "$line" >>"$log"
+        elif [ $? -le 128 ]; then
+          landed=0  # end of output: the victim ended before its instant
+          break
+        fi
+      done
+    fi
+    [ "$landed" -eq 1 ] && kill -9 "$child"
+    exec {fd}<&-
     wait "$child"
     status=$?
-    child=
-    if [ "$seen" -ge "$k" ] && [ "$status" -eq 137 ]; then
-      echo "kill $name #$i after line $k: exit 137" >>"$RESULTS"
+    if [ "$landed" -eq 1 ] && [ "$status" -eq 137 ]; then
+      echo "kill $((i + 1)) $name pid=$child trigger=$trigger: exit 137" >>"$RESULTS"
     else
-      echo "FAIL $name kill #$i: ended with exit $status after $seen of $k lines, before its kill" >>"$RESULTS"
+      echo "FAIL $name kill $((i + 1)) ($trigger): ended with exit $status after $seen of $k lines, before its kill" >>"$RESULTS"
     fi
+    child=
   done
   _process_args "$name" final || return
   echo "--- $name last run: ${args[*]}" >>"$log"
@@ -131,9 +268,11 @@ supervise() {
   [ "$status" -eq 0 ] || echo "FAIL $name last run: exit $status" >>"$RESULTS"
 }
 
-RELAY_ARGS=(relay --batch-size "$BATCH" --lease 2s --send-timeout 1s --idle-max 200ms)
-# _process_args NAME [final]: the command line for the next start of NAME into `args`, its
-# environment into `envs`.
+# --pipeline 1: a victim's last phase then describes its one batch in flight; with the default
+# two, the last phase would be the newer batch's while the older one may sit between ack and mark.
+RELAY_ARGS=(relay --batch-size "$BATCH" --lease 2s --send-timeout 1s --idle-max 200ms --pipeline 1)
+# _process_args NAME [final] [KILL]: the command line for the next start of NAME into `args`,
+# its environment into `envs`.
 _process_args() {
   envs=()
   if [ "$1" = writer ]; then
@@ -153,39 +292,180 @@ _process_args() {
     args=("${RELAY_ARGS[@]}" --until-empty --quiet)
   else
     args=("${RELAY_ARGS[@]}")
+    if [ "${TRIGGER[$3]}" = pause ]; then
+      local skip=${DELAY_US[$3]} passes=''
+      [ "$skip" -eq 0 ] || passes="$skip*off->"
+      envs=("OUTBOX_FAILPOINTS=relay.after_ack_before_mark=${passes}pause")
+    fi
   fi
+  return 0
 }
 
-step "reset, then the writer and the relay side by side, killed on schedule"
+step "reset, then the writer and $RELAYS relay(s) side by side, killed on schedule"
 run reset
 expect_rc 0 "reset"
 SOAK_START=$(_now_us)
-supervise writer '[write] txn' "${WRITER_AT[*]}" 2>>"$TMP/supervise.err" &
-WRITER_SUP=$!
-PIDS+=("$WRITER_SUP")
-supervise relay '[relay] batch' "${RELAY_AT[*]}" 2>>"$TMP/supervise.err" &
-RELAY_SUP=$!
-PIDS+=("$RELAY_SUP")
+SUPS=()
+supervise writer '[write] txn' 2>>"$TMP/supervise.err" &
+SUPS+=($!)
+for ((r = 1; r <= RELAYS; r++)); do
+  supervise "relay$r" '[relay] batch' 2>>"$TMP/supervise.err" &
+  SUPS+=($!)
+done
+PIDS+=("${SUPS[@]}")
 
 SOAK_TIMEOUT_S=$((30 + KILLS * 4))
-for sup in "$WRITER_SUP" "$RELAY_SUP"; do
+for sup in "${SUPS[@]}"; do
   wait_until "$SOAK_TIMEOUT_S" "supervisor $sup to finish" process_gone "$sup"
 done
 SOAK_S=$((($(_now_us) - SOAK_START) / 1000000))
 cat "$RESULTS"
-echo "(writer and relay phase: ${SOAK_S}s; logs $TMP/writer.log, $TMP/relay.log)"
+echo "(writer and relay phase: ${SOAK_S}s; logs $TMP/writer.log, $TMP/relay1.log)"
 while IFS= read -r line; do fail "${line#FAIL }"; done < <(grep '^FAIL ' "$RESULTS")
 expect_eq "$KILLS" "$(grep -c '^kill .*: exit 137$' "$RESULTS")" "kill -9s that landed (exit 137)"
-expect_eq "$WRITER_KILLS" "$(grep -c '^kill writer ' "$RESULTS")" "writer kills"
-expect_eq "$RELAY_KILLS" "$(grep -c '^kill relay ' "$RESULTS")" "relay kills"
+for victim in writer relay1 relay2; do
+  expect_eq "${KILLS_OF[$victim]}" "$(grep -c "^kill [0-9]* $victim " "$RESULTS")" "$victim kills"
+done
 
 step "drain: relay --until-empty (after the lease of a killed relay's claim runs out)"
 run relay --until-empty --batch-size "$BATCH" --lease 2s --send-timeout 1s --quiet
 expect_rc 0 "final relay --until-empty"
 
 step "check: nothing lost, nothing phantom"
-run check --json --expect "valid=1,business_rows=$EVENTS,outbox_rows=$EVENTS,lost=0,phantom=0,atomicity=0,lost_after_mark=0,stuck=0"
+run check --json --history "$HISTORY" --expect "valid=1,business_rows=$EVENTS,outbox_rows=$EVENTS,lost=0,phantom=0,atomicity=0,lost_after_mark=0,stuck=0"
 expect_rc 0 "check --expect (valid, nothing lost or phantom)"
-echo "seed $SEED: $KILLS kills ($WRITER_KILLS writer, $RELAY_KILLS relay) over $EVENTS events;" \
-  "$(jq -r '"lost=\(.lost | length) duplicated=\(.duplicated | length)"' "$OUT")"
+CHECK_JSON=$TMP/check.json
+cp "$OUT" "$CHECK_JSON"
+
+step "where each kill landed: the last phase its victim recorded"
+# kill NUMBER VICTIM PID TRIGGER, one a line, in kill order.
+KILLED=$TMP/killed.txt
+sed -n 's/^kill \([0-9]*\) \([a-z0-9]*\) pid=\([0-9]*\) trigger=\([a-z]*\): exit 137$/\1 \2 \3 \4/p' "$RESULTS" |
+  sort -n >"$KILLED"
+# Per killed PID: its last phase, the rows it acknowledged and did not mark, the rows it sent
+# with no delivery report (in flight), the event of a transaction it left open (writer); from the
+# history, one pass. SENT: every event any relay sent (the drain sends every committed row).
+# OK_TXN: every event a writer was told committed.
+KILLED_PIDS=$(cut -d' ' -f3 "$KILLED" | jq -R -s -c 'split("\n") | map(select(. != "") | tonumber)')
+VICTIMS=$TMP/victims.json
+jq -R -s -c --argjson killed "$KILLED_PIDS" '
+  [split("\n")[] | fromjson? | select(.process as $p | $killed | index($p))]
+  | group_by(.process)
+  | map(. as $ops | {
+      key: (.[0].process | tostring),
+      value: {
+        last: ([$ops[] | select(.f == "phase") | .value] | last),
+        acked_unmarked: (([$ops[] | select(.f == "send" and .type == "ok") | .value]
+                          - [$ops[] | select(.f == "mark" and .type == "ok") | .value]) | unique),
+        in_flight: (([$ops[] | select(.f == "send" and .type == "invoke") | .value]
+                     - [$ops[] | select(.f == "send" and (.type == "ok" or .type == "fail")) | .value]
+                     - [$ops[] | select(.f == "mark" and .type == "ok") | .value]) | unique),
+        open_txn: (([$ops[] | select(.f == "txn" and .type == "invoke") | .value]
+                    - [$ops[] | select(.f == "txn" and .type != "invoke") | .value]) | last)}})
+  | from_entries' "$HISTORY" >"$VICTIMS" || fail "cannot read the history $HISTORY"
+SENT=$TMP/sent.json
+jq -R -s -c '[split("\n")[] | fromjson? | select(.f == "send") | .value] | unique' "$HISTORY" >"$SENT" ||
+  fail "cannot read the history $HISTORY"
+OK_TXN=$TMP/ok-txn.json
+jq -R -s -c '[split("\n")[] | fromjson? | select(.f == "txn" and .type == "ok") | .value] | unique' \
+  "$HISTORY" >"$OK_TXN" || fail "cannot read the history $HISTORY"
+DUPS=$(jq -c '.duplicated | keys' "$CHECK_JSON")
+
+# window VICTIM PID: the window name, then (for the per-kill line) how it was told.
+# A phase is recorded just before or after the step it names, so two last phases do not say on
+# their own which side of a commit the kill fell, and the outcome decides:
+#   writer "begin": its open transaction E committed iff a relay sent E and no later writer was
+#     told it committed E (the next writer reuses the index of a transaction that did not commit);
+#   relay "marking" (SettleBatch running, or its mark records being written): the settle is one
+#     transaction, so its acknowledged and unmarked rows were re-sent (duplicated) all or none:
+#     all = it had not committed (between ack and mark), none = it had (after mark).
+window() {
+  local victim=$1 pid=$2 last txn rows dup
+  last=$(jq -r --arg p "$pid" '.[$p].last // "none"' "$VICTIMS")
+  case $victim:$last in
+    writer:begin)
+      txn=$(jq -r --arg p "$pid" '.[$p].open_txn // ""' "$VICTIMS")
+      if [ -n "$txn" ] && jq -e --arg e "$txn" 'index($e) != null' "$SENT" >/dev/null &&
+        jq -e --arg e "$txn" 'index($e) == null' "$OK_TXN" >/dev/null; then
+        echo "writer after commit|begin, but $txn committed (killed before its records)"
+      else
+        echo "writer before commit|begin${txn:+, $txn not committed}"
+      fi ;;
+    writer:commit) echo "writer after commit|commit" ;;
+    writer:*) echo "writer starting (no phase yet)|$last" ;;
+    *:claim) echo "relay after claim|claim" ;;
+    *:produce) echo "relay after produce|produce" ;;
+    *:acked) echo "relay between ack and mark|acked" ;;
+    *:marking)
+      read -r rows dup < <(jq -r --arg p "$pid" --argjson dup "$DUPS" \
+        '(.[$p].acked_unmarked // []) as $a | "\($a | length) \($a - ($a - $dup) | length)"' "$VICTIMS")
+      if [ "$rows" -gt 0 ] && [ "$dup" -eq "$rows" ]; then
+        echo "relay between ack and mark|marking, settle not committed ($rows rows re-sent)"
+      elif [ "$dup" -eq 0 ]; then
+        echo "relay after mark|marking, settle committed ($rows rows not re-sent)"
+      else
+        echo "relay settle half applied|marking, $dup of $rows rows re-sent"
+      fi ;;
+    *:mark) echo "relay after mark|mark" ;;
+    *) echo "relay idle|$last" ;;
+  esac
+}
+declare -A COUNT=()
+ACK_MARK_ROWS=()   # rows the ack-mark kills left acknowledged and unmarked
+while read -r n victim pid trigger; do
+  IFS='|' read -r w how < <(window "$victim" "$pid")
+  COUNT["$w|$trigger"]=$((${COUNT["$w|$trigger"]:-0} + 1))
+  COUNT["$w|all"]=$((${COUNT["$w|all"]:-0} + 1))
+  left=$(jq -r --arg p "$pid" '(.[$p].acked_unmarked // []) | length' "$VICTIMS")
+  echo "  kill $n: $victim pid $pid, $trigger -> last phase $how: $w (acked and unmarked: $left)"
+  if [ "$w" = "relay between ack and mark" ]; then
+    mapfile -t -O "${#ACK_MARK_ROWS[@]}" ACK_MARK_ROWS < <(jq -r --arg p "$pid" '.[$p].acked_unmarked[]' "$VICTIMS")
+  fi
+  [ "$w" != "relay settle half applied" ] ||
+    fail "kill $n: a settle is one transaction, yet only part of the rows it left acknowledged and unmarked were re-sent ($how)"
+  [ "$trigger" != pause ] || [ "$how" = acked ] ||
+    fail "kill $n paused at relay.after_ack_before_mark but its last phase is '$how'"
+done <"$KILLED"
+printf '  %-37s %5s %8s %6s %6s\n' window line instant pause all
+for w in "writer starting (no phase yet)" "writer before commit" "writer after commit" \
+  "relay idle" "relay after claim" "relay after produce" "relay between ack and mark" \
+  "relay after mark" "relay settle half applied"; do
+  printf '  window %-30s %5d %8d %6d %6d\n' "$w" "${COUNT["$w|line"]:-0}" "${COUNT["$w|instant"]:-0}" \
+    "${COUNT["$w|pause"]:-0}" "${COUNT["$w|all"]:-0}"
+done
+ACK_MARK_KILLS=${COUNT["relay between ack and mark|all"]:-0}
+[ "$ACK_MARK_KILLS" -ge 1 ] || fail "no kill landed between ack and mark (seed $SEED)"
+
+step "duplicates: exactly the rows the killed relays left acknowledged and unmarked"
+# Every row a killed relay acknowledged and did not mark is re-sent after its lease: duplicated,
+# unless the relay was killed while marking (its settle may have committed: all or none, checked
+# above). A row it had sent with no delivery report yet (in flight) may have reached the broker: it
+# may be duplicated. A fenced settle (check's own explanation) may duplicate too. Nothing else may.
+jq -n -r --argjson v "$(cat "$VICTIMS")" --argjson dup "$DUPS" \
+  --argjson fenced "$(jq -c '.history.fenced_duplicates // []' "$CHECK_JSON")" '
+  ([$v[] | select(.last != "marking") | .acked_unmarked[]] | unique) as $acked
+  | ([$v[] | select(.last == "marking") | .acked_unmarked[]] | unique) as $marking
+  | ([$v[] | .in_flight[]] | unique) as $flight
+  | "duplicated \($dup | length): acked and unmarked by a killed relay \($acked | length)"
+    + " (not duplicated: \($acked - $dup | length)),"
+    + " killed while marking \($dup - $acked | map(select(. as $d | $marking | index($d))) | length) of \($marking | length),"
+    + " in flight at a kill \($dup - $acked - $marking | map(select(. as $d | $flight | index($d))) | length),"
+    + " fenced \($dup - $acked - $marking - $flight | map(select(. as $d | $fenced | index($d))) | length),"
+    + " unexplained \($dup - $acked - $marking - $flight - $fenced | length)",
+    "unexplained: \($dup - $acked - $marking - $flight - $fenced | .[:10] | join(" "))",
+    "acked_not_duplicated: \($acked - $dup | .[:10] | join(" "))"' >"$TMP/dups.txt"
+cat "$TMP/dups.txt"
+DUP_COUNT=$(jq 'length' <<<"$DUPS")
+[ "$DUP_COUNT" -gt 0 ] || fail "duplicated=0: no kill left an acknowledged row unmarked (seed $SEED)"
+grep -q 'unexplained 0$' "$TMP/dups.txt" || fail "duplicates no kill explains: $(sed -n 's/^unexplained: //p' "$TMP/dups.txt")"
+grep -q '(not duplicated: 0)' "$TMP/dups.txt" ||
+  fail "rows a killed relay acknowledged and left unmarked, not duplicated: $(sed -n 's/^acked_not_duplicated: //p' "$TMP/dups.txt")"
+ACK_MARK_UNIQUE=$(printf '%s\n' "${ACK_MARK_ROWS[@]}" | sort -u | grep -c .)
+[ "$ACK_MARK_UNIQUE" -ge 1 ] || fail "the ack-mark kills left no acknowledged row unmarked (seed $SEED)"
+echo "ack-mark kills: $ACK_MARK_KILLS, rows they left acknowledged and unmarked: $ACK_MARK_UNIQUE"
+
+echo "seed $SEED: $KILLS kills (writer ${KILLS_OF[writer]}, relay1 ${KILLS_OF[relay1]}, relay2 ${KILLS_OF[relay2]})" \
+  "over $EVENTS events in ${SOAK_S}s; ack-mark kills $ACK_MARK_KILLS;" \
+  "$(jq -r '"lost=\(.lost | length) duplicated=\(.duplicated | length) phantom=\(.phantom | length)"' "$CHECK_JSON")"
+[ "${#FAILURES[@]}" -eq 0 ] || echo "failing seed $SEED; replay: $REPLAY"
 finish

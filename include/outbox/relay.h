@@ -22,6 +22,7 @@
 #include <deque>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "outbox/clock.h"
@@ -70,6 +71,15 @@ struct RelayOptions {
   // failpoint (so a kill there leaves the record); may be empty. Must not
   // throw: the batch is already settled.
   std::function<void(const SettleRecord&)> on_settle;
+  // Called at each phase transition of a batch, with the claim's token: "claim"
+  // (the claim committed; before relay.after_claim), "produce" (just before the
+  // publisher produces), "acked" (every delivery report is in; before
+  // relay.after_ack_before_mark), "marking" (just before the settle
+  // transaction begins: a kill from here until "mark" may fall before or after
+  // its commit, and only the database can tell), "mark" (the settle committed;
+  // after on_settle), and "idle" (0 rows to claim; token 0). A lab records them
+  // so a kill -9's window can be told afterwards. May be empty. Must not throw.
+  std::function<void(std::string_view phase, std::int64_t token)> on_phase;
 };
 
 // Why a relay with unpublished rows has nothing to claim: other owners'
@@ -139,6 +149,7 @@ class Relay {
  private:
   std::int64_t Now() const;
   ClaimRequest MakeClaimRequest(std::int64_t after_id) const;
+  void Phase(std::string_view phase, std::int64_t token) const;  // options_.on_phase, if any
 
   Store& store_;
   Publisher& publisher_;

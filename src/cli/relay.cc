@@ -191,6 +191,15 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
               relay_options.on_settle = [h = history.get()](const SettleRecord& settle) {
                 lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
               };
+            // Phase records for the kill soak; an idle relay polls often, so only its first
+            // idle poll after other work is recorded (one write(2) per transition).
+            if (history)
+              relay_options.on_phase = [h = history.get(), idle = false](
+                                           std::string_view phase, std::int64_t token) mutable {
+                const bool now_idle = phase == "idle";
+                if (!(now_idle && idle)) h->RecordPhase(phase, token);
+                idle = now_idle;
+              };
             ReleaseDeadOwners(store, relay_options.owner, o->owner.empty());
             Relay relay(store, recording, relay_options);
             ChangeWatcher watcher(global.db, stop.get());

@@ -35,6 +35,15 @@ History::~History() {
 
 void History::Record(std::string_view type, std::string_view f, std::string_view value,
                      std::string_view error, std::int64_t token) {
+  Write(type, f, value, error, token, -1);
+}
+
+void History::RecordPhase(std::string_view phase, std::int64_t token) {
+  Write("note", "phase", phase, {}, token, clock_.MonotonicUs());
+}
+
+void History::Write(std::string_view type, std::string_view f, std::string_view value,
+                    std::string_view error, std::int64_t token, std::int64_t mono_us) {
   nlohmann::ordered_json op;
   op["process"] = getpid();
   op["time_ms"] = clock_.EpochMs();
@@ -45,6 +54,7 @@ void History::Record(std::string_view type, std::string_view f, std::string_view
   op["value"] = BytesToJson(value);
   if (!error.empty()) op["error"] = BytesToJson(error);
   if (token > 0) op["token"] = token;
+  if (mono_us >= 0) op["mono_us"] = mono_us;
   const std::string line = op.dump() + "\n";
   // Best effort: a history that cannot be written must not change the run.
   [[maybe_unused]] const ssize_t n = write(fd_, line.data(), line.size());

@@ -13,6 +13,13 @@
 // opened, and "ok" (or "fail", when an exception is unwinding) when it is
 // closed. kill -9 runs no destructor, so a process whose "process" invoke stays
 // open never finished: the report draws its kill at its last record.
+//
+// A victim of the kill soak also records its phase transitions:
+// {"type":"note","f":"phase","value":"claim","mono_us":N} (relay: claim, produce,
+// acked, mark, idle; writer: begin, commit), so that after a kill -9 the last
+// phase of the victim says which window the kill landed in. Readers that do not
+// know f "phase" ignore it (the checker counts only txn/send/mark/park; the
+// report draws it as a generic record).
 #pragma once
 
 #include <cstdint>
@@ -41,7 +48,17 @@ class History {
   void Record(std::string_view type, std::string_view f, std::string_view value,
               std::string_view error = {}, std::int64_t token = 0);
 
+  // Appends one phase record (one write(2), as Record): type "note", f
+  // "phase", value phase, "mono_us" the clock's MonotonicUs() (µs; with
+  // SystemClock, CLOCK_MONOTONIC: comparable across the processes of one boot),
+  // "token" when > 0.
+  void RecordPhase(std::string_view phase, std::int64_t token = 0);
+
  private:
+  // One line; mono_us < 0: none.
+  void Write(std::string_view type, std::string_view f, std::string_view value,
+             std::string_view error, std::int64_t token, std::int64_t mono_us);
+
   int fd_ = -1;
   Clock& clock_;
   std::string process_name_;
@@ -51,6 +68,11 @@ class History {
 inline void Note(History* history, std::string_view type, std::string_view f,
                  std::string_view value, std::string_view error = {}) {
   if (history) history->Record(type, f, value, error);
+}
+
+// Records a phase into history when it is not null.
+inline void NotePhase(History* history, std::string_view phase, std::int64_t token = 0) {
+  if (history) history->RecordPhase(phase, token);
 }
 
 // One operation from a history file.

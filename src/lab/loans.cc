@@ -71,6 +71,7 @@ OutboxEvent LoanCreatedEvent(const Loan& loan, std::int64_t index) {
 WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* history) {
   WrittenLoan written{ChapterLoan(index, store.clock().EpochMs()), {}};
   written.event = LoanCreatedEvent(written.loan, index);
+  NotePhase(history, "begin");
   Note(history, "invoke", "txn", written.event.event_id);
   try {
     auto txn = store.BeginWrite();
@@ -83,6 +84,7 @@ WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* histor
     throw;
   }
   Note(history, "ok", "txn", written.event.event_id);
+  NotePhase(history, "commit");
   HitFailpoint("write.after_commit");
   return written;
 }

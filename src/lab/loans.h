@@ -50,7 +50,8 @@ struct WrittenLoan {
 // write.before_commit and write.after_commit. Throws DbError (nothing of the
 // loan is committed then) or FailpointError.
 // created_at is store.clock().EpochMs().
-// history (may be null) gets an invoke before BEGIN and ok/fail after.
+// history (may be null) gets a "begin" phase and an invoke before BEGIN, ok/fail
+// after, and a "commit" phase after the commit (History::RecordPhase).
 WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* history = nullptr);
 
 // The lab's own SQL on business_loan: call with the connection of a

@@ -51,6 +51,10 @@ ClaimRequest Relay::MakeClaimRequest(std::int64_t after_id) const {
   return request;
 }
 
+void Relay::Phase(std::string_view phase, std::int64_t token) const {
+  if (options_.on_phase) options_.on_phase(phase, token);
+}
+
 bool Relay::HasClaimable() { return store_.HasClaimable(MakeClaimRequest(0)); }
 
 WaitReport Relay::Waits() {
@@ -73,7 +77,11 @@ BatchReport Relay::RunBatch() {
 }
 
 bool Relay::StartBatch() {
-  if (!store_.HasClaimable(MakeClaimRequest(0))) return false;  // idle: read only
+  // "idle" only when nothing is in flight: with a batch in flight the relay is not idle.
+  if (!store_.HasClaimable(MakeClaimRequest(0))) {  // idle: read only
+    if (in_flight_.empty()) Phase("idle", 0);
+    return false;
+  }
   if (cursor_ > 0) {
     ClaimRequest behind = MakeClaimRequest(0);
     behind.up_to_id = cursor_;
@@ -84,8 +92,12 @@ bool Relay::StartBatch() {
     cursor_ = 0;  // a new pass picks up rows whose backoff ran out
     claim = store_.ClaimBatch(MakeClaimRequest(cursor_));
   }
-  if (claim.rows.empty()) return false;
+  if (claim.rows.empty()) {
+    if (in_flight_.empty()) Phase("idle", 0);
+    return false;
+  }
   cursor_ = claim.rows.back().id;
+  Phase("claim", claim.token);
   HitFailpoint("relay.after_claim");
 
   std::vector<OutboundMessage> messages;
@@ -107,6 +119,7 @@ bool Relay::StartBatch() {
   // ours (its rows wait out the lease either way). Rows refused for their
   // headers travel with it, to be parked by its settle.
   in_flight_.push_back({std::move(claim), std::move(failed)});
+  Phase("produce", in_flight_.back().claim.token);
   try {
     publisher_.Send(messages);  // even when empty: one Send per AwaitOldest
   } catch (...) {
@@ -127,6 +140,7 @@ BatchReport Relay::FinishBatch() {
   report.token = claim.token;
   report.claimed = static_cast<std::int64_t>(claim.rows.size());
   const std::vector<DeliveryResult> results = publisher_.AwaitOldest();
+  Phase("acked", claim.token);
   HitFailpoint("relay.after_ack_before_mark");
 
   std::vector<std::int64_t> acked;
@@ -142,6 +156,7 @@ BatchReport Relay::FinishBatch() {
   // busy timeout, keep trying until the lease runs out (then the batch is
   // re-sent by whoever claims it: duplicates, never losses).
   const std::int64_t lease_end = Now() + options_.lease_ms;
+  Phase("marking", claim.token);
   for (;;) {
     try {
       report.settle = store_.SettleBatch(claim.token, acked, failed, options_.settle, Now());
@@ -162,6 +177,7 @@ BatchReport Relay::FinishBatch() {
                         to_event_ids(report.settle.parked_ids),
                         to_event_ids(report.settle.fenced_ids)});
   }
+  Phase("mark", claim.token);
   HitFailpoint("relay.after_mark");
   return report;
 }

@@ -3,6 +3,8 @@
 // per-aggregate order.
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -431,4 +433,45 @@ TEST_CASE("A relay settle is recorded as marks and fenced marks and parks with i
   CHECK((ops[1].type == "fail" && ops[1].f == "mark" && ops[1].value == "evt-3" &&
          ops[1].error == "fenced" && ops[1].token == 12));
   CHECK((ops[2].type == "ok" && ops[2].f == "park" && ops[2].value == "evt-2" && ops[2].token == 12));
+}
+
+TEST_CASE("Phase records carry a monotonic time and the token and the checker ignores them",
+          "[checker]") {
+  TempDir dir;
+  const std::string path = dir.File("history.jsonl");
+  {
+    outbox::ManualClock clock(1'700'000'000'000);
+    clock.AdvanceMs(5);
+    outbox::lab::History history(path, clock);
+    outbox::lab::NotePhase(&history, "claim", 12);
+    clock.AdvanceMs(3);
+    outbox::lab::NotePhase(&history, "acked", 12);
+    outbox::lab::NotePhase(nullptr, "mark", 12);  // no history: nothing
+  }
+  std::int64_t malformed = 0;
+  const auto ops = outbox::lab::ReadHistories({path}, &malformed);
+  CHECK(malformed == 0);
+  REQUIRE(ops.size() == 2);
+  CHECK((ops[0].type == "note" && ops[0].f == "phase" && ops[0].value == "claim" &&
+         ops[0].token == 12));
+  CHECK(ops[1].value == "acked");
+  const auto mono_us = [](const outbox::lab::HistoryOp& op) {
+    return nlohmann::json::parse(op.details).at("mono_us").get<std::int64_t>();
+  };
+  // The phase time is the clock's monotonic reading, in µs.
+  CHECK(mono_us(ops[0]) == 5'000);
+  CHECK(mono_us(ops[1]) == 8'000);
+
+  CheckerFixture f;
+  f.WriteLoans(1);
+  f.MarkAll();
+  std::vector<outbox::lab::HistoryOp> with_phases = ops;
+  with_phases.push_back(Op(1, "invoke", "txn", "evt-1001"));
+  with_phases.push_back(Op(1, "ok", "txn", "evt-1001"));
+  with_phases.push_back(Op(7, "ok", "send", "evt-1001"));
+  with_phases.push_back(Op(7, "ok", "mark", "evt-1001", {}, 12));
+  const CheckResult r = CheckRun(*f.store, Records({"evt-1001"}), &with_phases);
+  CHECK(r.valid());
+  CHECK(r.history.marked == 1);
+  CHECK(r.history.unexpected.empty());
 }

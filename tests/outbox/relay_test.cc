@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "outbox/error.h"
@@ -853,4 +855,40 @@ TEST_CASE("Relay Waits leaves out the relay's own claims", "[relay]") {
   FakePublisher publisher;
   Relay relay(f.store, publisher, f.options);
   CHECK(relay.Waits().empty());
+}
+
+TEST_CASE("RunBatch reports claim then produce then acked then marking then mark with the claim "
+          "token and idle when nothing is claimable",
+          "[relay]") {
+  RelayFixture f;
+  std::vector<std::pair<std::string, std::int64_t>> phases;
+  std::vector<std::int64_t> published_at_phase;
+  f.options.on_phase = [&](std::string_view phase, std::int64_t token) {
+    phases.emplace_back(std::string(phase), token);
+    published_at_phase.push_back(f.store.Count().published);
+  };
+  EnqueueAll(f.store, {EventOn(1, "A"), EventOn(2, "B")});
+  FakePublisher publisher;
+  std::size_t phases_at_publish = 0;
+  publisher.on_publish = [&](const std::vector<outbox::OutboundMessage>&) {
+    phases_at_publish = phases.size();
+  };
+  Relay relay(f.store, publisher, f.options);
+
+  const BatchReport report = relay.RunBatch();
+  const BatchReport idle = relay.RunBatch();
+
+  CHECK(report.settle.marked == 2);
+  CHECK(idle.claimed == 0);
+  using Phases = std::vector<std::pair<std::string, std::int64_t>>;
+  CHECK(phases == Phases{{"claim", report.token},
+                         {"produce", report.token},
+                         {"acked", report.token},
+                         {"marking", report.token},
+                         {"mark", report.token},
+                         {"idle", 0}});
+  // The produce phase is recorded before the publisher produces, acked after.
+  CHECK(phases_at_publish == 2);
+  // marking comes before the settle commits and mark after it.
+  CHECK(published_at_phase == std::vector<std::int64_t>{0, 0, 0, 0, 2, 2});
 }
