@@ -398,8 +398,8 @@ echo "\$ kcat -C -e -f '%k %h\\n'"
 kcat -b "$BROKER" -t "$TOPIC" -C -e -q -f '%k %h\n' >"$TMP/headers.kcat" 2>"$TMP/kcat.err" || die "kcat failed: $(head -n 1 "$TMP/kcat.err")"
 cat "$TMP/headers.kcat"
 expect_count 2 '^evt-h-' "$TMP/headers.kcat"  # the topic also holds the earlier steps' records
-expect_line '^evt-h-ok event_id=evt-h-ok,event_type=LoanCreated,outbox_id=1,traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01,tenant=acme$' "$TMP/headers.kcat"
-expect_line '^evt-h-null event_id=evt-h-null,event_type=LoanCreated,outbox_id=2$' "$TMP/headers.kcat"
+expect_line '^evt-h-ok event_id=evt-h-ok,event_type=LoanCreated,outbox_id=1,run_id=[0-9]*-[0-9a-f]*,traceparent=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01,tenant=acme$' "$TMP/headers.kcat"
+expect_line '^evt-h-null event_id=evt-h-null,event_type=LoanCreated,outbox_id=2,run_id=[0-9]*-[0-9a-f]*$' "$TMP/headers.kcat"
 run publish 10
 expect_rc 9 "publish stops at the first row with bad headers"
 expect_line 'headers column: invalid JSON: it ends after 10 bytes' "$OUT"

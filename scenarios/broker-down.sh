@@ -60,12 +60,13 @@ expect_rc 0 "the first 5 published"
 step "(2) broker down under the running relay; 10 more loans arrive"
 broker_ctl down
 LINES_BEFORE=$(grep -c '^\[relay\] batch ' "$RELAY_LOG")
+LOG_LINES_BEFORE=$(wc -l <"$RELAY_LOG")  # every line, the relay's "waiting" lines too
 run write 10 --quiet
 expect_rc 0 "write 10"
 # Two failed rounds for the new rows: each batch of 5 has failed at least once, one of them twice.
 wait_for 30 "$RELAY_PID" "three failed batches while down" \
   _lines_at_least $((LINES_BEFORE + 3)) '^\[relay\] batch .* acked=0 failed=[1-9]' "$RELAY_LOG" || true
-tail -n +$((LINES_BEFORE + 1)) "$RELAY_LOG" >"$TMP/while-down.log"
+tail -n +$((LOG_LINES_BEFORE + 1)) "$RELAY_LOG" >"$TMP/while-down.log"
 cat "$TMP/while-down.log"
 expect_no_line 'acked=[1-9]' "$TMP/while-down.log"
 expect_no_line 'marked=[1-9]' "$TMP/while-down.log"
@@ -84,7 +85,7 @@ echo "\$ kill -TERM $RELAY_PID"
 kill -TERM "$RELAY_PID"
 wait "$RELAY_PID"
 expect_eq 0 "$?" "relay exit status on SIGTERM"
-tail -n +$((LINES_BEFORE + 1 + $(grep -c . "$TMP/while-down.log"))) "$RELAY_LOG"
+tail -n +$((LOG_LINES_BEFORE + 1 + $(wc -l <"$TMP/while-down.log"))) "$RELAY_LOG"
 expect_line '^\[relay\] stopped on signal: ' "$RELAY_LOG"
 # Over the relay's whole life: every marked row was acknowledged first.
 sum_field() { grep '^\[relay\] batch ' "$RELAY_LOG" | grep -o " $1=[0-9]*" | awk -F= '{ s += $2 } END { print s + 0 }'; }

@@ -467,5 +467,8 @@ echo "ack-mark kills: $ACK_MARK_KILLS, rows they left acknowledged and unmarked:
 echo "seed $SEED: $KILLS kills (writer ${KILLS_OF[writer]}, relay1 ${KILLS_OF[relay1]}, relay2 ${KILLS_OF[relay2]})" \
   "over $EVENTS events in ${SOAK_S}s; ack-mark kills $ACK_MARK_KILLS;" \
   "$(jq -r '"lost=\(.lost | length) duplicated=\(.duplicated | length) phantom=\(.phantom | length)"' "$CHECK_JSON")"
-[ "${#FAILURES[@]}" -eq 0 ] || echo "failing seed $SEED; replay: $REPLAY"
+if [ "${#FAILURES[@]}" -gt 0 ]; then
+  echo "failing seed $SEED; replay: $REPLAY"
+  cell_report "seed-$SEED" "$OUTBOX_HISTORY"  # the failing run's HTML report (issue 11)
+fi
 finish

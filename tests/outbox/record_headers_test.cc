@@ -123,7 +123,7 @@ TEST_CASE("The relay parks a row with bad headers at once with the reason and se
   CHECK(troubled.parked == 2);
 }
 
-TEST_CASE("KafkaPublisher sends the application headers after event_id event_type and outbox_id",
+TEST_CASE("KafkaPublisher sends the application headers after event_id event_type outbox_id and run_id",
           "[headers][kafka]") {
   outbox::lab::EmbeddedBroker broker;
   broker.CreateTopic("loan-events", 1);
@@ -147,6 +147,7 @@ TEST_CASE("KafkaPublisher sends the application headers after event_id event_typ
   CHECK(records[0].headers == std::vector<RecordHeader>{{"event_id", "evt-7"},
                                                         {"event_type", "TestEvent"},
                                                         {"outbox_id", "7"},
+                                                        {"run_id", ""},  // no run id given
                                                         {"traceparent", kTraceparent},
                                                         {"bytes", std::string("\xC3\x28\0z", 4)}});
 }
