@@ -899,7 +899,7 @@ void RenderDetailedKafka(Out out, const ReportModel& model) {
   for (const ReportCell& cell : model.cells) by_partition[cell.record.partition].push_back(&cell);
   int rows = 0;
   for (const auto& [p, cells] : by_partition)
-    rows += static_cast<int>((cells.size() + kPerRow - 1) / kPerRow) + 0;
+    rows += static_cast<int>((cells.size() + kPerRow - 1) / kPerRow);
   const int width = kRowLabel + kPerRow * (kCellW + kGap);
   const int height = std::max(rows, 1) * (kCellH + 18) + 8 * static_cast<int>(by_partition.size());
   fmt::format_to(out,

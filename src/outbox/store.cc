@@ -286,6 +286,20 @@ std::string OpenFailure(const std::string& path, sqlite3* db, int code) {
   return fmt::format("open database '{}': {} ({})", path, reason, sqlite::ResultCodeName(code));
 }
 
+// One outbox row from a statement whose columns 0-5 are id, event_id, aggregate_id, event_type,
+// payload, created_at, and whose column headers_column is headers (FetchUnpublished, ClaimBatch).
+OutboxRow ReadOutboxRow(const sqlite::Statement& statement, int headers_column) {
+  OutboxRow row;
+  row.id = statement.ColumnInt64(0);
+  row.event.event_id = statement.ColumnText(1);
+  row.event.aggregate_id = statement.ColumnText(2);
+  row.event.event_type = statement.ColumnText(3);
+  row.event.payload = statement.ColumnText(4);
+  row.event.created_at_ms = statement.ColumnInt64(5);
+  row.event.headers = statement.ColumnText(headers_column);
+  return row;
+}
+
 }  // namespace
 
 Store::Store(const std::string& path, const StoreOptions& options, OpenMode mode)
@@ -542,17 +556,7 @@ std::vector<OutboxRow> Store::FetchUnpublished(std::int64_t after_id, std::int64
       "WHERE published = 0 AND id > ?1 ORDER BY id LIMIT ?2");
   select.Bind(1, after_id).Bind(2, limit);
   std::vector<OutboxRow> rows;
-  while (select.Step()) {
-    OutboxRow row;
-    row.id = select.ColumnInt64(0);
-    row.event.event_id = select.ColumnText(1);
-    row.event.aggregate_id = select.ColumnText(2);
-    row.event.event_type = select.ColumnText(3);
-    row.event.payload = select.ColumnText(4);
-    row.event.created_at_ms = select.ColumnInt64(5);
-    row.event.headers = select.ColumnText(6);
-    rows.push_back(std::move(row));
-  }
+  while (select.Step()) rows.push_back(ReadOutboxRow(select, 6));
   return rows;
 }
 
@@ -663,17 +667,7 @@ Claim Store::ClaimBatch(const ClaimRequest& request) {
         .Bind(7, request.limit)
         .Bind(8, UpperBound(request));
     std::vector<std::pair<OutboxRow, std::int64_t>> claimed;
-    while (update.Step()) {
-      OutboxRow row;
-      row.id = update.ColumnInt64(0);
-      row.event.event_id = update.ColumnText(1);
-      row.event.aggregate_id = update.ColumnText(2);
-      row.event.event_type = update.ColumnText(3);
-      row.event.payload = update.ColumnText(4);
-      row.event.created_at_ms = update.ColumnInt64(5);
-      row.event.headers = update.ColumnText(7);
-      claimed.emplace_back(std::move(row), update.ColumnInt64(6));
-    }
+    while (update.Step()) claimed.emplace_back(ReadOutboxRow(update, 7), update.ColumnInt64(6));
     txn.Commit();
     // RETURNING gives no order guarantee (https://www.sqlite.org/lang_returning.html).
     std::sort(claimed.begin(), claimed.end(),
