@@ -333,7 +333,7 @@ cutter() {
   while [ ! -e "$TMP/soak.done" ]; do
     landed=$(grep -c '^kill .*: exit 137$' "$RESULTS")
     if [ "$landed" -lt $(((cuts + 1) * CUT_EVERY)) ]; then
-      sleep 0.005  # polls the results file for the next landed kill (a condition)
+      sleep 0.02  # polls the results file for the next landed kill (a condition)
       continue
     fi
     cuts=$((cuts + 1))
