@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "outbox/clock.h"
+#include "outbox/error.h"
 #include "outbox/publisher.h"
 #include "outbox/store.h"
 
@@ -108,7 +109,8 @@ struct BatchReport {
 
 class Relay {
  public:
-  // Throws ConfigError for batch_size <= 0, lease_ms <= 0 or max_attempts <= 0.
+  // Throws ConfigError for batch_size <= 0, lease_ms <= 0 or above kMaxHoldMs (a day), or
+  // max_attempts <= 0.
   Relay(Store& store, Publisher& publisher, RelayOptions options);
 
   // True when a row could be claimed now (read-only: no write while idle).
@@ -201,6 +203,14 @@ struct LoopOptions {
   // are not reported again until a batch runs or the wait changes). May be
   // empty; must not throw.
   std::function<void(const WaitReport&)> on_wait;
+  // Called in kForever when a batch failed with an error that may pass
+  // (SQLITE_BUSY: another process held the lock past the busy timeout; an I/O
+  // error) and the loop waits retry_in_ms (the idle backoff) before trying
+  // again; once per run of failures, not again until a batch succeeds. kOnce
+  // and kUntilEmpty do not wait on SQLITE_BUSY, they throw it: a command that
+  // is meant to end must not wait silently on another process's lock. May be
+  // empty; must not throw.
+  std::function<void(const DbError& error, int retry_in_ms)> on_retry;
   // Batches in flight at once, >= 1 (1: claim, produce, wait, settle, one after
   // the other). Depth 2 hides the broker's round trip behind the database work
   // of the next claim and the last settle. A kill -9 re-sends at most this

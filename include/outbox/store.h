@@ -49,6 +49,14 @@ enum class OpenMode {
   kReadOnly,
 };
 
+// What ResetSchema removed.
+struct ResetCounts {
+  std::int64_t outbox_rows = 0;  // rows of the table named outbox
+  std::int64_t published = 0;    // of them, published (0 when not the lab's table)
+  std::int64_t archived = 0;     // rows of outbox_archive
+  bool lab_table = true;         // false: a table of another design was named outbox
+};
+
 struct OutboxCounts {
   std::int64_t total = 0;
   std::int64_t published = 0;
@@ -119,12 +127,21 @@ struct SettlePolicy {
   std::int64_t backoff_max_ms = 60000;  // cap of the exponential delay
 };
 
+// The longest a relay may hold a row back, by a lease (claim_until) or a
+// backoff (next_attempt_at), ms: one day. A claim_until or next_attempt_at
+// further ahead than this (or not a number) was not written by a relay: an
+// application's far-future or malformed value must not hold its row back
+// forever (no row may stall a command), so the store treats such a row as
+// unclaimed and due. Relay::Relay refuses a longer lease; BackoffMs caps at it.
+inline constexpr std::int64_t kMaxHoldMs = 24LL * 60 * 60 * 1000;
+
 // The delay before the next attempt of a row that failed `attempts` times (>= 1), ms:
-// backoff_base_ms doubled per earlier failure, capped at backoff_max_ms.
+// backoff_base_ms doubled per earlier failure, capped at backoff_max_ms and at kMaxHoldMs.
 inline std::int64_t BackoffMs(std::int64_t attempts, const SettlePolicy& policy) {
+  const std::int64_t cap = policy.backoff_max_ms < kMaxHoldMs ? policy.backoff_max_ms : kMaxHoldMs;
   std::int64_t delay = policy.backoff_base_ms;
-  for (std::int64_t i = 1; i < attempts && delay < policy.backoff_max_ms; ++i) delay *= 2;
-  return delay < policy.backoff_max_ms ? delay : policy.backoff_max_ms;
+  for (std::int64_t i = 1; i < attempts && delay < cap; ++i) delay *= 2;
+  return delay < cap ? delay : cap;
 }
 
 struct SettleReport {
@@ -243,8 +260,10 @@ class Store {
   // Drops and recreates the outbox table and its partial index over
   // unpublished rows, in one transaction, and starts a new run: a fresh run
   // id (epoch ms and 32 random bits, "1764545856000-3f9a0c1b") replaces the
-  // old one in table outbox_run. Throws DbError.
-  void ResetSchema();
+  // old one in table outbox_run. Drops whatever table is named outbox, the
+  // lab's or not (a store opened kCreate on a foreign one). Returns what it
+  // removed, counted in the same transaction. Throws DbError.
+  ResetCounts ResetSchema();
   // The run id of the last ResetSchema(). The lab sends it as the Kafka
   // header "run_id" on every record, so that a reader of a topic shared by
   // several databases (or by earlier resets of this one) counts only this
@@ -404,7 +423,13 @@ class Store {
  private:
   void Open(const StoreOptions& options, OpenMode mode);  // the constructor's work past the open
   void OpenReadOnly(const StoreOptions& options);       // Open for kReadOnly
+  bool HasColumn(std::string_view table, std::string_view column);
+  // The table named outbox has schema 1's columns (whatever its version).
+  bool IsLabOutboxTable();
+  // Throws SchemaMissingError naming the columns a foreign outbox table lacks.
+  [[noreturn]] void ThrowForeignOutboxTable();
   void Migrate();
+  void MigrateToV2();
   void MigrateToV3();
   void MigrateToV4();
 

@@ -213,6 +213,19 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
               loop_options.on_wait = [&store, o](const WaitReport& wait) {
                 PrintWait(wait, store.clock().EpochMs(), o->json);
               };
+            // A lock or an I/O error that may pass: the relay waits and tries again, and says so.
+            if (!o->quiet)
+              loop_options.on_retry = [o](const DbError& error, int retry_in_ms) {
+              if (o->json)
+                fmt::print("{}\n", lab::DumpJson(nlohmann::ordered_json{{"report", "wait"},
+                                                                        {"on", "error"},
+                                                                        {"error", error.what()},
+                                                                        {"retry_in_ms", retry_in_ms}}));
+              else
+                fmt::print("[relay] waiting: {}; trying again in {} ms, until it passes\n",
+                           error.what(), retry_in_ms);
+              std::fflush(stdout);
+            };
             loop_options.pipeline_depth = o->pipeline;
             const LoopReport report = RunRelayLoop(
                 relay, watcher, loop_options, [&](const BatchReport& batch) {

@@ -25,6 +25,22 @@ bool HasLoanTable(sqlite::Connection& connection) {
              "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='business_loan'") == 1;
 }
 
+// Whether the file has an outbox table and no business_loan table, looked at
+// read-only before a Store opens it, so a database that cannot be the lab's is
+// refused before the Store migrates its outbox table. False when the file
+// cannot be read here: the Store then says why.
+bool LacksOnlyLoanTable(const std::string& path) {
+  try {
+    sqlite::Connection look(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
+    const bool has_outbox =
+        look.QueryInt64(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='outbox'") == 1;
+    return has_outbox && !HasLoanTable(look);
+  } catch (const DbError&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptions& options,
@@ -32,6 +48,8 @@ std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptio
   if (mode == OpenMode::kCreate)
     throw ConfigError(fmt::format("open database '{}': OpenLabDatabase never creates; use "
                                   "ResetLabDatabase", path));
+  if (LacksOnlyLoanTable(path))
+    throw SchemaMissingError(fmt::format("open database '{}': no business_loan table", path));
   auto store = std::make_unique<Store>(path, options, mode);
   bool has_loans = false;
   {
@@ -44,9 +62,16 @@ std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptio
   return store;
 }
 
-std::unique_ptr<Store> ResetLabDatabase(const std::string& path, const StoreOptions& options) {
+std::unique_ptr<Store> ResetLabDatabase(const std::string& path, const StoreOptions& options,
+                                        ResetRemoved* removed) {
   auto store = std::make_unique<Store>(path, options, OpenMode::kCreate);
-  store->ResetSchema();
+  std::int64_t loans = 0;
+  {
+    auto read = store->BeginRead();
+    if (HasLoanTable(read.connection())) loans = CountLoans(read.connection());
+  }
+  const ResetCounts outbox = store->ResetSchema();
+  if (removed) *removed = ResetRemoved{loans, outbox};
   auto txn = store->BeginWrite();
   txn.connection().Exec("DROP TABLE IF EXISTS business_loan");
   txn.connection().Exec(kLoanSchema);

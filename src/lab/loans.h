@@ -28,10 +28,18 @@ struct Loan {
 std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptions& options,
                                        OpenMode mode = OpenMode::kExisting);
 
+// What a reset removed: business_loan rows, and the outbox's (Store::ResetSchema).
+struct ResetRemoved {
+  std::int64_t loans = 0;
+  ResetCounts outbox;
+};
+
 // reset: creates parent directories and the file, then drops and recreates
-// both tables. Throws DbError (SQLITE_NOTADB for a file that is not SQLite:
-// it is never overwritten).
-std::unique_ptr<Store> ResetLabDatabase(const std::string& path, const StoreOptions& options);
+// both tables (whatever tables carry those names). When removed is given, it
+// receives what was dropped. Throws DbError (SQLITE_NOTADB for a file that is
+// not SQLite: it is never overwritten).
+std::unique_ptr<Store> ResetLabDatabase(const std::string& path, const StoreOptions& options,
+                                        ResetRemoved* removed = nullptr);
 
 // The chapter's i-th loan (i >= 1): L-(1000+i), book B-(100+i), created at
 // created_at_ms (epoch ms, e.g. Store::clock().EpochMs()).

@@ -32,8 +32,10 @@ Relay::Relay(Store& store, Publisher& publisher, RelayOptions options)
       clock_(options_.clock ? *options_.clock : store.clock()) {
   if (options_.batch_size <= 0)
     throw ConfigError(fmt::format("batch size {}: must be at least 1", options_.batch_size));
-  if (options_.lease_ms <= 0)
-    throw ConfigError(fmt::format("lease {} ms: must be positive", options_.lease_ms));
+  if (options_.lease_ms <= 0 || options_.lease_ms > kMaxHoldMs)
+    throw ConfigError(fmt::format("lease {} ms: must be positive and at most {} ms (one day, "
+                                  "kMaxHoldMs: a longer claim is not taken for a lease)",
+                                  options_.lease_ms, kMaxHoldMs));
   if (options_.settle.max_attempts <= 0)
     throw ConfigError(fmt::format("max attempts {}: must be at least 1", options_.settle.max_attempts));
 }
@@ -99,6 +101,10 @@ bool Relay::StartBatch() {
   cursor_ = claim.rows.back().id;
   Phase("claim", claim.token);
   HitFailpoint("relay.after_claim");
+  // Read after the claim, per batch: a `reset` while this relay runs starts a new run, and the
+  // rows just claimed belong to it (read once at start, every later record would carry the old
+  // run's id and check would count this run's events as lost).
+  const std::string run_id = store_.RunId();
 
   std::vector<OutboundMessage> messages;
   messages.reserve(claim.rows.size());
@@ -112,6 +118,7 @@ bool Relay::StartBatch() {
     }
     OutboundMessage message = MessageForRow(row);
     message.headers = std::move(headers.headers);
+    message.run_id = run_id;
     if (options_.key == KeyChoice::kAggregateId) message.key = row.event.aggregate_id;
     messages.push_back(std::move(message));
   }
@@ -209,10 +216,14 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
   WaitReport reported_wait;  // the last wait reported through on_wait; empty after a batch
   // A failed batch (busy or I/O error): after the batches in flight are
   // settled, wait, then try again (or give up).
+  bool retry_reported = false;  // on_retry was called for the current run of failures
   const auto after_error = [&](const DbError& e) {
     if (!MayPass(e) || options.mode == LoopMode::kOnce) throw;
+    if (!IsIoError(e) && options.mode != LoopMode::kForever) throw;  // busy: say so, exit
     if (IsIoError(e) && ++io_errors_in_a_row > options.max_io_errors) throw;
     if (IsIoError(e)) ++loop.io_errors;
+    if (options.on_retry && !retry_reported) options.on_retry(e, idle_ms);
+    retry_reported = true;
   };
   for (;;) {
     // Fill the pipeline: claim and send batch N+1 while batch N is in flight.
@@ -238,6 +249,7 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
         continue;
       }
       if (!failed) io_errors_in_a_row = 0;
+      if (!failed) retry_reported = false;
       ++loop.batches;
       loop.acked += batch.acked;
       loop.marked += batch.settle.marked;
@@ -256,6 +268,7 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
       continue;
     }
     io_errors_in_a_row = 0;
+    retry_reported = false;
     // Nothing to do and nothing that time alone would change: rows still pending
     // are blocked behind a parked row and need `unpark`.
     if (options.mode == LoopMode::kUntilEmpty && relay.CanOnlyWaitForever()) break;
