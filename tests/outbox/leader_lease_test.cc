@@ -448,3 +448,59 @@ TEST_CASE("In claims mode Lead is false and the lease row is never touched", "[r
   CHECK(outbox::ParseCoordination("claims") == Coordination::kClaims);
   CHECK_THROWS_AS(outbox::ParseCoordination("elected"), outbox::ConfigError);
 }
+
+TEST_CASE("In leader mode the loop drains with two batches in flight and sends each row once",
+          "[relay]") {
+  LeaderFixture f;
+  EnqueueRange(f.store, 1, 7);
+  PipelineFakePublisher publisher;
+  RelayOptions options = f.LeaderOptions("relay-a");
+  options.batch_size = 2;
+  Relay relay(f.store, publisher, options);
+  outbox::testing::FakeWaiter waiter;
+  outbox::LoopOptions loop;
+  loop.mode = outbox::LoopMode::kUntilEmpty;
+  loop.pipeline_depth = 2;
+
+  const outbox::LoopReport report = outbox::RunRelayLoop(relay, waiter, loop, nullptr);
+
+  CHECK(report.batches == 4);
+  CHECK(report.marked == 7);
+  CHECK(report.fenced == 0);
+  CHECK(publisher.max_in_flight == 2);
+  CHECK(publisher.log == std::vector<std::string>{"send 1", "send 3", "ack 1", "send 5", "ack 3",
+                                                  "send 7", "ack 5", "ack 7"});
+  CHECK(f.store.Count().unpublished == 0);
+}
+
+TEST_CASE("A standby loop reports the leader once and takes over when the lease lapses",
+          "[relay]") {
+  LeaderFixture f;
+  EnqueueRange(f.store, 1, 3);
+  FakePublisher publisher_a;
+  FakePublisher publisher_b;
+  Relay a(f.store, publisher_a, f.LeaderOptions("relay-a"));
+  REQUIRE(a.Lead());  // relay-a leads, then dies without a word
+  std::vector<LeaseEvent> events;
+  RelayOptions options_b = f.LeaderOptions("relay-b");
+  options_b.on_lease = [&](const LeaseEvent& e) { events.push_back(e); };
+  Relay b(f.store, publisher_b, options_b);
+  outbox::testing::FakeWaiter waiter;
+  waiter.on_wait = [&](int) { f.clock.AdvanceMs(1000); };
+  std::vector<outbox::WaitReport> waits;
+  outbox::LoopOptions loop;
+  loop.mode = outbox::LoopMode::kUntilEmpty;
+  loop.on_wait = [&](const outbox::WaitReport& wait) { waits.push_back(wait); };
+
+  const outbox::LoopReport report = outbox::RunRelayLoop(b, waiter, loop, nullptr);
+
+  CHECK(report.marked == 3);
+  CHECK(waiter.waits == 3);  // at 1000, 2000 and 3000 ms past relay-a's acquisition
+  REQUIRE(waits.size() == 1);
+  CHECK(waits[0].leader.owner == "relay-a");
+  CHECK(waits[0].leader.token == 1);
+  CHECK(waits[0].leader.rows == 3);
+  CHECK(Kinds(events) == std::vector<std::string>{"acquired 2"});
+  REQUIRE(publisher_b.calls.size() == 1);
+  CHECK(IdsOf(publisher_b.calls[0]) == Ids{1, 2, 3});
+}
