@@ -85,7 +85,8 @@ struct OutboxSnapshot {
 // 4 adds the nullable headers column (OutboxEvent::headers) to outbox and
 // outbox_archive.
 // 5 adds table outbox_lease: the one leader lease of relay --coordination
-// leader (owner, fencing token, until), see AcquireLease.
+// leader (owner, fencing token, until), see AcquireLease, and the partial index
+// outbox_failed_by_aggregate over unpublished rows with attempts > 0 (ReadPage).
 inline constexpr int kSchemaVersion = 5;
 
 // A batch claimed by one relay (Store::ClaimBatch).

@@ -16,11 +16,6 @@
 namespace outbox::cli {
 namespace {
 
-OutboxStatus ReadStatus(const GlobalOptions& global) {
-  Store store(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
-  return store.Status(store.clock().EpochMs());
-}
-
 struct StatusView {
   OutboxStatus status;
   std::vector<ClaimOwner> owners;
@@ -35,7 +30,8 @@ StatusView ReadStatusView(const GlobalOptions& global) {
 }
 
 // Prometheus text exposition format, version 0.0.4.
-std::string PrometheusText(const OutboxStatus& s) {
+std::string PrometheusText(const StatusView& view) {
+  const OutboxStatus& s = view.status;
   std::string out;
   auto gauge = [&out](const char* name, const char* help, double value) {
     out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, value);
@@ -54,6 +50,14 @@ std::string PrometheusText(const OutboxStatus& s) {
   gauge("outbox_bad_created_at_rows",
         "Unpublished rows whose created_at is not epoch ms (left out of the oldest age).",
         s.bad_created_at);
+  gauge("outbox_leader_token",
+        "Fencing token of the leader lease (relay --coordination leader); 0 before the first.",
+        static_cast<double>(view.lease.token));
+  gauge("outbox_leader_lease_left_seconds",
+        "Time until the leader's lease runs out unless renewed; 0 when no relay leads.",
+        view.lease.Live(view.now_ms)
+            ? static_cast<double>(view.lease.until_ms - view.now_ms) / 1000.0
+            : 0.0);
   return out;
 }
 
@@ -135,7 +139,7 @@ Command AddMetricsCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--textfile", *textfile,
                   "Write to this .prom file atomically (for node_exporter's textfile collector)");
   return {sub, [&global, textfile]() -> ExitCode {
-            const std::string text = PrometheusText(ReadStatus(global));
+            const std::string text = PrometheusText(ReadStatusView(global));
             if (textfile->empty()) {
               fmt::print("{}", text);
               return ExitCode::kOk;

@@ -377,17 +377,26 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
       continue;
     }
     io_errors_in_a_row = 0;
-    // Nothing to do and nothing that time alone would change: rows still pending
-    // are blocked behind a parked row and need `unpark`.
-    if (options.mode == LoopMode::kUntilEmpty && relay.CanOnlyWaitForever()) break;
-    // Forget the wake-ups so far, then look once more: a commit before this is seen by the
-    // look, one after it wakes the wait.
-    waiter.ForgetWakeups();
-    if (relay.HasClaimable()) continue;
-    if (options.on_wait) {
-      WaitReport wait = relay.Waits();
-      if (!wait.empty() && !(wait == reported_wait)) options.on_wait(wait);
-      reported_wait = std::move(wait);
+    // The idle look may write in leader mode (taking a free lease, renewing our
+    // own), so its busy and I/O errors pass like a batch's.
+    try {
+      // Nothing to do and nothing that time alone would change: rows still pending
+      // are blocked behind a parked row and need `unpark`.
+      if (options.mode == LoopMode::kUntilEmpty && relay.CanOnlyWaitForever()) break;
+      // Forget the wake-ups so far, then look once more: a commit before this is seen by the
+      // look, one after it wakes the wait.
+      waiter.ForgetWakeups();
+      if (relay.HasClaimable()) continue;
+      if (options.on_wait) {
+        WaitReport wait = relay.Waits();
+        if (!wait.empty() && !(wait == reported_wait)) options.on_wait(wait);
+        reported_wait = std::move(wait);
+      }
+    } catch (const DbError& e) {
+      after_error(e);
+      waiter.Wait(idle_ms);
+      idle_ms = std::min(idle_ms * 2, options.idle_max_ms);
+      continue;
     }
     const IdleWaiter::Wake wake = waiter.Wait(idle_ms);
     if (wake == IdleWaiter::Wake::kChanged)

@@ -117,13 +117,18 @@ PRAGMA user_version = 3;
 constexpr const char* kHeadersColumn = "headers TEXT";
 
 // Schema 4 -> 5: the leader lease of relay --coordination leader (Store::AcquireLease),
-// one row from the start so every lease operation is an UPDATE of row 1.
+// one row from the start so every lease operation is an UPDATE of row 1; and a partial index
+// over failed unpublished rows only, for the leader's hold-back test (ReadPage): it finds an
+// earlier failed row of an aggregate in one probe however many untried rows the aggregate has
+// pending, and a row written with attempts = 0 never enters it (no cost on the write path).
 constexpr const char* kMigrateToV5 = R"sql(
 CREATE TABLE IF NOT EXISTS outbox_lease (
   id INTEGER PRIMARY KEY CHECK (id = 1), owner TEXT NOT NULL, token INTEGER NOT NULL,
   until_ms INTEGER NOT NULL, acquired_at INTEGER NOT NULL
 );
 INSERT OR IGNORE INTO outbox_lease(id, owner, token, until_ms, acquired_at) VALUES (1, '', 0, 0, 0);
+CREATE INDEX IF NOT EXISTS outbox_failed_by_aggregate ON outbox(aggregate_id, id)
+  WHERE published = 0 AND attempts > 0;
 PRAGMA user_version = 5;
 )sql";
 
