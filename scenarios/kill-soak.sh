@@ -25,8 +25,9 @@
 #          Every lab process records its phases in the history (relay: claim, produce, acked,
 #          marking, mark, idle; writer: begin, commit; src/lab/history.h). After the run each
 #          kill is classified by the last phase its victim recorded (marking and begin by the
-#          outcome too: see window() below), and a table of kills per window is printed. Leader
-#          mode (one elected relay) does not exist yet: only claims mode is soaked.
+#          outcome too: see window() below), and a table of kills per window is printed. One relay
+#          runs the default coordination, leader mode (its "claim" phase is the page read); two
+#          relays run --coordination claims, the mode in which they share the work.
 #          --power-cut-every K (issue 10): after every K-th landed kill, the power goes out: every
 #          lab process on the database gets kill -9 by PID, then `outbox-lab power-cut` returns
 #          each file to its last-synced content, then everything restarts. Every process runs
@@ -359,6 +360,9 @@ cutter() {
 # --pipeline 1: a victim's last phase then describes its one batch in flight; with the default
 # two, the last phase would be the newer batch's while the older one may sit between ack and mark.
 RELAY_ARGS=(relay --batch-size "$BATCH" --lease 2s --send-timeout 1s --idle-max 200ms --pipeline 1)
+# Two relays compete for rows only in claims mode; in leader mode one would stand by, and a pause
+# kill aimed at it would wait for an ack it never gets. One relay runs the default, leader mode.
+[ "$RELAYS" -eq 1 ] || RELAY_ARGS+=(--coordination claims)
 # _process_args NAME [final] [KILL]: the command line for the next start of NAME into `args`,
 # its environment into `envs`.
 _process_args() {

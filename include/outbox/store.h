@@ -1,5 +1,6 @@
 // Store: the outbox table in an SQLite file, and the only code that reads or
-// writes the outbox tables (outbox, outbox_fence, outbox_archive).
+// writes the outbox tables (outbox, outbox_fence, outbox_archive,
+// outbox_lease).
 //
 // The business transaction and the outbox insert share one local transaction
 // (chapter 7.1, "同库同事务"): the caller begins it with BeginWrite(), runs its
@@ -91,7 +92,10 @@ struct OutboxSnapshot {
 // rows that already break the contract are kept and reported by Status().
 // 4 adds the nullable headers column (OutboxEvent::headers) to outbox and
 // outbox_archive.
-inline constexpr int kSchemaVersion = 4;
+// 5 adds table outbox_lease: the one leader lease of relay --coordination
+// leader (owner, fencing token, until), see AcquireLease, and the partial index
+// outbox_failed_by_aggregate over unpublished rows with attempts > 0 (ReadPage).
+inline constexpr int kSchemaVersion = 5;
 
 // A batch claimed by one relay (Store::ClaimBatch).
 struct Claim {
@@ -153,6 +157,38 @@ struct SettleReport {
   std::vector<std::int64_t> marked_ids;
   std::vector<std::int64_t> parked_ids;
   std::vector<std::int64_t> fenced_ids;
+  // SettleUnderLease only: the lease had passed to a newer token, nothing was written.
+  bool fenced_out = false;
+};
+
+// The leader lease of relay --coordination leader (Store::ReadLease).
+struct LeaderLease {
+  std::string owner;               // the holder's owner name, "" when never held
+  std::int64_t token = 0;          // fencing token of the current term; 0 before the first
+  std::int64_t until_ms = 0;       // epoch ms the term runs out; 0 after ReleaseLease
+  std::int64_t acquired_at_ms = 0; // epoch ms the term began
+
+  // True when a relay holds it at now_ms (epoch ms).
+  bool Live(std::int64_t now_ms) const { return token > 0 && until_ms > now_ms; }
+  bool operator==(const LeaderLease&) const = default;
+};
+
+// The outcome of Store::AcquireLease.
+struct LeaseAcquisition {
+  bool acquired = false;
+  LeaderLease lease;     // after the attempt: ours when acquired, else the live holder's
+  LeaderLease previous;  // before it: whose term ended (owner "" and token 0 for the first)
+};
+
+// A leader's page (Store::ReadPage).
+struct PageRequest {
+  std::int64_t after_id = 0;  // keyset cursor: rows with id > after_id
+  std::int64_t up_to_id = 0;  // and id <= up_to_id, unless 0
+  std::int64_t limit = 1000;  // rows, > 0
+  std::int64_t now_ms = 0;    // epoch ms: backoffs and claims are judged at it
+  // Hold back every row behind an earlier failed unpublished row of its
+  // aggregate (FailureMode::kBlockKey in leader mode).
+  bool hold_back_failed = true;
 };
 
 // The unexpired claims of one relay (Store::ClaimOwners).
@@ -388,6 +424,75 @@ class Store {
   // producing). Throws DbError.
   void ReleaseClaim(std::int64_t token);
 
+  // --- Leader mode (relay --coordination leader) ---
+  //
+  // One relay at a time holds the leader lease (table outbox_lease, one row)
+  // and sends every row; the others stand by. The lease carries a fencing
+  // token that only grows: every acquisition (a first one, or a takeover
+  // after the lease ran out or was released) sets it to the previous token
+  // + 1, and a renewal keeps it. The leader reads pages without writing onto
+  // rows (ReadPage); its settle applies only while its token is still the
+  // lease's token, checked in the settle's own transaction
+  // (SettleUnderLease). A leader paused past its lease (SIGSTOP) is thus
+  // fenced out once another relay took over: the rows it sent stay
+  // unpublished and the new leader sends them again (duplicates, never
+  // losses). The fencing rule is Kleppmann's fencing token ("How to do
+  // distributed locking", 2016), checked by the database that holds the rows.
+  // All times are epoch ms from the caller (the relay's Clock).
+
+  // Reads the lease as it is (read only, no lock held after the call). A
+  // database never led has owner "", token 0, until_ms 0. Throws DbError.
+  LeaderLease ReadLease();
+
+  // Takes the lease for owner for lease_ms (> 0) from now_ms when it is free:
+  // never held, released, or run out (until_ms <= now_ms). Reads first and
+  // writes only when it is free, so a standby polling a live lease writes
+  // nothing; the write (BEGIN IMMEDIATE) checks again under the lock, so two
+  // relays never both acquire one term. Acquired: token = previous token + 1,
+  // until_ms = now_ms + lease_ms, acquired_at_ms = now_ms. Not acquired: the
+  // lease is live under some owner (the same owner name included: a second
+  // process with one name waits too). Throws ConfigError for lease_ms <= 0,
+  // DbError (SQLITE_BUSY past the busy timeout).
+  LeaseAcquisition AcquireLease(const std::string& owner, std::int64_t lease_ms,
+                                std::int64_t now_ms);
+
+  // Extends the lease of term token to now_ms + lease_ms (never shortens it).
+  // Returns false, writing nothing, when token is no longer the lease's token
+  // (another relay took over): the caller is no longer the leader. A term
+  // whose lease ran out without a takeover is still current and is renewed:
+  // nobody else sent under a newer token meanwhile. Throws ConfigError for
+  // lease_ms <= 0, DbError.
+  bool RenewLease(std::int64_t token, std::int64_t lease_ms, std::int64_t now_ms);
+
+  // Ends term token at once (until_ms = 0, token kept), so a standby takes
+  // over at its next poll instead of after the lease: for a leader stopping
+  // cleanly with nothing in flight. Returns false when token is no longer
+  // current (nothing written). Throws DbError.
+  bool ReleaseLease(std::int64_t token);
+
+  // Up to request.limit rows a leader may send now, in id order: unpublished,
+  // not parked, next attempt due (next_attempt_at <= now_ms), id in
+  // (after_id, up_to_id], not under an unexpired claim of a claims-mode
+  // relay; with request.hold_back_failed, also no earlier unpublished row of
+  // the same aggregate that has failed (attempts > 0: in backoff, parked, or
+  // due for its retry in this very page), so a row that finally fails holds
+  // back the later rows of its aggregate while rows merely in flight do not.
+  // Read only: writes nothing onto rows. Throws DbError.
+  std::vector<OutboxRow> ReadPage(const PageRequest& request);
+
+  // Settles a leader's batch in ONE transaction, only while token is the
+  // lease's token: marks every acked id that is still unpublished
+  // (published_at = now_ms), records every failure as SettleBatch does
+  // (attempts + 1, backoff, parking after policy.max_attempts or park_now),
+  // and renews the lease to now_ms + lease_ms (> 0). When token is no longer
+  // current, writes nothing, sets fenced_out and reports every id fenced.
+  // An acked id already published (by another writer) is reported fenced.
+  // Throws ConfigError for lease_ms <= 0, DbError (nothing written then).
+  SettleReport SettleUnderLease(std::int64_t token, const std::vector<std::int64_t>& acked,
+                                const std::vector<FailedDelivery>& failed,
+                                const SettlePolicy& policy, std::int64_t now_ms,
+                                std::int64_t lease_ms);
+
   // Counts for status/metrics at now_ms. Throws DbError.
   OutboxStatus Status(std::int64_t now_ms);
 
@@ -432,6 +537,7 @@ class Store {
   void MigrateToV2();
   void MigrateToV3();
   void MigrateToV4();
+  void MigrateToV5();
 
   SystemClock system_clock_;  // used when StoreOptions::clock is null
   Clock* clock_;              // not owned

@@ -125,6 +125,22 @@ PRAGMA user_version = 3;
 // Applied per table by MigrateToV4, which skips a table that has the column.
 constexpr const char* kHeadersColumn = "headers TEXT";
 
+// Schema 4 -> 5: the leader lease of relay --coordination leader (Store::AcquireLease),
+// one row from the start so every lease operation is an UPDATE of row 1; and a partial index
+// over failed unpublished rows only, for the leader's hold-back test (ReadPage): it finds an
+// earlier failed row of an aggregate in one probe however many untried rows the aggregate has
+// pending, and a row written with attempts = 0 never enters it (no cost on the write path).
+constexpr const char* kMigrateToV5 = R"sql(
+CREATE TABLE IF NOT EXISTS outbox_lease (
+  id INTEGER PRIMARY KEY CHECK (id = 1), owner TEXT NOT NULL, token INTEGER NOT NULL,
+  until_ms INTEGER NOT NULL, acquired_at INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO outbox_lease(id, owner, token, until_ms, acquired_at) VALUES (1, '', 0, 0, 0);
+CREATE INDEX IF NOT EXISTS outbox_failed_by_aggregate ON outbox(aggregate_id, id)
+  WHERE published = 0 AND attempts > 0;
+PRAGMA user_version = 5;
+)sql";
+
 // Rows that break the created_at contract (rows written before schema 3, or
 // with the triggers dropped): the same range as the triggers.
 constexpr const char* kCreatedAtValid =
@@ -421,6 +437,7 @@ void Store::Migrate() {
   if (version < 2) MigrateToV2();
   if (version < 3) MigrateToV3();
   if (version < 4) MigrateToV4();
+  if (version < 5) MigrateToV5();
   txn.Commit();
 }
 
@@ -521,11 +538,12 @@ ResetCounts Store::ResetSchema() {
   connection_.Exec(
       "DROP TABLE IF EXISTS outbox; DROP TABLE IF EXISTS outbox_fence; "
       "DROP TABLE IF EXISTS outbox_archive; DROP TABLE IF EXISTS outbox_run; "
-      "PRAGMA user_version = 0;");
+      "DROP TABLE IF EXISTS outbox_lease; PRAGMA user_version = 0;");
   connection_.Exec(kOutboxSchemaV1);
   MigrateToV2();
   MigrateToV3();
   MigrateToV4();
+  MigrateToV5();
   // Not part of the versioned schema: a database reset before run ids existed
   // simply has no run (RunId() is empty) and needs no migration.
   connection_.Exec(
@@ -558,6 +576,9 @@ void Store::MigrateToV4() {
       connection_.Exec(fmt::format("ALTER TABLE {} ADD COLUMN {}", table, kHeadersColumn));
   connection_.Exec("PRAGMA user_version = 4");
 }
+
+// Inside the caller's transaction.
+void Store::MigrateToV5() { connection_.Exec(kMigrateToV5); }
 
 sqlite::Transaction Store::BeginWrite() { return sqlite::Transaction(connection_); }
 
@@ -905,6 +926,175 @@ void Store::ReleaseClaim(std::int64_t token) {
         "WHERE claim_token = ?1 AND published = 0");  // published = 0: the partial index
     release.Bind(1, token).Run();
     txn.Commit();
+  });
+}
+
+namespace {
+
+LeaderLease ReadLeaseRow(sqlite::Connection& connection) {
+  auto select = connection.Prepare(
+      "SELECT owner, token, until_ms, acquired_at FROM outbox_lease WHERE id = 1");
+  LeaderLease lease;
+  if (!select.Step()) return lease;
+  lease.owner = select.ColumnText(0);
+  lease.token = select.ColumnInt64(1);
+  lease.until_ms = select.ColumnInt64(2);
+  lease.acquired_at_ms = select.ColumnInt64(3);
+  return lease;
+}
+
+void RequirePositiveLease(std::int64_t lease_ms) {
+  if (lease_ms <= 0) throw ConfigError(fmt::format("lease {} ms: must be positive", lease_ms));
+}
+
+}  // namespace
+
+LeaderLease Store::ReadLease() {
+  sqlite::ReadTransaction txn(connection_);
+  return ReadLeaseRow(connection_);
+}
+
+LeaseAcquisition Store::AcquireLease(const std::string& owner, std::int64_t lease_ms,
+                                     std::int64_t now_ms) {
+  RequirePositiveLease(lease_ms);
+  LeaseAcquisition out;
+  out.previous = ReadLease();
+  out.lease = out.previous;
+  if (out.previous.Live(now_ms)) return out;  // a standby's poll writes nothing
+  return Phrased(fmt::format("acquire the leader lease for {}", owner), path(), [&] {
+    sqlite::Transaction txn(connection_);
+    out.previous = ReadLeaseRow(connection_);  // again, under the write lock
+    out.lease = out.previous;
+    if (out.previous.Live(now_ms)) return out;
+    auto take = connection_.Prepare(
+        "UPDATE outbox_lease SET owner = ?1, token = token + 1, until_ms = ?2 + ?3, "
+        "acquired_at = ?2 WHERE id = 1 RETURNING token");
+    take.Bind(1, owner).Bind(2, now_ms).Bind(3, lease_ms);
+    if (!take.Step()) throw DbError("the lease row is missing", SQLITE_CORRUPT);
+    out.lease = {owner, take.ColumnInt64(0), now_ms + lease_ms, now_ms};
+    take.Reset();
+    txn.Commit();
+    out.acquired = true;
+    return out;
+  });
+}
+
+bool Store::RenewLease(std::int64_t token, std::int64_t lease_ms, std::int64_t now_ms) {
+  RequirePositiveLease(lease_ms);
+  return Phrased(fmt::format("renew the leader lease of term {}", token), path(), [&] {
+    sqlite::Transaction txn(connection_);
+    auto renew = connection_.Prepare(
+        "UPDATE outbox_lease SET until_ms = MAX(until_ms, ?2 + ?3) WHERE id = 1 AND token = ?1");
+    renew.Bind(1, token).Bind(2, now_ms).Bind(3, lease_ms).Run();
+    const bool current = connection_.Changes() == 1;
+    txn.Commit();
+    return current;
+  });
+}
+
+bool Store::ReleaseLease(std::int64_t token) {
+  return Phrased(fmt::format("release the leader lease of term {}", token), path(), [&] {
+    sqlite::Transaction txn(connection_);
+    auto release =
+        connection_.Prepare("UPDATE outbox_lease SET until_ms = 0 WHERE id = 1 AND token = ?1");
+    release.Bind(1, token).Run();
+    const bool current = connection_.Changes() == 1;
+    txn.Commit();
+    return current;
+  });
+}
+
+// Sendable rows o for a leader: ?1 = cursor (id > ?1), ?2 = upper bound, ?3 = now,
+// ?4 = hold_back_failed. Claims of a claims-mode relay are respected, so a
+// leader never sends what such a relay holds.
+static const std::string& SendableWhere() {
+  static const std::string where = fmt::format(
+      "o.published = 0 AND o.id > ?1 AND o.id <= ?2 AND o.parked_at IS NULL AND {} AND {} "
+      "AND (?4 = 0 OR NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = o.aggregate_id "
+      "AND e.id < o.id AND e.published = 0 AND e.attempts > 0))",
+      Due("o.", 3), Unclaimed("o.", 3));
+  return where;
+}
+
+std::vector<OutboxRow> Store::ReadPage(const PageRequest& request) {
+  auto select = connection_.Prepare(fmt::format(
+      "SELECT o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at, o.headers "
+      "FROM outbox o WHERE {} ORDER BY o.id LIMIT ?5",
+      SendableWhere()));
+  select.Bind(1, request.after_id)
+      .Bind(2, request.up_to_id > 0 ? request.up_to_id : std::numeric_limits<std::int64_t>::max())
+      .Bind(3, request.now_ms)
+      .Bind(4, static_cast<std::int64_t>(request.hold_back_failed ? 1 : 0))
+      .Bind(5, request.limit);
+  std::vector<OutboxRow> rows;
+  while (select.Step()) rows.push_back(ReadOutboxRow(select, 6));
+  return rows;
+}
+
+SettleReport Store::SettleUnderLease(std::int64_t token, const std::vector<std::int64_t>& acked,
+                                     const std::vector<FailedDelivery>& failed,
+                                     const SettlePolicy& policy, std::int64_t now_ms,
+                                     std::int64_t lease_ms) {
+  RequirePositiveLease(lease_ms);
+  return Phrased(fmt::format("settle a batch of leader term {} ({} acknowledged, {} failed)", token,
+                             acked.size(), failed.size()),
+                 path(), [&] {
+    SettleReport report;
+    sqlite::Transaction txn(connection_);
+    auto renew = connection_.Prepare(
+        "UPDATE outbox_lease SET until_ms = MAX(until_ms, ?2 + ?3) WHERE id = 1 AND token = ?1");
+    renew.Bind(1, token).Bind(2, now_ms).Bind(3, lease_ms).Run();
+    if (connection_.Changes() != 1) {
+      // Another relay took over: its term's sends stand, ours are not recorded.
+      report.fenced_out = true;
+      for (std::int64_t id : acked) report.fenced_ids.push_back(id);
+      for (const FailedDelivery& failure : failed) report.fenced_ids.push_back(failure.id);
+      report.fenced = static_cast<std::int64_t>(report.fenced_ids.size());
+      return report;  // the transaction rolls back: nothing written
+    }
+    auto mark = connection_.Prepare(
+        "UPDATE outbox SET published = 1, published_at = ?2 WHERE id = ?1 AND published = 0");
+    for (std::int64_t id : acked) {
+      mark.Reset();
+      mark.Bind(1, id).Bind(2, now_ms).Run();
+      if (connection_.Changes() == 1) {
+        ++report.marked;
+        report.marked_ids.push_back(id);
+      } else {
+        ++report.fenced;
+        report.fenced_ids.push_back(id);
+      }
+    }
+    auto attempts_of =
+        connection_.Prepare("SELECT attempts FROM outbox WHERE id = ?1 AND published = 0");
+    auto record = connection_.Prepare(
+        "UPDATE outbox SET attempts = ?2, last_error = ?3, next_attempt_at = ?4, parked_at = ?5 "
+        "WHERE id = ?1 AND published = 0");
+    for (const FailedDelivery& failure : failed) {
+      attempts_of.Reset();
+      attempts_of.Bind(1, failure.id);
+      if (!attempts_of.Step()) {
+        ++report.fenced;
+        report.fenced_ids.push_back(failure.id);
+        continue;
+      }
+      const std::int64_t attempts = attempts_of.ColumnInt64(0) + 1;
+      attempts_of.Reset();
+      const bool park = failure.park_now || attempts >= policy.max_attempts;
+      record.Reset();
+      record.Bind(1, failure.id).Bind(2, attempts).Bind(3, failure.error)
+          .Bind(4, now_ms + BackoffMs(attempts, policy));
+      if (park) record.Bind(5, now_ms); else record.BindNull(5);
+      record.Run();
+      if (park) {
+        ++report.parked;
+        report.parked_ids.push_back(failure.id);
+      } else {
+        ++report.retried;
+      }
+    }
+    txn.Commit();
+    return report;
   });
 }
 
