@@ -57,6 +57,7 @@ int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOpt
     outbox::lab::RegisterLabFailpoints();
     outbox::ConfigureFailpointsFromEnv();
     if (global.vfs == outbox::lab::PowerlossVfs::kName) powerloss.emplace();
+    else outbox::lab::RequireNoVfsFailpoints();
     return static_cast<int>(command.run());
   } catch (const outbox::cli::CommandError& e) {
     return Fail(e.code(), e.what());
