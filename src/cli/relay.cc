@@ -68,7 +68,7 @@ void ReleaseDeadOwners(Store& store, const std::string& self, bool default_owner
 
 namespace {
 
-// "23:59:01.123Z (in 28.5s)": an epoch-ms instant as UTC time of day and as a
+// "23:59:01.123Z (in 28980ms)": an epoch-ms instant as UTC time of day and as a
 // distance from now_ms.
 std::string Until(std::int64_t until_ms, std::int64_t now_ms) {
   const std::time_t seconds = static_cast<std::time_t>(until_ms / 1000);
