@@ -31,7 +31,8 @@
 #          -Doutbox.db=... OutboxLab); run.sh (in a copy of the repo whose cmake is a stand-in)
 #          stops with exit 125 and shows a `CMake Error` line even though cmake exited 0, and
 #          starts no broker for a word that is not a subcommand.
-# A newcomer's list: check on a missing, schema-less, text or directory database, without a
+# A newcomer's list: check against an exclusive lock (7); check on a missing, schema-less, text or
+#          directory database, without a
 #          broker, with a bad -X, an unreachable broker, an injected read error, a bad --expect
 #          (each exits with the table's code: 6 6 5 4 3 3 8 11 2); a vfs.* failpoint without
 #          --vfs powerloss (3); -X bootstrap.servers named in the error instead of --brokers; bad
@@ -147,6 +148,23 @@ expect_eq 0 "$?" "sqlite3 exit status"
 _forget_pid "$sqlite_pid"
 expect_verify business=2,outbox=2,published=0,unpublished=2
 db_untouched "the lock"
+
+step "another process holds an exclusive lock: check cannot read either (exit 7, not 'could not check')"
+sqlite3 "$DB" <"$fifo" >"$TMP/sqlite3-exclusive.out" 2>&1 &
+sqlite_pid=$!
+PIDS+=("$sqlite_pid")
+exec {lock_fd}>"$fifo"
+echo "PRAGMA locking_mode=EXCLUSIVE; BEGIN EXCLUSIVE; SELECT 'locked';" >&"$lock_fd"
+wait_for 10 "$sqlite_pid" "sqlite3 holding an exclusive lock" _has_line '^locked$' "$TMP/sqlite3-exclusive.out" ||
+  die "sqlite3 did not take the lock: $(cat "$TMP/sqlite3-exclusive.out")"
+run check --busy-timeout 200ms
+expect_refused 7 "check against an exclusive lock"
+printf 'ROLLBACK;\n.quit\n' >&"$lock_fd"
+exec {lock_fd}>&-
+wait "$sqlite_pid"
+expect_eq 0 "$?" "sqlite3 exit status"
+_forget_pid "$sqlite_pid"
+db_untouched "the exclusive lock"
 
 step "publish to a broker nobody listens on (exit 9); the rows stay unpublished"
 run publish 5 --brokers 127.0.0.1:1 --delivery-timeout-ms 1500
