@@ -145,11 +145,12 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   // At most 2h: room above the longest --delivery-timeout (1h), far from overflowing the
   // claim's expiry (now + lease, epoch ms).
   AddDurationOption(*sub, "--lease", o->lease_ms,
-                    "How long a claim holds; must exceed --delivery-timeout", 1, 2 * 3'600'000);
+                    "How long a claim holds: above --delivery-timeout, at most 2h", 1,
+                    2 * 3'600'000);
   AddDurationOption(*sub, "--backoff-base", o->backoff_base_ms,
-                    "First retry delay; at most --backoff-max", 0, 3'600'000);
-  AddDurationOption(*sub, "--backoff-max", o->backoff_max_ms, "Cap of the exponential retry delay",
-                    0, 3'600'000);
+                    "First retry delay: at most --backoff-max", 0, 3'600'000);
+  AddDurationOption(*sub, "--backoff-max", o->backoff_max_ms,
+                    "Cap of the exponential retry delay, at most 1h", 0, 3'600'000);
   AddDurationOption(*sub, "--idle-max", o->idle_max_ms, "Longest idle wait between polls", 1,
                     60'000);
   sub->add_option("--owner", o->owner, "Name recorded with claims (default relay-PID@HOST)")
