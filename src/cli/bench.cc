@@ -259,6 +259,8 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
               return o->quick && option->count() == 0 ? std::max<std::int64_t>(1, value / kQuickDivisor)
                                                       : value;
             };
+            // A page that cannot be written fails now, not after the whole measurement.
+            if (!o->html.empty()) lab::RequireWritableFile(o->html);
             lab::BenchmarkOptions options;
             options.brokers = global.brokers;
             options.properties = global.ParsedProperties();

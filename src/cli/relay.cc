@@ -80,7 +80,7 @@ void ReleaseDeadOwners(Store& store, const std::string& self, bool default_owner
 
 namespace {
 
-// "23:59:01.123Z (in 28.5s)": an epoch-ms instant as UTC time of day and as a
+// "23:59:01.123Z (in 28980ms)": an epoch-ms instant as UTC time of day and as a
 // distance from now_ms.
 std::string Until(std::int64_t until_ms, std::int64_t now_ms) {
   const std::time_t seconds = static_cast<std::time_t>(until_ms / 1000);
@@ -205,17 +205,26 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--max-attempts", o->max_attempts, "Failed attempts before a row is parked")
       ->check(PositiveInteger())
       ->capture_default_str();
+  // At most 2h: room above the longest --delivery-timeout (1h), far from overflowing the
+  // claim's expiry (now + lease, epoch ms).
   AddDurationOption(*sub, "--lease", o->lease_ms,
-                    "How long a claim (claims) or the leader lease (leader) holds; must exceed "
-                    "--delivery-timeout", 1,
-                    std::numeric_limits<std::int64_t>::max());
-  AddDurationOption(*sub, "--backoff-base", o->backoff_base_ms, "First retry delay", 0,
-                    std::numeric_limits<std::int64_t>::max());
-  AddDurationOption(*sub, "--backoff-max", o->backoff_max_ms, "Cap of the exponential retry delay",
-                    0, std::numeric_limits<std::int64_t>::max());
+                    "How long a claim (claims) or the leader lease (leader) holds: above "
+                    "--delivery-timeout, at most 2h", 1, 2 * 3'600'000);
+  AddDurationOption(*sub, "--backoff-base", o->backoff_base_ms,
+                    "First retry delay: at most --backoff-max", 0, 3'600'000);
+  AddDurationOption(*sub, "--backoff-max", o->backoff_max_ms,
+                    "Cap of the exponential retry delay, at most 1h", 0, 3'600'000);
   AddDurationOption(*sub, "--idle-max", o->idle_max_ms, "Longest idle wait between polls", 1,
                     60'000);
-  sub->add_option("--owner", o->owner, "Name recorded with claims (default relay-PID@HOST)");
+  sub->add_option("--owner", o->owner, "Name recorded with claims (default relay-PID@HOST)")
+      ->check(CLI::Validator(
+          [](const std::string& owner) -> std::string {
+            if (owner.empty())
+              return "an owner cannot be empty: give a name, or leave --owner out for "
+                     "relay-PID@HOST";
+            return {};
+          },
+          "NAME", "Owner"));
   sub->add_flag("--quiet", o->quiet, "Print only the final line");
   sub->add_flag("--fail-on-parked", o->fail_on_parked,
                 "Exit 14 instead of 0 when parked rows are left in the outbox at the end (for CI "
@@ -237,6 +246,13 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             if (!o->quiet)
               relay_options.on_lease = [o](const LeaseEvent& event) { PrintLease(event, o->json); };
             relay_options.owner = o->owner.empty() ? lab::DefaultRelayOwner() : o->owner;
+            if (o->backoff_base_ms > o->backoff_max_ms)
+              throw CommandError(
+                  ExitCode::kUsage,
+                  fmt::format("--backoff-base {} must not exceed --backoff-max {}: the first "
+                              "retry delay is at most the cap",
+                              FormatDuration(o->backoff_base_ms),
+                              FormatDuration(o->backoff_max_ms)));
             if (o->lease_ms <= o->delivery_timeout_ms)
               throw CommandError(
                   ExitCode::kUsage,
