@@ -80,6 +80,11 @@ struct RelayOptions {
   // after on_settle), and "idle" (0 rows to claim; token 0). A lab records them
   // so a kill -9's window can be told afterwards. May be empty. Must not throw.
   std::function<void(std::string_view phase, std::int64_t token)> on_phase;
+  // After each settle (and relay.after_mark), run a PASSIVE checkpoint
+  // (Store::CheckpointPassive), so the writers' COMMITs rarely meet SQLite's
+  // automatic checkpoint. A failed checkpoint is left to the next one: the
+  // settle has already committed.
+  bool checkpoint_after_settle = true;
 };
 
 // Why a relay with unpublished rows has nothing to claim: other owners'
@@ -150,6 +155,7 @@ class Relay {
   std::int64_t Now() const;
   ClaimRequest MakeClaimRequest(std::int64_t after_id) const;
   void Phase(std::string_view phase, std::int64_t token) const;  // options_.on_phase, if any
+  void CheckpointAfterSettle();  // options_.checkpoint_after_settle
 
   Store& store_;
   Publisher& publisher_;
