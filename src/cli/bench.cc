@@ -11,6 +11,7 @@
 #include "lab/bench_report.h"
 #include "lab/benchmark.h"
 #include "lab/report.h"
+#include "lab/statistics.h"
 #include "outbox/error.h"
 
 namespace outbox::cli {
@@ -149,8 +150,9 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
   for (std::size_t i = 0; i < r.latency.size(); ++i) {
     const lab::LatencyFigure& f = r.latency[i];
     const std::size_t check = kFirstLatencyCheck + i;
-    row(fmt::format("commit-to-mark, {} at {:.0f}/s, workload {} (ms, p50 / p99)",
-                    Grouped(f.events), f.rate_per_s, f.workload),
+    row(fmt::format("commit-to-mark, workload {}, {} at {:.0f}/s (writer: {:.0f}/s) (ms, p50 / p99)",
+                    f.workload, Grouped(f.events), f.rate_per_s,
+                    lab::Rate(f.events, f.writer_seconds)),
         fmt::format("{:.0f} / {:.0f}", f.p50_ms, f.p99_ms),
         fmt::format("p99 <= {:g} ms", checks[check].target), verdict(check));
   }
