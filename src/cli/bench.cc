@@ -131,7 +131,7 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
   drain_row(r.drains.chapter);
   drain_row(r.drains.loop);
   drain_row(r.drains.relay);
-  row(fmt::format("relay, {} events, passive checkpoint after settle (events/s)",
+  row(fmt::format("relay, {} events, as shipped: checkpoint after a short batch (events/s)",
                   Grouped(r.checkpoint.events)),
       fmt::format("{:.0f}", r.checkpoint.with_events_per_s),
       fmt::format("WAL {} KiB", r.checkpoint.with_wal_bytes / 1024));

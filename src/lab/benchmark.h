@@ -212,8 +212,9 @@ struct MarkFigure {
   double by_range_us = 0;
 };
 
-// The in-process Relay draining drain_events rows batch by batch, with and
-// without the passive checkpoint after each settle, alternated over
+// The in-process Relay draining drain_events rows batch by batch, with
+// RelayOptions::checkpoint_after_settle on (as shipped: a passive checkpoint
+// after each batch smaller than batch_size) and off, alternated over
 // drain_rounds rounds (median).
 struct CheckpointFigure {
   std::int64_t events = 0;

@@ -179,7 +179,7 @@ BatchReport Relay::FinishBatch() {
   }
   Phase("mark", claim.token);
   HitFailpoint("relay.after_mark");
-  CheckpointAfterSettle();
+  if (report.claimed < options_.batch_size) CheckpointAfterSettle();
   return report;
 }
 
