@@ -31,6 +31,15 @@ enum class Synchronous { kOff, kNormal, kFull, kExtra };
 // Parses "off", "normal", "full", "extra" (case-sensitive). Throws ConfigError.
 Synchronous ParseSynchronous(const std::string& text);
 
+// How SettleBatch marks a batch's acknowledged ids.
+enum class MarkMethod {
+  kById,     // one UPDATE ... WHERE id = ? per acked id
+  // one UPDATE ... WHERE id BETWEEN ? AND ? ... RETURNING id per run of
+  // consecutive acked ids (a settled batch is mostly one run). Exact: a run
+  // holds every id between its ends, so no row outside the acked set is marked.
+  kByRange,
+};
+
 struct StoreOptions {
   Synchronous synchronous = Synchronous::kFull;
   // sqlite3_busy_timeout: how long a write waits for another writer's lock
@@ -39,6 +48,8 @@ struct StoreOptions {
   // Where MarkPublished and PurgePublished read the time (published_at,
   // archived_at). Not owned; must outlive the Store. Null: the system clock.
   Clock* clock = nullptr;
+  // How SettleBatch marks acknowledged rows (MarkMethod). The bench compares both.
+  MarkMethod mark = MarkMethod::kByRange;
 };
 
 enum class OpenMode {
@@ -250,6 +261,13 @@ struct TroubledRows {
   std::vector<TroubledRow> rows;  // the first limit of them, parked first, then in id order
 };
 
+// One sqlite3_wal_checkpoint_v2 (Store::CheckpointPassive).
+struct CheckpointReport {
+  bool busy = false;          // another connection was checkpointing: nothing done
+  std::int64_t wal_frames = -1;    // frames in the WAL after the call; -1 when busy
+  std::int64_t checkpointed = -1;  // of those, copied into the database file; -1 when busy
+};
+
 struct PurgeReport {
   std::int64_t deleted = 0;   // published rows removed from outbox
   std::int64_t archived = 0;  // of those, copied to outbox_archive first
@@ -372,6 +390,13 @@ class Store {
   std::int64_t MarkPublished(const std::vector<std::int64_t>& ids);
 
   OutboxCounts Count();
+
+  // published_at - created_at of every published row with id > after_id, in
+  // id order, ms: each row's commit-to-mark delay (created_at is taken just
+  // before its transaction begins, published_at when the relay settles its
+  // ack), for the bench's latency figure. Rows published before schema 2
+  // (no published_at) are left out. Read only. Throws DbError.
+  std::vector<std::int64_t> PublishDelaysMs(std::int64_t after_id);
 
   // --- The production relay (outbox-lab relay) ---
 
@@ -516,6 +541,24 @@ class Store {
   // it does not grow with purged history. Throws DbError.
   PurgeReport PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_size, bool archive);
 
+  // Copies what it can of the WAL into the database file without waiting for
+  // any reader or writer (SQLITE_CHECKPOINT_PASSIVE,
+  // https://www.sqlite.org/c3ref/wal_checkpoint_v2.html). The relay runs it
+  // after each settle, so that the checkpoint SQLite would otherwise run
+  // inside some writer's COMMIT once the WAL passes 1,000 pages
+  // (wal_autocheckpoint) is mostly done already; frames still read by a
+  // reader stay in the WAL. Needs no write lock; never throws SQLITE_BUSY:
+  // returns busy = true instead. Throws DbError on I/O errors.
+  CheckpointReport CheckpointPassive();
+
+  // The size of the -wal file next to the database, bytes; 0 when there is
+  // none (after a clean close, or in rollback-journal mode). A WAL is reused
+  // from its start after a complete checkpoint, not shrunk, so this is its
+  // high-water mark since the last TRUNCATE checkpoint (BulkLoad,
+  // PurgePublished) or the last close. Throws SystemError when the file
+  // exists but cannot be examined.
+  std::int64_t WalSizeBytes() const;
+
   // The database file this store opened.
   const std::string& path() const noexcept { return connection_.path(); }
   // True when opened kReadOnly on a file this process cannot write and reopened with
@@ -541,6 +584,7 @@ class Store {
 
   SystemClock system_clock_;  // used when StoreOptions::clock is null
   Clock* clock_;              // not owned
+  MarkMethod mark_;           // StoreOptions::mark
   sqlite::Connection connection_;
   bool immutable_ = false;
 };

@@ -21,12 +21,14 @@ struct StatusView {
   std::vector<ClaimOwner> owners;
   LeaderLease lease;       // relay --coordination leader: the lease as it stands
   std::int64_t now_ms = 0; // when read
+  std::int64_t wal_bytes = 0;  // Store::WalSizeBytes
 };
 
 StatusView ReadStatusView(const GlobalOptions& global) {
   Store store(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
   const std::int64_t now_ms = store.clock().EpochMs();
-  return {store.Status(now_ms), store.ClaimOwners(now_ms), store.ReadLease(), now_ms};
+  return {store.Status(now_ms), store.ClaimOwners(now_ms), store.ReadLease(), now_ms,
+          store.WalSizeBytes()};
 }
 
 // Prometheus text exposition format, version 0.0.4.
@@ -87,6 +89,7 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
               out["archived"] = s.archived;
               out["bad_created_at"] = s.bad_created_at;
               out["bad_created_at_ids"] = s.bad_created_at_ids;
+              out["wal_bytes"] = view.wal_bytes;
               out["claims"] = nlohmann::ordered_json::array();
               for (const ClaimOwner& c : view.owners)
                 out["claims"].push_back(
@@ -106,6 +109,7 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                          "in-backoff={} parked={} claimed={} published={} archived={}\n",
                          s.unpublished, s.pending, s.oldest_pending_age_ms, s.in_backoff,
                          s.parked, s.claimed, s.published, s.archived);
+              fmt::print("[status] wal-bytes={}\n", view.wal_bytes);
               if (s.bad_created_at > 0)
                 fmt::print("[status] bad-created-at={} ids={}{}: created_at is not epoch ms; "
                            "left out of the oldest age\n",

@@ -10,6 +10,8 @@
 namespace outbox::lab {
 namespace {
 
+constexpr const char* kRenewedStatus = "RENEWED";
+
 constexpr const char* kLoanSchema = R"sql(
 CREATE TABLE business_loan (
   loan_id    TEXT    PRIMARY KEY,
@@ -93,14 +95,23 @@ OutboxEvent LoanCreatedEvent(const Loan& loan, std::int64_t index) {
   return OutboxEvent{event_id, loan.loan_id, "LoanCreated", payload.dump(), loan.created_at_ms};
 }
 
-WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* history) {
-  WrittenLoan written{ChapterLoan(index, store.clock().EpochMs()), {}};
+WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* history,
+                               std::int64_t loan_number) {
+  const std::int64_t number = loan_number > 0 ? loan_number : index;
+  WrittenLoan written{ChapterLoan(number, store.clock().EpochMs()), {}};
   written.event = LoanCreatedEvent(written.loan, index);
   NotePhase(history, "begin");
   Note(history, "invoke", "txn", written.event.event_id);
   try {
     auto txn = store.BeginWrite();
-    InsertLoan(txn.connection(), written.loan);
+    // A later write of the same loan (a workload with shared aggregates) renews it.
+    if (number != index && LoanExists(txn.connection(), written.loan.loan_id)) {
+      RenewLoan(txn.connection(), written.loan.loan_id);
+      written.loan.status = kRenewedStatus;
+      written.event.event_type = "LoanRenewed";
+    } else {
+      InsertLoan(txn.connection(), written.loan);
+    }
     store.Enqueue(txn, written.event);
     HitFailpoint("write.before_commit");
     txn.Commit();
@@ -112,6 +123,11 @@ WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* histor
   NotePhase(history, "commit");
   HitFailpoint("write.after_commit");
   return written;
+}
+
+void RenewLoan(sqlite::Connection& connection, const std::string& loan_id) {
+  auto update = connection.Prepare("UPDATE business_loan SET status = ?2 WHERE loan_id = ?1");
+  update.Bind(1, loan_id).Bind(2, kRenewedStatus).Run();
 }
 
 void InsertLoan(sqlite::Connection& connection, const Loan& loan) {

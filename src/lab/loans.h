@@ -60,7 +60,12 @@ struct WrittenLoan {
 // created_at is store.clock().EpochMs().
 // history (may be null) gets a "begin" phase and an invoke before BEGIN, ok/fail
 // after, and a "commit" phase after the commit (History::RecordPhase).
-WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* history = nullptr);
+// loan_number (>= 1, lab/workload.h) picks the loan, the event's aggregate;
+// 0 means index (every event its own loan). When it differs from index and
+// that loan exists, the transaction renews it (status RENEWED) and the event
+// is LoanRenewed, with event id evt-(1000+index) all the same.
+WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* history = nullptr,
+                               std::int64_t loan_number = 0);
 
 // The lab's own SQL on business_loan: call with the connection of a
 // transaction from Store::BeginWrite() (InsertLoan) or Store::BeginRead().
@@ -73,6 +78,10 @@ void InsertLoan(sqlite::Connection& connection, const Loan& loan);
 // highest outbox id ever assigned, so numbering continues after earlier runs,
 // killed ones and purges alike. Throws DbError.
 std::int64_t NextLoanIndex(Store& store);
+
+// Sets the loan's status to RENEWED. Call inside a transaction from
+// Store::BeginWrite(). Throws DbError. A loan that does not exist is left alone.
+void RenewLoan(sqlite::Connection& connection, const std::string& loan_id);
 
 bool LoanExists(sqlite::Connection& connection, const std::string& loan_id);
 std::int64_t CountLoans(sqlite::Connection& connection);

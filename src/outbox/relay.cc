@@ -307,7 +307,17 @@ BatchReport Relay::FinishBatch() {
   }
   Phase("mark", claim.token);
   HitFailpoint("relay.after_mark");
+  if (report.claimed < options_.batch_size) CheckpointAfterSettle();
   return report;
+}
+
+void Relay::CheckpointAfterSettle() {
+  if (!options_.checkpoint_after_settle) return;
+  try {
+    store_.CheckpointPassive();
+  } catch (const DbError&) {
+    // Only an optimisation: the WAL stays for the next checkpoint (or SQLite's own).
+  }
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 #include <system_error>
+#include <unordered_set>
 
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
@@ -329,6 +330,7 @@ OutboxRow ReadOutboxRow(const sqlite::Statement& statement, int headers_column) 
 
 Store::Store(const std::string& path, const StoreOptions& options, OpenMode mode)
     : clock_(options.clock ? options.clock : &system_clock_),
+      mark_(options.mark),
       connection_(CheckPath(path, mode), OpenFlags(mode, path)) {
   try {
     if (mode == OpenMode::kReadOnly)
@@ -725,6 +727,16 @@ OutboxCounts Store::Count() {
   return counts;
 }
 
+std::vector<std::int64_t> Store::PublishDelaysMs(std::int64_t after_id) {
+  auto select = connection_.Prepare(
+      "SELECT published_at - created_at FROM outbox "
+      "WHERE id > ?1 AND published <> 0 AND published_at IS NOT NULL ORDER BY id");
+  select.Bind(1, after_id);
+  std::vector<std::int64_t> delays;
+  while (select.Step()) delays.push_back(select.ColumnInt64(0));
+  return delays;
+}
+
 // Claimable rows o: ?3 = now, ?5 = cursor (id > ?5), ?8 = upper bound (id <= ?8;
 // a plain range, so SQLite bounds the index scan by it), ?6 = block_key. Under block_key only the oldest unpublished row of
 // an aggregate is claimable, whatever the state of that row (due, in backoff,
@@ -833,26 +845,60 @@ Claim Store::ClaimBatch(const ClaimRequest& request) {
   });
 }
 
+namespace {
+
+// SettleBatch's mark of the acknowledged ids, in the caller's transaction:
+// each id held under token is marked published at now_ms and listed in
+// report.marked_ids; any other (fenced: its claim was taken over) in
+// report.fenced_ids, in the order of acked.
+void MarkAcked(sqlite::Connection& connection, MarkMethod method, std::int64_t token,
+               const std::vector<std::int64_t>& acked, std::int64_t now_ms,
+               SettleReport& report) {
+  const auto count = [&report](std::int64_t id, bool marked) {
+    (marked ? report.marked : report.fenced) += 1;
+    (marked ? report.marked_ids : report.fenced_ids).push_back(id);
+  };
+  if (method == MarkMethod::kById) {
+    auto mark = connection.Prepare(
+        "UPDATE outbox SET published = 1, published_at = ?3, claim_token = NULL, "
+        "claim_owner = NULL, claim_until = NULL WHERE id = ?1 AND claim_token = ?2");
+    for (std::int64_t id : acked) {
+      mark.Reset();
+      mark.Bind(1, id).Bind(2, token).Bind(3, now_ms).Run();
+      count(id, connection.Changes() == 1);
+    }
+    return;
+  }
+  // Runs of consecutive ids in sorted order; a run [first, last] holds exactly
+  // last - first + 1 acked ids, so the BETWEEN touches no row outside acked.
+  std::vector<std::int64_t> sorted = acked;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  auto mark = connection.Prepare(
+      "UPDATE outbox SET published = 1, published_at = ?4, claim_token = NULL, "
+      "claim_owner = NULL, claim_until = NULL WHERE id BETWEEN ?1 AND ?2 AND claim_token = ?3 "
+      "RETURNING id");
+  std::unordered_set<std::int64_t> marked;
+  for (std::size_t begin = 0; begin < sorted.size();) {
+    std::size_t end = begin + 1;
+    while (end < sorted.size() && sorted[end] == sorted[end - 1] + 1) ++end;
+    mark.Reset();
+    mark.Bind(1, sorted[begin]).Bind(2, sorted[end - 1]).Bind(3, token).Bind(4, now_ms);
+    while (mark.Step()) marked.insert(mark.ColumnInt64(0));
+    begin = end;
+  }
+  for (std::int64_t id : acked) count(id, marked.erase(id) == 1);
+}
+
+}  // namespace
+
 SettleReport Store::SettleBatch(std::int64_t token, const std::vector<std::int64_t>& acked,
                                 const std::vector<FailedDelivery>& failed,
                                 const SettlePolicy& policy, std::int64_t now_ms) {
   return Phrased(fmt::format("settle the batch of claim {} ({} acknowledged, {} failed)", token, acked.size(), failed.size()), path(), [&] {
     SettleReport report;
     sqlite::Transaction txn(connection_);
-    auto mark = connection_.Prepare(
-        "UPDATE outbox SET published = 1, published_at = ?3, claim_token = NULL, "
-        "claim_owner = NULL, claim_until = NULL WHERE id = ?1 AND claim_token = ?2");
-    for (std::int64_t id : acked) {
-      mark.Reset();
-      mark.Bind(1, id).Bind(2, token).Bind(3, now_ms).Run();
-      if (connection_.Changes() == 1) {
-        ++report.marked;
-        report.marked_ids.push_back(id);
-      } else {
-        ++report.fenced;
-        report.fenced_ids.push_back(id);
-      }
-    }
+    MarkAcked(connection_, mark_, token, acked, now_ms, report);
     auto attempts_of = connection_.Prepare("SELECT attempts FROM outbox WHERE id = ?1 AND claim_token = ?2");
     auto record = connection_.Prepare(
         "UPDATE outbox SET attempts = ?3, last_error = ?4, next_attempt_at = ?5, parked_at = ?6, "
@@ -1250,6 +1296,24 @@ PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_siz
                     sqlite::ResultCodeName(e.code())),
         e.code(), e.reason());
   }
+}
+
+CheckpointReport Store::CheckpointPassive() {
+  int wal_frames = -1, checkpointed = -1;
+  const int rc = sqlite3_wal_checkpoint_v2(connection_.get(), nullptr, SQLITE_CHECKPOINT_PASSIVE,
+                                           &wal_frames, &checkpointed);
+  if (rc == SQLITE_BUSY) return {true, -1, -1};
+  if (rc != SQLITE_OK)
+    sqlite::ThrowDbError(connection_.get(), rc, fmt::format("checkpoint '{}' (passive)", path()));
+  return {false, wal_frames, checkpointed};
+}
+
+std::int64_t Store::WalSizeBytes() const {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path() + "-wal", ec);
+  if (ec == std::errc::no_such_file_or_directory) return 0;
+  if (ec) ThrowSystemError(fmt::format("size of '{}-wal'", path()), ec.value());
+  return static_cast<std::int64_t>(size);
 }
 
 }  // namespace outbox
