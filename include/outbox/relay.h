@@ -109,7 +109,7 @@ struct BatchReport {
 class Relay {
  public:
   // Throws ConfigError for batch_size <= 0, lease_ms <= 0 or max_attempts <= 0.
-  Relay(Store& store, Publisher& publisher, RelayOptions options);
+  Relay(OutboxStore& store, Publisher& publisher, RelayOptions options);
 
   // True when a row could be claimed now (read-only: no write while idle).
   bool HasClaimable();
@@ -145,13 +145,15 @@ class Relay {
   BatchReport FinishBatch();
   // Batches started and not yet finished.
   std::size_t InFlight() const noexcept { return in_flight_.size(); }
+  // The store it claims from (to reconnect it, say).
+  OutboxStore& store() noexcept { return store_; }
 
  private:
   std::int64_t Now() const;
   ClaimRequest MakeClaimRequest(std::int64_t after_id) const;
   void Phase(std::string_view phase, std::int64_t token) const;  // options_.on_phase, if any
 
-  Store& store_;
+  OutboxStore& store_;
   Publisher& publisher_;
   RelayOptions options_;
   Clock& clock_;
@@ -206,6 +208,10 @@ struct LoopOptions {
   // of the next claim and the last settle. A kill -9 re-sends at most this
   // many batches. kOnce always runs one batch.
   int pipeline_depth = 2;
+  // Called while the database server is unreachable (OutboxStore::ConnectionLost: a PostgreSQL
+  // server crashed or restarting), before each wait of wait_ms (ms) and reconnect attempt
+  // (attempt 1, 2, ...), with the error's message. May be empty; must not throw.
+  std::function<void(const std::string& error, int attempt, int wait_ms)> on_connection_lost;
 };
 
 struct LoopReport {
@@ -217,6 +223,7 @@ struct LoopReport {
   std::int64_t fenced = 0;
   bool stopped = false;  // ended by a stop request
   std::int64_t io_errors = 0;  // batches that failed with an I/O error and were retried
+  std::int64_t reconnects = 0;  // times the connection to the database server was re-opened
 };
 
 // Runs batches per mode, up to options.pipeline_depth in flight. A stop
@@ -226,6 +233,12 @@ struct LoopReport {
 // on_batch is called after each non-empty batch. SQLITE_BUSY (another writer
 // held the lock past the busy timeout) counts as an empty poll, and an I/O
 // error is retried up to max_io_errors times in a row, except in kOnce mode.
+// A lost connection to a database server (OutboxStore::ConnectionLost) is
+// waited out in every mode: reconnect attempts with the idle backoff
+// (idle_min_ms doubling to idle_max_ms), each announced through
+// on_connection_lost, until the server answers or a stop is requested. The
+// batch whose database call failed is dropped unsettled: its rows are claimed
+// again after their lease (duplicates, never losses).
 // Throws what RunBatch throws otherwise.
 LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter,
                         const LoopOptions& options,

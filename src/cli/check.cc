@@ -218,7 +218,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                     lab::CheckResult r;
                     std::string run_id;
                     try {
-                      auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
+                      auto store = lab::OpenLabStore(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
                       run_id = store->RunId();
                       lab::RunRecords run = lab::RecordsOfRun(log.records, run_id);
                       r = lab::CheckRun(*store, run.records,

@@ -4,11 +4,13 @@
 #include "cli/duration.h"
 #include "outbox/parse_integer.h"
 #include "outbox/error.h"
+#include "outbox/pg/connection.h"
 
 namespace outbox::cli {
 
 void AddGlobalOptions(CLI::App& app, GlobalOptions& global) {
-  app.add_option("--db", global.db, "SQLite database file (the chapter's -Doutbox.db)")
+  app.add_option("--db", global.db, "SQLite database file (the chapter's -Doutbox.db), or a postgresql:// URL "
+                 "(README, \"PostgreSQL\")")
       ->envname("OUTBOX_DB")
       ->capture_default_str();
   app.add_option("--brokers", global.brokers,
@@ -36,6 +38,14 @@ void AddGlobalOptions(CLI::App& app, GlobalOptions& global) {
   AddDurationOption(app, "--busy-timeout", global.busy_timeout_ms,
                     "How long to wait for another writer's lock (sqlite3_busy_timeout)", 0,
                     3'600'000, "--busy-timeout-ms");
+}
+
+void RejectPostgres(const GlobalOptions& global, std::string_view command) {
+  if (!pg::IsPostgresUrl(global.db)) return;
+  throw CommandError(ExitCode::kUnsupportedOnPostgres,
+                     fmt::format("{} does not run on PostgreSQL yet (--db {}); give an SQLite "
+                                 "file path instead",
+                                 command, pg::RedactPassword(global.db)));
 }
 
 CLI::Validator PositiveInteger() {

@@ -16,6 +16,7 @@
 #include "lab/lab_failpoints.h"
 #include "lab/powerloss_vfs.h"
 #include "outbox/failpoint.h"
+#include "outbox/pg/connection.h"
 
 namespace {
 
@@ -32,6 +33,17 @@ ExitCode ForDbError(const outbox::DbError& e) {
     case SQLITE_PERM: return ExitCode::kDbUnavailable;
     default: return ExitCode::kDbError;
   }
+}
+
+// SQLSTATE classes: https://www.postgresql.org/docs/15/errcodes-appendix.html
+ExitCode ForPgError(const outbox::pg::PgError& e) {
+  const std::string& state = e.sqlstate();
+  if (e.connection_lost() || state == "3D000" || state == "28000" || state == "28P01")
+    return ExitCode::kDbUnavailable;  // unreachable, gone, no such database, login refused
+  if (state == "42P01" || state == "3F000") return ExitCode::kSchemaMissing;  // no table / schema
+  if (state == "55P03" || state == "40P01" || state == "40001") return ExitCode::kDbBusy;
+  if (state == "25006") return ExitCode::kDbReadOnly;  // read_only_sql_transaction (a standby)
+  return ExitCode::kDbError;
 }
 
 int Fail(ExitCode code, const char* message) {
@@ -67,6 +79,8 @@ int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOpt
                     .c_str());
   } catch (const outbox::DbError& e) {
     return Fail(ForDbError(e), WithFault(e, powerloss).c_str());
+  } catch (const outbox::pg::PgError& e) {
+    return Fail(ForPgError(e), e.what());
   } catch (const outbox::KafkaError& e) {
     return Fail(ExitCode::kBrokerUnavailable, e.what());
   } catch (const outbox::FailpointError& e) {

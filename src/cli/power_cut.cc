@@ -21,6 +21,7 @@ Command AddPowerCutCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--seed", o->seed,
                   "Keep a random subset of unsynced writes, drawn from this seed (replayable)");
   return {sub, [&global, o] {
+            RejectPostgres(global, "power-cut");
             lab::PowerCutReport r;
             try {
               r = lab::PowerCut(global.db, {o->torn, o->seed});

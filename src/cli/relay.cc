@@ -19,7 +19,10 @@
 #include "cli/stop_signal.h"
 #include "lab/recording_publisher.h"
 #include "lab/relay_owner.h"
+#include "lab/loans.h"
 #include "outbox/change_watcher.h"
+#include "outbox/pg/connection.h"
+#include "outbox/timed_waiter.h"
 #include "outbox/duration.h"
 #include "outbox/error.h"
 #include "outbox/kafka/kafka_publisher.h"
@@ -45,6 +48,7 @@ struct RelayCliOptions {
   bool quiet = false;
   bool fail_on_parked = false;
   bool json = false;
+  std::string pg_claim = "scan";  // PostgreSQL: scan | naive-cursor (PgClaimMode)
 };
 
 }  // namespace
@@ -54,7 +58,7 @@ struct RelayCliOptions {
 // their rows go out now instead of after the lease. With the default owner
 // name, claims under our own name are a previous relay that had our pid (a
 // container's PID 1) and are released too.
-void ReleaseDeadOwners(Store& store, const std::string& self, bool default_owner) {
+void ReleaseDeadOwners(OutboxStore& store, const std::string& self, bool default_owner) {
   for (const ClaimOwner& claim : store.ClaimOwners(store.clock().EpochMs())) {
     const bool earlier_self = default_owner && claim.owner == self;
     if (!earlier_self && lab::OwnerLivenessHere(claim.owner) != lab::OwnerLiveness::kDead)
@@ -156,6 +160,12 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_flag("--fail-on-parked", o->fail_on_parked,
                 "Exit 14 instead of 0 when parked rows are left in the outbox at the end (for CI "
                 "that asserts every event was delivered; list them with `parked`)");
+  sub->add_option("--pg-claim", o->pg_claim,
+                  "PostgreSQL only: scan (every unpublished row, whatever its id) or naive-cursor "
+                  "(the classic bug: claim only ids above the highest claimed; a transaction that "
+                  "took a smaller id and committed later is skipped, and check reports it lost)")
+      ->check(CLI::IsMember({"scan", "naive-cursor"}))
+      ->capture_default_str();
   sub->add_flag("--json", o->json,
                 "Print JSON lines instead: {\"report\":\"batch\",...} per batch (unless --quiet), "
                 "then {\"report\":\"final\",\"stopped\":...,\"batches\":...,...}");
@@ -177,7 +187,15 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                               FormatDuration(o->lease_ms), FormatDuration(o->delivery_timeout_ms)));
 
             StopSignalFd stop;  // before any librdkafka thread exists
-            Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
+            const PgClaimMode pg_mode =
+                o->pg_claim == "naive-cursor" ? PgClaimMode::kNaiveCursor : PgClaimMode::kScan;
+            if (pg_mode != PgClaimMode::kScan && !pg::IsPostgresUrl(global.db))
+              throw CommandError(ExitCode::kUsage,
+                                 "--pg-claim naive-cursor needs a postgresql:// --db (the SQLite "
+                                 "store has one writer at a time: its ids commit in order)");
+            const std::unique_ptr<OutboxStore> owned_store =
+                lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kExisting, pg_mode);
+            OutboxStore& store = *owned_store;
             kafka::KafkaPublisherOptions publisher_options;
             publisher_options.brokers = global.RequireBrokers();
             publisher_options.topic = global.topic;
@@ -202,7 +220,13 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
               };
             ReleaseDeadOwners(store, relay_options.owner, o->owner.empty());
             Relay relay(store, recording, relay_options);
-            ChangeWatcher watcher(global.db, stop.get());
+            // An SQLite file's commits wake the relay through inotify; a PostgreSQL server is
+            // polled (the idle backoff, up to --idle-max).
+            std::unique_ptr<IdleWaiter> watcher;
+            if (store.backend() == Backend::kSqlite)
+              watcher = std::make_unique<ChangeWatcher>(global.db, stop.get());
+            else
+              watcher = std::make_unique<TimedWaiter>(stop.get());
 
             LoopOptions loop_options;
             loop_options.mode = o->once ? LoopMode::kOnce
@@ -214,8 +238,23 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                 PrintWait(wait, store.clock().EpochMs(), o->json);
               };
             loop_options.pipeline_depth = o->pipeline;
+            // Printed even under --quiet: an operator must see why the relay stands still.
+            loop_options.on_connection_lost = [o](const std::string& error, int attempt,
+                                                  int wait_ms) {
+              if (o->json)
+                fmt::print("{}\n", lab::DumpJson(nlohmann::ordered_json{{"report", "wait"},
+                                                                        {"on", "database"},
+                                                                        {"error", error},
+                                                                        {"attempt", attempt},
+                                                                        {"wait_ms", wait_ms}}));
+              else
+                fmt::print("[relay] waiting: database connection lost ({}); reconnect attempt {} "
+                           "in {}\n",
+                           error, attempt, FormatDuration(wait_ms));
+              std::fflush(stdout);
+            };
             const LoopReport report = RunRelayLoop(
-                relay, watcher, loop_options, [&](const BatchReport& batch) {
+                relay, *watcher, loop_options, [&](const BatchReport& batch) {
                   if (o->quiet) return;
                   if (o->json) {
                     const nlohmann::ordered_json line = {
@@ -251,6 +290,9 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             }
             if (report.io_errors > 0)
               fmt::print("[relay] retried {} batches after an I/O error\n", report.io_errors);
+            if (report.reconnects > 0)
+              fmt::print("[relay] reconnected {} times after a lost database connection\n",
+                         report.reconnects);
             fmt::print("[relay] {} batches={} acked={} marked={} failed={} parked={} fenced={} "
                        "pending={}\n",
                        report.stopped ? "stopped on signal:" : "done:", report.batches,

@@ -32,6 +32,7 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
       ->check(PositiveInteger())
       ->capture_default_str();
   return {sub, [&global, o]() -> ExitCode {
+            RejectPostgres(global, "report");
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
             // Only this run's records (header run_id), as verify and check count them.
             const auto records = lab::RecordsOfRun(

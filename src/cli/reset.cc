@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "lab/loans.h"
+#include "outbox/pg/connection.h"
 
 namespace outbox::cli {
 namespace {
@@ -22,18 +23,15 @@ struct RemovedRows {
 // cannot reset either, and the error says why.
 std::optional<RemovedRows> CountRows(const GlobalOptions& global) {
   std::error_code ec;
-  if (!std::filesystem::exists(global.db, ec)) return std::nullopt;
-  std::unique_ptr<Store> store;
+  if (!pg::IsPostgresUrl(global.db) && !std::filesystem::exists(global.db, ec)) return std::nullopt;
+  std::unique_ptr<OutboxStore> store;
   try {
-    store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+    store = lab::OpenLabStore(global.db, global.MakeStoreOptions());
   } catch (const SchemaMissingError&) {
     return std::nullopt;
   }
   RemovedRows removed;
-  {
-    auto read = store->BeginRead();
-    removed.loans = lab::CountLoans(read.connection());
-  }
+  removed.loans = lab::CountLoans(*store);
   removed.outbox = store->Count();
   removed.archived = store->Status(store->clock().EpochMs()).archived;
   return removed;
@@ -48,13 +46,13 @@ Command AddResetCommand(CLI::App& app, const GlobalOptions& global) {
       "database with rows, say how many it removed");
   return {sub, [&global] {
             const std::optional<RemovedRows> removed = CountRows(global);
-            lab::ResetLabDatabase(global.db, global.MakeStoreOptions());
+            lab::ResetLabStore(global.db, global.MakeStoreOptions());
             if (removed && (removed->loans > 0 || removed->outbox.total > 0 || removed->archived > 0))
               fmt::print("[reset] removed business_loan={} outbox={} (published={} unpublished={}) "
                          "archived={}\n",
                          removed->loans, removed->outbox.total, removed->outbox.published,
                          removed->outbox.unpublished, removed->archived);
-            fmt::print("[reset] schema ready db={}\n", global.db);
+            fmt::print("[reset] schema ready db={}\n", pg::RedactPassword(global.db));
             std::fflush(stdout);
             return ExitCode::kOk;
           }};

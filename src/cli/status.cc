@@ -17,8 +17,8 @@ namespace outbox::cli {
 namespace {
 
 OutboxStatus ReadStatus(const GlobalOptions& global) {
-  Store store(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
-  return store.Status(store.clock().EpochMs());
+  auto store = lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
+  return store->Status(store->clock().EpochMs());
 }
 
 struct StatusView {
@@ -27,9 +27,9 @@ struct StatusView {
 };
 
 StatusView ReadStatusView(const GlobalOptions& global) {
-  Store store(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
-  const std::int64_t now_ms = store.clock().EpochMs();
-  return {store.Status(now_ms), store.ClaimOwners(now_ms)};
+  auto store = lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
+  const std::int64_t now_ms = store->clock().EpochMs();
+  return {store->Status(now_ms), store->ClaimOwners(now_ms)};
 }
 
 // Prometheus text exposition format, version 0.0.4.

@@ -19,7 +19,7 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
   AddRowLineOptions(*sub, *lines);
   return {sub, [&global, count, lines]() -> ExitCode {
             const bool row_lines = PrintsRowLines(*lines, *count);
-            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+            auto store = lab::OpenLabStore(global.db, global.MakeStoreOptions());
             const auto history = global.OpenHistory();
             const std::int64_t start = lab::NextLoanIndex(*store) - 1;
             for (std::int64_t k = 1; k <= *count; ++k) {

@@ -9,6 +9,8 @@
 
 #include "lab/history.h"
 #include "outbox/event.h"
+#include "outbox/outbox_store.h"
+#include "outbox/pg_store.h"
 #include "outbox/store.h"
 
 namespace outbox::lab {
@@ -27,6 +29,28 @@ struct Loan {
 // reset first") otherwise, having created and changed nothing; DbError as Store does.
 std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptions& options,
                                        OpenMode mode = OpenMode::kExisting);
+
+// The outbox named by db, whatever the backend (issue 12): a postgresql:// or postgres:// URL
+// (pg::IsPostgresUrl) opens a PgStore on that server with pg_mode and options.clock; anything
+// else is an SQLite path opened as Store(db, options, mode). Does not look for the business
+// table (the relay needs only the outbox). Throws what Store or PgStore throws; on PostgreSQL,
+// ConfigError for mode kCreate (use ResetLabStore).
+std::unique_ptr<OutboxStore> OpenOutboxStore(const std::string& db, const StoreOptions& options,
+                                             OpenMode mode = OpenMode::kExisting,
+                                             PgClaimMode pg_mode = PgClaimMode::kScan);
+
+// OpenLabDatabase for either backend: the outbox and the business_loan table must both exist.
+// On PostgreSQL the tables are looked for before anything is created: throws
+// SchemaMissingError ("no business_loan table"), having created nothing, when reset never ran
+// there; pg::PgError when the server cannot be reached. kReadOnly changes nothing on
+// PostgreSQL: the commands that pass it only read.
+std::unique_ptr<OutboxStore> OpenLabStore(const std::string& db, const StoreOptions& options,
+                                          OpenMode mode = OpenMode::kExisting);
+
+// ResetLabDatabase for either backend. On PostgreSQL: drops and recreates the outbox tables
+// (PgStore::ResetSchema) and business_loan in the URL's database and search_path schema, which
+// must exist. Throws DbError or pg::PgError.
+std::unique_ptr<OutboxStore> ResetLabStore(const std::string& db, const StoreOptions& options);
 
 // reset: creates parent directories and the file, then drops and recreates
 // both tables. Throws DbError (SQLITE_NOTADB for a file that is not SQLite:
@@ -52,7 +76,32 @@ struct WrittenLoan {
 // created_at is store.clock().EpochMs().
 // history (may be null) gets a "begin" phase and an invoke before BEGIN, ok/fail
 // after, and a "commit" phase after the commit (History::RecordPhase).
-WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* history = nullptr);
+// Either backend: on PostgreSQL one READ COMMITTED transaction, the loan and the event's row
+// commit together (pg::PgError instead of DbError).
+WrittenLoan WriteLoanWithEvent(OutboxStore& store, std::int64_t index, History* history = nullptr);
+
+// naive-hold's dual write done wrong: commits loan alone, with no outbox row. Returns false, having
+// written nothing, when the loan exists already. Throws DbError or pg::PgError.
+bool InsertLoanWithoutEvent(OutboxStore& store, const Loan& loan);
+
+// rollback's shared fate: inserts loan, then event, in ONE transaction that is never committed.
+// Returns the enqueue's error message (event_id collides with an existing row: a unique
+// violation), or empty when the enqueue unexpectedly succeeded; the transaction is rolled back
+// either way. Throws DbError or pg::PgError for any other failure.
+std::string InsertLoanWithCollidingEvent(OutboxStore& store, const Loan& loan,
+                                         const OutboxEvent& event);
+
+// Either backend, each in a transaction of its own. Throw DbError or pg::PgError.
+bool LoanExists(OutboxStore& store, const std::string& loan_id);
+std::int64_t CountLoans(OutboxStore& store);
+
+// The loans and the outbox rows of one instant (one read transaction; REPEATABLE READ on
+// PostgreSQL), for reconciliation and the checker. Throws DbError or pg::PgError.
+struct LabSnapshot {
+  std::vector<std::string> loan_ids;  // sorted
+  OutboxSnapshot outbox;
+};
+LabSnapshot ReadLabSnapshot(OutboxStore& store);
 
 // The lab's own SQL on business_loan: call with the connection of a
 // transaction from Store::BeginWrite() (InsertLoan) or Store::BeginRead().
@@ -64,7 +113,7 @@ void InsertLoan(sqlite::Connection& connection, const Loan& loan);
 // The next chapter index for write/write-hold: Store::NextId(), one past the
 // highest outbox id ever assigned, so numbering continues after earlier runs,
 // killed ones and purges alike. Throws DbError.
-std::int64_t NextLoanIndex(Store& store);
+std::int64_t NextLoanIndex(OutboxStore& store);
 
 bool LoanExists(sqlite::Connection& connection, const std::string& loan_id);
 std::int64_t CountLoans(sqlite::Connection& connection);
