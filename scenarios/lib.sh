@@ -486,7 +486,7 @@ use_postgres() {
   command -v psql >/dev/null 2>&1 || die "psql not installed (scripts/install-deps.sh installs postgresql-15)"
   PG_BASE_URL=$OUTBOX_PG_URL
   PG_SCHEMA=s_${SCENARIO//-/_}_$$
-  psql "$PG_BASE_URL" -v ON_ERROR_STOP=1 -qc "DROP SCHEMA IF EXISTS $PG_SCHEMA CASCADE; CREATE SCHEMA $PG_SCHEMA" ||
+  psql "$PG_BASE_URL" -v ON_ERROR_STOP=1 -qc "SET client_min_messages = warning; DROP SCHEMA IF EXISTS $PG_SCHEMA CASCADE; CREATE SCHEMA $PG_SCHEMA" ||
     die "cannot create schema $PG_SCHEMA on $PG_BASE_URL (is the server running? scripts/postgres.sh start)"
   local sep='?'
   case $PG_BASE_URL in *\?*) sep='&' ;; esac
