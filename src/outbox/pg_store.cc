@@ -361,7 +361,7 @@ OutboxStatus PgStore::Status(std::int64_t /*now_ms*/) {
                   "COUNT(*) FILTER (WHERE NOT published AND parked_at IS NULL), "
                   "COALESCE(GREATEST(0, ") + kEpochMsNow +
           " - min(created_at) FILTER (WHERE NOT published AND parked_at IS NULL)), 0), "
-          "COUNT(*) FILTER (WHERE NOT published AND next_attempt_at > now()), "
+          "COUNT(*) FILTER (WHERE NOT published AND parked_at IS NULL AND next_attempt_at > now()), "
           "COUNT(*) FILTER (WHERE NOT published AND parked_at IS NOT NULL), "
           "COUNT(*) FILTER (WHERE NOT published AND claim_until > now()), "
           "COUNT(*) FILTER (WHERE published), "

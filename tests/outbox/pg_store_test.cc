@@ -376,6 +376,7 @@ TEST_CASE("PostgreSQL status counts pending claimed parked and published rows on
   CHECK(status.pending == 2);
   CHECK(status.claimed == 1);
   CHECK(status.archived == 0);
+  CHECK(status.in_backoff == 0);  // the parked row waits on an unpark, not a backoff
   CHECK(status.oldest_pending_age_ms >= 0);
   CHECK(store.PendingCount() == 2);
   CHECK(store.WaitingCount(0) == 1);  // under relay-b's live lease
