@@ -60,6 +60,24 @@ std::string WithFault(const outbox::DbError& e,
   return fmt::format("{}: {}", e.what(), fault);
 }
 
+// --vfs powerloss and --synchronous are SQLite's: on a postgresql:// --db they would change
+// nothing, so they fail instead of being ignored (exit 18). --synchronous full is the default and
+// passes. The server's own setting goes in the URL: options=-csynchronous_commit%3Doff.
+void RejectSqliteOnlyOptions(const outbox::cli::GlobalOptions& global) {
+  if (!outbox::pg::IsPostgresUrl(global.db)) return;
+  if (global.vfs != "unix")
+    throw outbox::cli::CommandError(ExitCode::kUnsupportedOnPostgres,
+                                    fmt::format("--vfs {} is SQLite's I/O layer; it does not apply "
+                                                "to a PostgreSQL --db",
+                                                global.vfs));
+  if (global.synchronous != "full")
+    throw outbox::cli::CommandError(
+        ExitCode::kUnsupportedOnPostgres,
+        fmt::format("--synchronous {} is SQLite's PRAGMA; on PostgreSQL put the server's setting "
+                    "in the URL (options=-csynchronous_commit%3Doff)",
+                    global.synchronous));
+}
+
 int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOptions& global) {
   // The default VFS while the command runs, so every connection opens through it.
   std::optional<outbox::lab::PowerlossVfs> powerloss;
@@ -68,6 +86,7 @@ int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOpt
     outbox::kafka::MakeConf(global.ParsedProperties());
     outbox::lab::RegisterLabFailpoints();
     outbox::ConfigureFailpointsFromEnv();
+    RejectSqliteOnlyOptions(global);
     if (global.vfs == outbox::lab::PowerlossVfs::kName) powerloss.emplace();
     return static_cast<int>(command.run());
   } catch (const outbox::cli::CommandError& e) {
