@@ -58,7 +58,7 @@ class PgStore : public OutboxStore {
 
   // Drops and recreates the outbox, its archive, the fencing sequence, the naive offset and the
   // run table, empty, and starts a new run (RunId). The lab's business table is the lab's
-  // (lab/lab_database.h). Throws pg::PgError.
+  // (lab/loans.h, ResetLabStore). Throws pg::PgError.
   void ResetSchema();
   // True when every table of the outbox schema exists. Throws pg::PgError.
   bool HasSchema() { return SchemaCurrent(); }
