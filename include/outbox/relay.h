@@ -208,8 +208,9 @@ struct LoopOptions {
   // of the next claim and the last settle. A kill -9 re-sends at most this
   // many batches. kOnce always runs one batch.
   int pipeline_depth = 2;
-  // Called while the database server is unreachable (OutboxStore::ConnectionLost: a PostgreSQL
-  // server crashed or restarting), before each wait of wait_ms (ms) and reconnect attempt
+  // RunRelayLoopReconnecting only: called while the database server is unreachable
+  // (OutboxStore::ConnectionLost: a PostgreSQL server crashed or restarting), before each wait
+  // of wait_ms (ms) and reconnect attempt
   // (attempt 1, 2, ...), with the error's message. May be empty; must not throw.
   std::function<void(const std::string& error, int attempt, int wait_ms)> on_connection_lost;
 };
@@ -233,15 +234,23 @@ struct LoopReport {
 // on_batch is called after each non-empty batch. SQLITE_BUSY (another writer
 // held the lock past the busy timeout) counts as an empty poll, and an I/O
 // error is retried up to max_io_errors times in a row, except in kOnce mode.
-// A lost connection to a database server (OutboxStore::ConnectionLost) is
-// waited out in every mode: reconnect attempts with the idle backoff
-// (idle_min_ms doubling to idle_max_ms), each announced through
-// on_connection_lost, until the server answers or a stop is requested. The
-// batch whose database call failed is dropped unsettled: its rows are claimed
-// again after their lease (duplicates, never losses).
 // Throws what RunBatch throws otherwise.
 LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter,
                         const LoopOptions& options,
                         const std::function<void(const BatchReport&)>& on_batch);
+
+// RunRelayLoop that outlives a database server's crash or restart: when the
+// loop throws an error for which relay.store().ConnectionLost() is true (never
+// on SQLite), it waits and calls OutboxStore::Reconnect until the server
+// answers (waits of 100 ms doubling to options.idle_max_ms, each announced
+// through on_connection_lost; a stop request ends the wait with stopped set),
+// then runs the loop again, in every mode. The batch whose database call
+// failed is dropped unsettled: its rows are claimed again after their lease
+// (duplicates, never losses); batches still in flight are settled by the next
+// run. Returns the runs' reports summed, with reconnects counted. Throws what
+// RunRelayLoop throws otherwise, and what Reconnect throws when it is not a
+// lost connection (a refused login, say).
+LoopReport RunRelayLoopReconnecting(Relay& relay, IdleWaiter& waiter, const LoopOptions& options,
+                                    const std::function<void(const BatchReport&)>& on_batch);
 
 }  // namespace outbox

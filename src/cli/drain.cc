@@ -39,7 +39,7 @@ LoopReport DrainOutbox(const GlobalOptions& global, std::int64_t delivery_timeou
   loop_options.mode = LoopMode::kUntilEmpty;
   if (store.backend() == Backend::kPostgres) {
     TimedWaiter waiter(/*stop_fd=*/-1);
-    return RunRelayLoop(relay, waiter, loop_options, [](const BatchReport&) {});
+    return RunRelayLoopReconnecting(relay, waiter, loop_options, [](const BatchReport&) {});
   }
   ChangeWatcher watcher(global.db, /*stop_fd=*/-1);
   return RunRelayLoop(relay, watcher, loop_options, [](const BatchReport&) {});

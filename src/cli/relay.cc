@@ -253,7 +253,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                            error, attempt, FormatDuration(wait_ms));
               std::fflush(stdout);
             };
-            const LoopReport report = RunRelayLoop(
+            const LoopReport report = RunRelayLoopReconnecting(
                 relay, *watcher, loop_options, [&](const BatchReport& batch) {
                   if (o->quiet) return;
                   if (o->json) {

@@ -214,94 +214,118 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
     if (IsIoError(e) && ++io_errors_in_a_row > options.max_io_errors) throw;
     if (IsIoError(e)) ++loop.io_errors;
   };
-  // Waits out a lost database connection: false when a stop was requested meanwhile.
-  const auto reconnect = [&](const Error& lost) {
-    OutboxStore& store = relay.store();
-    std::string error = lost.what();
-    int wait_ms = std::max(options.idle_min_ms, 100);  // a restart takes seconds, not ms
+  for (;;) {
+    // Fill the pipeline: claim and send batch N+1 while batch N is in flight.
+    bool failed = false;
+    while (!waiter.StopRequested() && relay.InFlight() < depth &&
+           !(options.mode == LoopMode::kOnce && loop.batches + relay.InFlight() > 0)) {
+      try {
+        if (!relay.StartBatch()) break;
+      } catch (const DbError& e) {
+        after_error(e);
+        failed = true;
+        break;
+      }
+    }
+    if (relay.InFlight() > 0) {
+      // Settle the oldest batch; the others stay in flight meanwhile. A stop
+      // request starts no new batch, but every batch in flight is settled.
+      BatchReport batch;
+      try {
+        batch = relay.FinishBatch();
+      } catch (const DbError& e) {
+        after_error(e);
+        continue;
+      }
+      if (!failed) io_errors_in_a_row = 0;
+      ++loop.batches;
+      loop.acked += batch.acked;
+      loop.marked += batch.settle.marked;
+      loop.failed += batch.failed;
+      loop.parked += batch.settle.parked;
+      loop.fenced += batch.settle.fenced;
+      if (on_batch) on_batch(batch);
+      reported_wait = {};
+      idle_ms = options.idle_min_ms;
+      continue;
+    }
+    if (waiter.StopRequested() || options.mode == LoopMode::kOnce) break;
+    if (failed) {
+      waiter.Wait(idle_ms);
+      idle_ms = std::min(idle_ms * 2, options.idle_max_ms);
+      continue;
+    }
+    io_errors_in_a_row = 0;
+    // Nothing to do and nothing that time alone would change: rows still pending
+    // are blocked behind a parked row and need `unpark`.
+    if (options.mode == LoopMode::kUntilEmpty && relay.CanOnlyWaitForever()) break;
+    // Forget the wake-ups so far, then look once more: a commit before this is seen by the
+    // look, one after it wakes the wait.
+    waiter.ForgetWakeups();
+    if (relay.HasClaimable()) continue;
+    if (options.on_wait) {
+      WaitReport wait = relay.Waits();
+      if (!wait.empty() && !(wait == reported_wait)) options.on_wait(wait);
+      reported_wait = std::move(wait);
+    }
+    const IdleWaiter::Wake wake = waiter.Wait(idle_ms);
+    if (wake == IdleWaiter::Wake::kChanged)
+      idle_ms = options.idle_min_ms;
+    else
+      idle_ms = std::min(idle_ms * 2, options.idle_max_ms);
+  }
+  loop.stopped = waiter.StopRequested();
+  return loop;
+}
+
+LoopReport RunRelayLoopReconnecting(Relay& relay, IdleWaiter& waiter, const LoopOptions& options,
+                                    const std::function<void(const BatchReport&)>& on_batch) {
+  LoopReport total;
+  const auto add = [&total](const LoopReport& part) {
+    total.batches += part.batches;
+    total.acked += part.acked;
+    total.marked += part.marked;
+    total.failed += part.failed;
+    total.parked += part.parked;
+    total.fenced += part.fenced;
+    total.io_errors += part.io_errors;
+    total.stopped = part.stopped;
+  };
+  OutboxStore& store = relay.store();
+  for (;;) {
+    std::string error;
+    try {
+      // Batches still in flight from before a lost connection are finished first: the loop
+      // settles whatever the relay holds before it claims more.
+      add(RunRelayLoop(relay, waiter, options, on_batch));
+      return total;
+    } catch (const DbError&) {
+      throw;
+    } catch (const Error& e) {
+      if (!store.ConnectionLost(e)) throw;
+      error = e.what();
+    }
+    // A restart takes seconds, not ms: start at 100 ms, double up to idle_max_ms.
+    int wait_ms = std::max(options.idle_min_ms, 100);
     for (int attempt = 1;; ++attempt) {
       if (options.on_connection_lost) options.on_connection_lost(error, attempt, wait_ms);
-      if (waiter.Wait(wait_ms) == IdleWaiter::Wake::kStop || waiter.StopRequested()) return false;
-      wait_ms = std::min(wait_ms * 2, options.idle_max_ms);
+      if (waiter.Wait(wait_ms) == IdleWaiter::Wake::kStop || waiter.StopRequested()) {
+        total.stopped = true;
+        return total;
+      }
+      wait_ms = std::min(wait_ms * 2, std::max(options.idle_max_ms, wait_ms));
       try {
         store.Reconnect();
-        ++loop.reconnects;
-        return true;
+        ++total.reconnects;
+        break;
+      } catch (const DbError&) {
+        throw;
       } catch (const Error& again) {
         if (!store.ConnectionLost(again)) throw;
         error = again.what();
       }
     }
-  };
-  for (;;) {
-    try {
-      // Fill the pipeline: claim and send batch N+1 while batch N is in flight.
-      bool failed = false;
-      while (!waiter.StopRequested() && relay.InFlight() < depth &&
-             !(options.mode == LoopMode::kOnce && loop.batches + relay.InFlight() > 0)) {
-        try {
-          if (!relay.StartBatch()) break;
-        } catch (const DbError& e) {
-          after_error(e);
-          failed = true;
-          break;
-        }
-      }
-      if (relay.InFlight() > 0) {
-        // Settle the oldest batch; the others stay in flight meanwhile. A stop
-        // request starts no new batch, but every batch in flight is settled.
-        BatchReport batch;
-        try {
-          batch = relay.FinishBatch();
-        } catch (const DbError& e) {
-          after_error(e);
-          continue;
-        }
-        if (!failed) io_errors_in_a_row = 0;
-        ++loop.batches;
-        loop.acked += batch.acked;
-        loop.marked += batch.settle.marked;
-        loop.failed += batch.failed;
-        loop.parked += batch.settle.parked;
-        loop.fenced += batch.settle.fenced;
-        if (on_batch) on_batch(batch);
-        reported_wait = {};
-        idle_ms = options.idle_min_ms;
-        continue;
-      }
-      if (waiter.StopRequested() || options.mode == LoopMode::kOnce) break;
-      if (failed) {
-        waiter.Wait(idle_ms);
-        idle_ms = std::min(idle_ms * 2, options.idle_max_ms);
-        continue;
-      }
-      io_errors_in_a_row = 0;
-      // Nothing to do and nothing that time alone would change: rows still pending
-      // are blocked behind a parked row and need `unpark`.
-      if (options.mode == LoopMode::kUntilEmpty && relay.CanOnlyWaitForever()) break;
-      // Forget the wake-ups so far, then look once more: a commit before this is seen by the
-      // look, one after it wakes the wait.
-      waiter.ForgetWakeups();
-      if (relay.HasClaimable()) continue;
-      if (options.on_wait) {
-        WaitReport wait = relay.Waits();
-        if (!wait.empty() && !(wait == reported_wait)) options.on_wait(wait);
-        reported_wait = std::move(wait);
-      }
-      const IdleWaiter::Wake wake = waiter.Wait(idle_ms);
-      if (wake == IdleWaiter::Wake::kChanged)
-        idle_ms = options.idle_min_ms;
-      else
-        idle_ms = std::min(idle_ms * 2, options.idle_max_ms);
-    } catch (const DbError&) {
-      throw;
-    } catch (const Error& e) {
-      if (!relay.store().ConnectionLost(e)) throw;
-      if (!reconnect(e)) break;
-    }
   }
-  loop.stopped = waiter.StopRequested();
-  return loop;
 }
 
 }  // namespace outbox
