@@ -31,6 +31,17 @@
 #          -Doutbox.db=... OutboxLab); run.sh (in a copy of the repo whose cmake is a stand-in)
 #          stops with exit 125 and shows a `CMake Error` line even though cmake exited 0, and
 #          starts no broker for a word that is not a subcommand.
+# A newcomer's list: check against an exclusive lock (7); check on a missing, schema-less, text or
+#          directory database, without a
+#          broker, with a bad -X, an unreachable broker, an injected read error, a bad --expect
+#          (each exits with the table's code: 6 6 5 4 3 3 8 11 2); a vfs.* failpoint without
+#          --vfs powerloss (3); -X bootstrap.servers named in the error instead of --brokers; bad
+#          --topic names and --db values (:memory:, '', file:) (2); --seed abc/-1, counts above
+#          INT_MAX, --send-timeout with --delivery-timeout, --lease 106751991000d, --owner '',
+#          --backoff-base above --backoff-max (2, one line naming the option and its range);
+#          bench/report --html under a missing directory (3, before any work); check and verify
+#          of a topic the broker lacks while rows are published (8, "check --topic"); check with
+#          an empty history file (the unexpected ids listed, and a hint).
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -138,6 +149,23 @@ _forget_pid "$sqlite_pid"
 expect_verify business=2,outbox=2,published=0,unpublished=2
 db_untouched "the lock"
 
+step "another process holds an exclusive lock: check cannot read either (exit 7, not 'could not check')"
+sqlite3 "$DB" <"$fifo" >"$TMP/sqlite3-exclusive.out" 2>&1 &
+sqlite_pid=$!
+PIDS+=("$sqlite_pid")
+exec {lock_fd}>"$fifo"
+echo "PRAGMA locking_mode=EXCLUSIVE; BEGIN EXCLUSIVE; SELECT 'locked';" >&"$lock_fd"
+wait_for 10 "$sqlite_pid" "sqlite3 holding an exclusive lock" _has_line '^locked$' "$TMP/sqlite3-exclusive.out" ||
+  die "sqlite3 did not take the lock: $(cat "$TMP/sqlite3-exclusive.out")"
+run check --busy-timeout 200ms
+expect_refused 7 "check against an exclusive lock"
+printf 'ROLLBACK;\n.quit\n' >&"$lock_fd"
+exec {lock_fd}>&-
+wait "$sqlite_pid"
+expect_eq 0 "$?" "sqlite3 exit status"
+_forget_pid "$sqlite_pid"
+db_untouched "the exclusive lock"
+
 step "publish to a broker nobody listens on (exit 9); the rows stay unpublished"
 run publish 5 --brokers 127.0.0.1:1 --delivery-timeout-ms 1500
 expect_rc 9 "publish to 127.0.0.1:1"
@@ -217,6 +245,95 @@ run verify --no-kafka
 expect_refused 6 "verify on a missing file"
 expect_line "^outbox-lab: error: open database '$DB': no such file; run \`outbox-lab --db $DB reset\` first\$" "$ERR"
 DB=$good_db
+
+# --- a newcomer's bad input: check's exit codes, values the parser used to let through -----------
+
+step "check cannot check: it exits with the code of the error, as every command does"
+DB=$TMP/missing-check/outbox.db
+run check
+expect_refused 6 "check on a missing file"
+[ ! -e "$TMP/missing-check" ] || fail "$TMP/missing-check was created"
+DB=$vacuumed
+run check
+expect_refused 6 "check on an SQLite file without the lab schema"
+DB=$TMP/text.db
+echo hello >"$DB"
+run check
+expect_refused 5 "check on a text file"
+expect_line "^outbox-lab: error: .*'$DB'.*\\(SQLITE_NOTADB\\)" "$ERR"
+[ "$(cat "$DB")" = hello ] || fail "check changed the text file"
+DB=$TMP
+run check
+expect_refused 4 "check with a directory as the database"
+DB=$good_db
+run check
+expect_refused 3 "check with no broker configured"
+run check -X no.such.prop=1
+expect_refused 3 "check -X no.such.prop=1"
+run check --brokers 127.0.0.1:1 --read-timeout 2s
+expect_refused 8 "check against 127.0.0.1:1"
+OUTBOX_FAILPOINTS=vfs.read=error run check --vfs powerloss
+expect_refused 11 "check under vfs.read=error"
+run check --expect bogus=1
+expect_usage_hint "^outbox-lab: error: --expect: expectation 'bogus': unknown key; use .*" "check --expect bogus=1"
+run check --expect history_ok=1
+expect_usage_hint "^outbox-lab: error: --expect history_ok=1: history keys need --history FILE\$" "check --expect history_ok=1 without --history"
+db_untouched "check's refusals"
+
+step "a vfs.* failpoint without --vfs powerloss could never fire: refused (exit 3)"
+OUTBOX_FAILPOINTS=vfs.sync=error run write 1
+expect_refused 3 "write 1 under vfs.sync=error without --vfs powerloss"
+expect_line "^outbox-lab: error: OUTBOX_FAILPOINTS sets vfs.sync, which can never fire here: vfs.\\* failpoints need --vfs powerloss \\(or OUTBOX_VFS=powerloss\\)\$" "$ERR"
+db_untouched "the refused vfs failpoint"
+
+step "-X bootstrap.servers wins over --brokers, and the error names the address it used"
+run verify --brokers 127.0.0.1:9 -X bootstrap.servers=127.0.0.1:1 --read-timeout 2s
+expect_refused 8 "verify with -X bootstrap.servers=127.0.0.1:1"
+expect_line "127\\.0\\.0\\.1:1" "$ERR"
+expect_no_line "127\\.0\\.0\\.1:9" "$ERR"
+
+step "topic names and database paths that cannot work are usage errors (exit 2)"
+saved_topic=$TOPIC
+for topic in '' 'bad topic!' '..'; do
+  TOPIC=$topic
+  run verify --no-kafka
+  expect_usage_hint "^outbox-lab: error: --topic: a topic .*" "--topic '$topic'"
+done
+TOPIC=$saved_topic
+for db in ':memory:' '' 'file:uri.db'; do
+  DB=$db
+  run reset
+  expect_usage_hint "^outbox-lab: error: --db: .*give a (plain )?file path, e.g. --db .*" "--db '$db' reset"
+done
+[ ! -e uri.db ] || fail "reset --db file:uri.db created uri.db"
+DB=$good_db
+
+step "numbers and durations out of range name the option and the range (exit 2)"
+run power-cut --seed abc
+expect_usage_hint "^outbox-lab: error: --seed: must be a whole number between 0 and 9223372036854775807, got 'abc'\$" "power-cut --seed abc"
+run power-cut --seed -1
+expect_usage_hint "^outbox-lab: error: --seed: must be a whole number between 0 and 9223372036854775807, got '-1'\$" "power-cut --seed -1"
+for option in --pipeline --max-attempts; do
+  run relay "$option" 3000000000
+  expect_usage_hint "^outbox-lab: error: $option: must be a positive integer \\(at most 2147483647\\), got '3000000000'\$" "relay $option 3000000000"
+done
+run relay --send-timeout 5s --delivery-timeout 6s
+expect_usage_hint "^outbox-lab: error: --send-timeout and --delivery-timeout are the same option; give one\$" "relay --send-timeout --delivery-timeout"
+run relay --lease 106751991000d
+expect_usage_hint "^outbox-lab: error: --lease: must be between 1ms and 2h, got '106751991000d'\$" "relay --lease 106751991000d"
+run relay --owner ''
+expect_usage_hint "^outbox-lab: error: --owner: an owner cannot be empty: give a name, or leave --owner out for relay-PID@HOST\$" "relay --owner ''"
+run relay --backoff-base 2m --backoff-max 1m
+expect_usage_hint "^outbox-lab: error: --backoff-base 2m must not exceed --backoff-max 1m: the first retry delay is at most the cap\$" "relay --backoff-base 2m --backoff-max 1m"
+db_untouched "the refused numbers"
+
+step "a page that cannot be written fails before the work (exit 3)"
+run bench --quick --html /nonexist/x.html
+expect_refused 3 "bench --quick --html /nonexist/x.html"
+expect_line "^outbox-lab: error: write '/nonexist/x.html.tmp': No such file or directory\$" "$ERR"
+[ "$RUN_MS" -lt 5000 ] || fail "bench --html /nonexist/x.html took ${RUN_MS} ms before refusing"
+run report --html /nonexist/x.html --read-timeout 2s
+expect_refused 3 "report --html /nonexist/x.html"
 
 step "run.sh: the same hints, its own spelling in them, CMake errors shown, no broker for a typo"
 # A copy of the repository's entry point around the binary under test; its cmake is a stand-in
@@ -314,6 +431,22 @@ for args in "status --json" "verify --json"; do
   expect_rc 0 "$args over foreign bytes"
   jq -e . "$OUT" >/dev/null || fail "$args printed invalid JSON"
 done
+# A --topic the broker does not have, while rows are marked published: an error naming the fix
+# (exit 8), not six lost events. An empty history file: each record is listed as unexpected.
+saved_topic=$TOPIC
+TOPIC=nosuch
+for sub in check verify; do
+  run "$sub"
+  expect_refused 8 "$sub --topic nosuch"
+  expect_line "^outbox-lab: error: topic 'nosuch' does not exist on $BROKER; check --topic \\(6 outbox rows are marked published\\)\$" "$ERR"
+done
+TOPIC=$saved_topic
+: >"$TMP/empty.history.jsonl"
+run check --history "$TMP/empty.history.jsonl"
+expect_rc 1 "check with an empty history file"
+expect_line '^\[check\] history: attempts=0 .* unexpected=6$' "$OUT"
+expect_line '^\[check\] unexpected \(in Kafka, but no writer in the history attempted it\): evt-' "$OUT"
+expect_line "^\\[check\\] the history file is empty: was it written by this run's processes with --history/OUTBOX_HISTORY\\?\$" "$OUT"
 # Deleting the row behind evt-id- C3 28 makes check report it as phantom, in JSON and in text.
 sqlite3 "$DB" "DELETE FROM outbox WHERE event_id = 'evt-id-' || CAST(X'C328' AS TEXT)" ||
   die "sqlite3 could not delete the row"
@@ -365,7 +498,7 @@ expect_rc 0 "status on a schema 2 database"
 expect_line '^\[status\] bad-created-at=2 ids=2,3: ' "$OUT"
 run status --json
 expect_json "$OUT" '.bad_created_at == 2 and .bad_created_at_ids == [2,3] and .oldest_unpublished_age_ms < 60000' "status --json on the migrated database"
-[ "$(sqlite3 "$DB" 'PRAGMA user_version')" = 4 ] || fail "the database was not migrated to schema 4"
+[ "$(sqlite3 "$DB" 'PRAGMA user_version')" = 5 ] || fail "the database was not migrated to schema 5"
 run metrics
 expect_line '^outbox_bad_created_at_rows 2$' "$OUT"
 

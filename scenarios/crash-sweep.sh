@@ -138,7 +138,8 @@ sweep_case() {
 
   run check --json
   local check_out=$OUT lost='?' dup='?' phantom='?' valid='?'
-  # check's verdicts: 0 valid, 1 invalid, 15 not drained yet, 16 cannot judge; 2 could not check.
+  # check's verdicts: 0 valid, 1 invalid, 15 not drained yet, 16 cannot judge; any other code: it
+  # could not check (the error's own code from the README's table, e.g. 6 no database, 8 no broker).
   if [ "$RC" -eq 0 ] || [ "$RC" -eq 1 ] || [ "$RC" -eq 15 ] || [ "$RC" -eq 16 ]; then
     valid=$(json_get "$check_out" '.valid')
     lost=$(json_count "$check_out" '.lost')

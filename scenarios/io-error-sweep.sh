@@ -90,7 +90,8 @@ sweep_case() {
   [ "$have" -lt "$LOANS" ] && must_run "recovery write" write $((LOANS - have)) --quiet --history "$history"
   must_run "recovery relay" relay --until-empty --quiet --history "$history"
   run check --json --history "$history"
-  # check's verdicts: 0 valid, 1 invalid, 15 not drained yet, 16 cannot judge; 2 could not check.
+  # check's verdicts: 0 valid, 1 invalid, 15 not drained yet, 16 cannot judge; any other code: it
+  # could not check (the error's own code from the README's table, e.g. 6 no database, 8 no broker).
   if [ "$RC" -eq 0 ] || [ "$RC" -eq 1 ] || [ "$RC" -eq 15 ] || [ "$RC" -eq 16 ]; then
     [ "$(json_get "$OUT" '$.valid')" = 1 ] || case_fail "check $(json_get "$OUT" '$.verdict'): $(cat "$OUT")"
   else

@@ -5,7 +5,7 @@
 #          database with rows; SIGINT to the chapter's `publish` while it stands between the
 #          broker's ack of its 2nd row and that row's mark (failpoint
 #          relay.after_ack_before_mark=1*off->pause, released by SIGUSR1 after the SIGINT); a
-#          relay holding a claim (failpoint relay.after_claim=hold, lease 3s) while a second relay
+#          relay holding a claim (claims mode; failpoint relay.after_claim=hold, lease 3s) while a second relay
 #          polls every 50 ms.
 # Expects: the relay says once that 5 rows wait in backoff and when the first is due; write 5
 #          prints 5 per-loan lines, write 21 none unless --verbose (then 21), both end with
@@ -86,10 +86,10 @@ expect_line '^\[reset\] removed business_loan=5 outbox=5 \(published=2 unpublish
 run write 5 --quiet
 echo "(OUTBOX_FAILPOINTS='relay.after_claim=hold')"
 export OUTBOX_FAILPOINTS='relay.after_claim=hold'
-start_hold relay-a relay --owner relay-a --lease 3s --delivery-timeout 1s
+start_hold relay-a relay --coordination claims --owner relay-a --lease 3s --delivery-timeout 1s
 unset OUTBOX_FAILPOINTS
 holder_pid=$HOLD_PID
-start_bg relay-b relay --owner relay-b --idle-max 50ms --delivery-timeout 1s --lease 3s
+start_bg relay-b relay --coordination claims --owner relay-b --idle-max 50ms --delivery-timeout 1s --lease 3s
 waiter_pid=$BG_PID waiter_log=$BG_LOG
 wait_for 30 "$waiter_pid" "relay-b's batch after relay-a's lease ran out" \
   _has_line '^\[relay\] batch .* marked=5 ' "$waiter_log"

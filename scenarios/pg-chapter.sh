@@ -7,7 +7,9 @@
 # Expects: the chapter's table: business 5, outbox 5, published 5, 8 Kafka records, 5 distinct
 #          event ids, evt-1001/1002/1003 twice each; rollback leaves no business row (shared fate on
 #          PostgreSQL: the unique violation aborts the whole transaction); consume --dedupe applies
-#          each event once; relay, status and check run on the same database.
+#          each event once; relay (claims, PostgreSQL's default), status and check run on the same
+#          database; status says the WAL size is not measured there; relay --coordination leader
+#          fails with one line and exit 18; a final reset counts the rows it removes.
 # Skipped (exit 77) only when OUTBOX_PG_URL is unset; scripts/test.sh sets it.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -84,6 +86,11 @@ expect_line '^\[relay\] done: batches=[0-9]+ acked=3 marked=3 failed=0 parked=0 
 run status --json
 expect_rc 0 "status --json"
 expect_json "$OUT" '.unpublished == 0 and .pending == 0 and .published == 8' "status: 8 published, nothing pending"
+# No WAL file of the lab's on PostgreSQL: status says so instead of printing a size of 0.
+expect_json "$OUT" '.wal_bytes == null' "status --json: wal_bytes null on PostgreSQL"
+run status
+expect_rc 0 "status"
+expect_line '^\[status\] wal-bytes not measured: on PostgreSQL the WAL is the server.s' "$OUT"
 
 step "the checker on PostgreSQL"
 run check --history "$OUTBOX_HISTORY"
@@ -100,5 +107,16 @@ run --synchronous off status
 expect_rc 18 "--synchronous off on PostgreSQL"
 expect_error_line "--synchronous off on PostgreSQL"
 expect_line '^outbox-lab: error: --synchronous off is SQLite.s PRAGMA' "$ERR"
+# Leader mode has no lease table on PostgreSQL: refused before the relay opens anything (the
+# relay above ran in claims mode, the PostgreSQL default).
+run relay --coordination leader --until-empty
+expect_rc 18 "relay --coordination leader on PostgreSQL"
+expect_error_line "relay --coordination leader on PostgreSQL"
+expect_line '^outbox-lab: error: --coordination leader is not on PostgreSQL yet; use --coordination claims$' "$ERR"
+
+step "reset on PostgreSQL counts what it removes"
+run reset
+expect_rc 0 "reset of a database with rows"
+expect_line '^\[reset\] removed business_loan=8 outbox=8 \(published=8 unpublished=0\) archived=0$' "$OUT"
 
 finish

@@ -157,7 +157,8 @@ cell() {
   run relay --until-empty "${RELAY_ARGS[@]}" --history "$history"
   [ "$RC" -eq 0 ] || case_fail "recovery relay: exit $RC"
   run check --json --history "$history" --synchronous-used "$sync"
-  # check's verdicts: 0 valid, 1 invalid, 15 not drained yet, 16 cannot judge; 2 could not check.
+  # check's verdicts: 0 valid, 1 invalid, 15 not drained yet, 16 cannot judge; any other code: it
+  # could not check (the error's own code from the README's table, e.g. 6 no database, 8 no broker).
   if [ "$RC" -eq 0 ] || [ "$RC" -eq 1 ] || [ "$RC" -eq 15 ] || [ "$RC" -eq 16 ]; then
     U_VALID=$(json_get "$OUT" '$.valid')
     U_LOST=$(json_count "$OUT" '$.lost')

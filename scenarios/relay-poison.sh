@@ -23,6 +23,9 @@
 #      `unpark --all` and a relay without the limit, evt-9001 comes after evt-9002 on the topic:
 #      check is valid (nothing lost) and reports exactly that one order violation — the price of
 #      skip, which the chapter's "顺序错乱" row warns about.
+# Every relay here runs --coordination claims: one row per aggregate per batch is claims mode's
+# block-key. In leader mode (the default) evt-9002 would go out in the poison's own batch, before
+# its first failure (README, "Order in leader mode").
 # A relay that hangs is stopped after 15 s (run's RUN_TIMEOUT_S) and reported; draining 22 rows
 # takes about a second.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -112,7 +115,7 @@ start_broker
 
 step "block-key: the poison row is parked, its aggregate's next event waits"
 fresh_poison_db block-key
-RUN_TIMEOUT_S=15 run "${POISON_LIMIT[@]}" relay --until-empty --key aggregate-id "${RELAY_RETRY[@]}"
+RUN_TIMEOUT_S=15 run "${POISON_LIMIT[@]}" relay --coordination claims --until-empty --key aggregate-id "${RELAY_RETRY[@]}"
 expect_rc 0 "relay --until-empty (block-key) with a parked row"
 state=$(l9001_state)
 echo "L-9001 events (event published parked attempts): $state"
@@ -133,7 +136,7 @@ expect_check_json 15 "poison parked, evt-9002 waiting: not drained until unparke
   '.phantom == [] and .atomicity == [] and .lost_after_mark == []'
 
 step "CI: relay --fail-on-parked exits 14 while a row is parked; parked lists it"
-RUN_TIMEOUT_S=15 run relay --until-empty --key aggregate-id --fail-on-parked
+RUN_TIMEOUT_S=15 run relay --coordination claims --until-empty --key aggregate-id --fail-on-parked
 expect_rc 14 "relay --until-empty --fail-on-parked with a parked row"
 expect_line '^\[relay\] done: .* parked=0 fenced=0 pending=1$' "$OUT"
 run parked
@@ -148,7 +151,7 @@ step "block-key: unpark, and a relay without the size limit publishes evt-9001, 
 run unpark --all
 expect_rc 0 "unpark --all"
 expect_line '^\[unpark\] unparked=1$' "$OUT"
-RUN_TIMEOUT_S=15 run relay --until-empty --key aggregate-id --fail-on-parked
+RUN_TIMEOUT_S=15 run relay --coordination claims --until-empty --key aggregate-id --fail-on-parked
 expect_rc 0 "relay --until-empty --fail-on-parked after unpark (block-key): nothing parked"
 expect_line '^\[relay\] done: batches=[0-9]+ acked=2 marked=2 failed=0 parked=0 fenced=0 pending=0$' "$OUT"
 expect_eq "evt-9001 1 0 0,evt-9002 1 0 0" "$(l9001_state)" "L-9001 events after unpark (event published parked attempts)"
@@ -159,7 +162,7 @@ expect_topic_order "evt-9001 evt-9002"
 
 step "block-key, poison parked at its first failure: --until-empty must still end"
 fresh_poison_db park-first
-RUN_TIMEOUT_S=15 run "${POISON_LIMIT[@]}" relay --until-empty --key aggregate-id --batch-size 11 \
+RUN_TIMEOUT_S=15 run "${POISON_LIMIT[@]}" relay --coordination claims --until-empty --key aggregate-id --batch-size 11 \
   --max-attempts 1
 expect_rc 0 "relay --until-empty with a row blocked behind a parked row"
 expect_line '^\[relay\] batch token=[0-9]+ claimed=11 acked=10 failed=1 marked=10 retried=0 parked=1 fenced=0$' "$OUT"
@@ -169,7 +172,7 @@ expect_eq "evt-9001 0 1 1,evt-9002 0 0 0" "$(l9001_state)" "L-9001 events (event
 
 step "skip: evt-9002 flows past the parked evt-9001"
 fresh_poison_db skip
-RUN_TIMEOUT_S=15 run "${POISON_LIMIT[@]}" relay --until-empty --key aggregate-id --on-failure skip \
+RUN_TIMEOUT_S=15 run "${POISON_LIMIT[@]}" relay --coordination claims --until-empty --key aggregate-id --on-failure skip \
   "${RELAY_RETRY[@]}"
 expect_rc 0 "relay --until-empty --on-failure skip"
 expect_line '^\[relay\] done: batches=[0-9]+ acked=21 marked=21 failed=3 parked=1 fenced=0 pending=0$' "$OUT"
@@ -183,7 +186,7 @@ step "skip: unpark: evt-9001 is published after evt-9002 — one order violation
 run unpark --all
 expect_rc 0 "unpark --all"
 expect_line '^\[unpark\] unparked=1$' "$OUT"
-RUN_TIMEOUT_S=15 run relay --until-empty --key aggregate-id --on-failure skip
+RUN_TIMEOUT_S=15 run relay --coordination claims --until-empty --key aggregate-id --on-failure skip
 expect_rc 0 "relay --until-empty after unpark (skip)"
 expect_line '^\[relay\] done: batches=1 acked=1 marked=1 failed=0 parked=0 fenced=0 pending=0$' "$OUT"
 expect_check_json 0 "skip after unpark: valid, order reversed" \

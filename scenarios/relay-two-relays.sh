@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Chapter 7.1, "多 relay 抢同一行" — two production relays on one outbox.
-# Injects: contention, no crash — two `relay --until-empty --batch-size 500` processes started
+# Injects: contention, no crash — two `relay --coordination claims --until-empty --batch-size 500`
+#          processes (claims mode: the mode in which relays share the work; leader-two-relays.sh
+#          is the default leader mode's version) started
 #          together on the same database and topic, over 10,000 unpublished events.
 # Expects: the claims (BEGIN IMMEDIATE + lease + fencing token, SQLite's stand-in for SKIP LOCKED)
 #          split the backlog instead of doubling it: both relays exit 0 and mark something, their
@@ -37,9 +39,9 @@ expect_line "^\[write\] committed=$EVENTS\$" "$OUT"
 step "two relays at once on the same outbox"
 echo "(OUTBOX_FAILPOINTS='relay.after_claim=1*pause->off')"
 export OUTBOX_FAILPOINTS='relay.after_claim=1*pause->off'
-start_bg relay-a relay --until-empty --batch-size 500 --owner relay-a --json
+start_bg relay-a relay --coordination claims --until-empty --batch-size 500 --owner relay-a --json
 pid_a=$BG_PID log_a=$BG_LOG
-start_bg relay-b relay --until-empty --batch-size 500 --owner relay-b --json
+start_bg relay-b relay --coordination claims --until-empty --batch-size 500 --owner relay-b --json
 pid_b=$BG_PID log_b=$BG_LOG
 unset OUTBOX_FAILPOINTS
 wait_paused "$pid_a" "$log_a" relay.after_claim

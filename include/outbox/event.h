@@ -44,6 +44,10 @@ struct OutboundMessage {
   // The application's headers (OutboxEvent::headers, parsed), sent after the
   // relay's own event_id, event_type and outbox_id, in the object's order.
   std::vector<RecordHeader> headers = {};
+  // Header "run_id": the Store::RunId() of the database the row was read from
+  // when it was read (a reset while a relay runs starts a new run). Empty:
+  // the publisher's own (KafkaPublisherOptions::run_id).
+  std::string run_id = {};
 };
 
 // The delivery report for one message: ok only when the broker acknowledged it

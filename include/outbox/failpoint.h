@@ -72,6 +72,10 @@ void ConfigureFailpoints(const std::string& spec);
 // ConfigureFailpoints(getenv("OUTBOX_FAILPOINTS")) when the variable is set.
 void ConfigureFailpointsFromEnv();
 
+// The names the active configuration sets (e.g. "vfs.sync.wal"), sorted; empty
+// when none is. Lets a program refuse points that cannot fire in this process.
+std::vector<std::string> ConfiguredFailpoints();
+
 // Evaluates the failpoint name. Call from the code at that point. May not
 // return (kill, hold), may block until released (pause) or sleep, may throw
 // FailpointError (error action; or pause when poll(2) fails). hold_line, when

@@ -36,6 +36,10 @@ struct BackoffWait;
 struct OutboxStatus;
 struct OutboxCounts;
 struct OutboxSnapshot;
+struct LeaderLease;
+struct LeaseAcquisition;
+struct PageRequest;
+struct CheckpointReport;
 
 // Which database an OutboxStore talks to.
 enum class Backend { kSqlite, kPostgres };
@@ -105,6 +109,35 @@ class OutboxStore {
 
   // Counts for status and metrics at now_ms.
   virtual OutboxStatus Status(std::int64_t now_ms) = 0;
+
+  // --- Leader mode (relay --coordination leader), on SQLite only so far ---
+  //
+  // Store implements these as outbox/store.h documents (table outbox_lease, a fencing token that
+  // only grows, the settle fenced by it). PgStore has no lease table yet: ReadLease returns a
+  // lease never held (owner "", token 0), ReleaseLease returns false, and AcquireLease,
+  // RenewLease, ReadPage and SettleUnderLease throw ConfigError ("... not on PostgreSQL yet").
+  // relay --coordination leader is refused on a postgresql:// --db before a Relay exists
+  // (exit 18, README "PostgreSQL"), so a PgStore never gets there through the CLI.
+  virtual LeaderLease ReadLease() = 0;
+  virtual LeaseAcquisition AcquireLease(const std::string& owner, std::int64_t lease_ms,
+                                        std::int64_t now_ms) = 0;
+  virtual bool RenewLease(std::int64_t token, std::int64_t lease_ms, std::int64_t now_ms) = 0;
+  virtual bool ReleaseLease(std::int64_t token) = 0;
+  virtual std::vector<OutboxRow> ReadPage(const PageRequest& request) = 0;
+  virtual SettleReport SettleUnderLease(std::int64_t token, const std::vector<std::int64_t>& acked,
+                                        const std::vector<FailedDelivery>& failed,
+                                        const SettlePolicy& policy, std::int64_t now_ms,
+                                        std::int64_t lease_ms) = 0;
+
+  // --- The SQLite write-ahead log (the relay's passive checkpoint, status wal-bytes) ---
+  //
+  // Store: sqlite3_wal_checkpoint_v2(PASSIVE) and the size of the -wal file (outbox/store.h).
+  // PgStore: the server's WAL is not a file next to --db and not the lab's to checkpoint (the
+  // server's checkpointer runs on its own), so CheckpointPassive does nothing and returns a
+  // report with busy false and wal_frames/checkpointed -1 (not measured), and WalSizeBytes
+  // returns 0 (status says it is not measured there). Neither throws on PostgreSQL.
+  virtual CheckpointReport CheckpointPassive() = 0;
+  virtual std::int64_t WalSizeBytes() const = 0;
 
   // The clock relays and writers read unless given their own (never the lease clock on
   // PostgreSQL: that is the server's).

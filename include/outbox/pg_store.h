@@ -58,8 +58,10 @@ class PgStore : public OutboxStore {
 
   // Drops and recreates the outbox, its archive, the fencing sequence, the naive offset and the
   // run table, empty, and starts a new run (RunId). The lab's business table is the lab's
-  // (lab/loans.h, ResetLabStore). Throws pg::PgError.
-  void ResetSchema();
+  // (lab/loans.h, ResetLabStore). Returns what it dropped, counted in the drop's transaction
+  // (lab_table false: the table named outbox has no boolean published column, so published is
+  // 0). Throws pg::PgError.
+  ResetCounts ResetSchema();
   // True when every table of the outbox schema exists. Throws pg::PgError.
   bool HasSchema() { return SchemaCurrent(); }
 
@@ -127,6 +129,24 @@ class PgStore : public OutboxStore {
   std::vector<ClaimOwner> ClaimOwners(std::int64_t now_ms) override;
   std::int64_t ReleaseClaimsOf(const std::string& owner) override;
   OutboxStatus Status(std::int64_t now_ms) override;
+
+  // Leader mode is not on PostgreSQL yet (OutboxStore, "Leader mode"): ReadLease returns a lease
+  // never held, ReleaseLease false; the other four throw ConfigError naming relay
+  // --coordination claims. None touches the database.
+  LeaderLease ReadLease() override { return LeaderLease{}; }
+  LeaseAcquisition AcquireLease(const std::string& owner, std::int64_t lease_ms,
+                                std::int64_t now_ms) override;
+  bool RenewLease(std::int64_t token, std::int64_t lease_ms, std::int64_t now_ms) override;
+  bool ReleaseLease(std::int64_t /*token*/) override { return false; }
+  std::vector<OutboxRow> ReadPage(const PageRequest& request) override;
+  SettleReport SettleUnderLease(std::int64_t token, const std::vector<std::int64_t>& acked,
+                                const std::vector<FailedDelivery>& failed,
+                                const SettlePolicy& policy, std::int64_t now_ms,
+                                std::int64_t lease_ms) override;
+
+  // No WAL file of the lab's on PostgreSQL (OutboxStore): nothing done, -1 frames; 0 bytes.
+  CheckpointReport CheckpointPassive() override { return CheckpointReport{}; }
+  std::int64_t WalSizeBytes() const override { return 0; }
 
   Clock& clock() const noexcept override { return *clock_; }
   PgClaimMode mode() const noexcept { return mode_; }

@@ -1,6 +1,10 @@
 // Relay: the production message relay. One batch is
 //   claim (lease + fencing token) -> produce all, collect every delivery
 //   report -> settle (mark acked, back off or park failures) in ONE transaction.
+// That is Coordination::kClaims. Under Coordination::kLeader one relay holds
+// the store's leader lease (Store::AcquireLease) and reads pages without
+// claims; its settle is fenced by the lease's token instead of per-row
+// tokens, and the other relays stand by until the lease runs out.
 // No database transaction is open while talking to the broker. RunRelayLoop
 // keeps up to LoopOptions::pipeline_depth batches in flight: batch N+1 is
 // claimed and produced while batch N's reports are on their way, and batch N
@@ -23,9 +27,11 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "outbox/clock.h"
+#include "outbox/error.h"
 #include "outbox/publisher.h"
 #include "outbox/store.h"
 
@@ -44,9 +50,40 @@ enum class FailureMode {
   kSkip,      // they flow on: throughput kept, order across the failure lost
 };
 
+// Who may send which row when several relays share one outbox.
+enum class Coordination {
+  // Each batch is claimed (Store::ClaimBatch: per-row lease + fencing token),
+  // so several relays share the work. Under kBlockKey a batch holds at most
+  // one row per aggregate: two relays must not send one aggregate's rows at once.
+  kClaims,
+  // One relay, the leader, holds the store's lease and sends every row
+  // (Store::ReadPage, no writes onto rows); the others stand by and take over
+  // when its lease runs out. Its settle applies only under its lease token
+  // (Store::SettleUnderLease). One producer sends everything, in id order, so
+  // with enable.idempotence=true librdkafka keeps each partition's order
+  // across its own retries (librdkafka INTRODUCTION.md, "Idempotent
+  // Producer"): kBlockKey holds back only the rows behind a row that failed
+  // (in backoff or parked), not every later row of an aggregate in flight.
+  kLeader,
+};
+
 // Throw ConfigError on anything else.
 KeyChoice ParseKeyChoice(const std::string& text);      // "event-id" | "aggregate-id"
 FailureMode ParseFailureMode(const std::string& text);  // "block-key" | "skip"
+Coordination ParseCoordination(const std::string& text);  // "claims" | "leader"
+
+// A change of this relay's leadership (RelayOptions::on_lease), leader mode only.
+struct LeaseEvent {
+  enum class Kind {
+    kAcquired,  // this relay became the leader with lease.token
+    kLost,      // another relay holds a newer token: this relay stands by; its
+                // batches in flight will be fenced out at their settle
+    kReleased,  // this relay ended its term on a clean stop (Relay::Resign)
+  };
+  Kind kind = Kind::kAcquired;
+  LeaderLease lease;     // this relay's term (kAcquired, kReleased) or the one it lost
+  LeaderLease previous;  // kAcquired: the term it took over from (owner "" and token 0: none)
+};
 
 // What one settle did, by event id: what a history records (RelayOptions::on_settle).
 struct SettleRecord {
@@ -62,7 +99,11 @@ struct RelayOptions {
   KeyChoice key = KeyChoice::kEventId;
   FailureMode on_failure = FailureMode::kBlockKey;
   SettlePolicy settle;             // max attempts and backoff
-  std::int64_t lease_ms = 30000;   // how long a claim holds, ms; must exceed the delivery timeout
+  // How long a claim (kClaims) or the leader lease (kLeader) holds, ms; must
+  // exceed the delivery timeout. The leader renews its lease with every settle
+  // and, idle or not, once less than half of it is left.
+  std::int64_t lease_ms = 30000;
+  Coordination coordination = Coordination::kClaims;
   std::string owner;               // recorded with each claim, e.g. "relay-4242"
   // Where claims, leases, backoffs and marks read the time. Not owned; must
   // outlive the Relay. Null: the store's clock (Store::clock()).
@@ -79,7 +120,21 @@ struct RelayOptions {
   // its commit, and only the database can tell), "mark" (the settle committed;
   // after on_settle), and "idle" (0 rows to claim; token 0). A lab records them
   // so a kill -9's window can be told afterwards. May be empty. Must not throw.
+  // In leader mode "claim" marks the page read (no claim is written) and the
+  // token is the lease's token, the same for every batch of one term.
   std::function<void(std::string_view phase, std::int64_t token)> on_phase;
+  // Leader mode: called when this relay becomes the leader, loses the lease,
+  // or releases it. May be empty. Must not throw.
+  std::function<void(const LeaseEvent&)> on_lease;
+  // After the settle (and relay.after_mark) of a batch smaller than
+  // batch_size, run a PASSIVE checkpoint (Store::CheckpointPassive): the relay
+  // has caught up with the writers and has time to spare, and the writers'
+  // COMMITs then rarely meet SQLite's automatic checkpoint (at 1,000 WAL
+  // pages). Full batches (draining a backlog) skip it: a checkpoint after
+  // every batch cost 22-34 % of a drain's events/s in the bench, and SQLite's
+  // automatic checkpoint runs in the relay's own commits then. A failed
+  // checkpoint is left to the next one: the settle has already committed.
+  bool checkpoint_after_settle = true;
 };
 
 // Why a relay with unpublished rows has nothing to claim: other owners'
@@ -93,8 +148,21 @@ struct WaitReport {
   };
   std::vector<Lease> leases;  // by owner name; this relay's own owner left out
   BackoffWait backoff;
+  // Leader mode, on a standby: the live leader lease of another relay (token 0:
+  // none). Compared by owner and token only, so a standby reports each
+  // leader's term once, not each renewal.
+  struct Leader {
+    std::string owner;
+    std::int64_t token = 0;
+    std::int64_t until_ms = 0;  // epoch ms the lease runs out unless renewed
+    std::int64_t rows = 0;      // pending rows (unpublished, not parked) it has to send
+    bool operator==(const Leader& other) const {
+      return owner == other.owner && token == other.token;
+    }
+  };
+  Leader leader;
 
-  bool empty() const { return leases.empty() && backoff.rows == 0; }
+  bool empty() const { return leases.empty() && backoff.rows == 0 && leader.token == 0; }
   bool operator==(const WaitReport&) const = default;
 };
 
@@ -108,11 +176,29 @@ struct BatchReport {
 
 class Relay {
  public:
-  // Throws ConfigError for batch_size <= 0, lease_ms <= 0 or max_attempts <= 0.
+  // Throws ConfigError for batch_size <= 0, lease_ms <= 0 or above kMaxHoldMs (a day), or
+  // max_attempts <= 0.
   Relay(OutboxStore& store, Publisher& publisher, RelayOptions options);
 
   // True when a row could be claimed now (read-only: no write while idle).
+  // Leader mode: when this relay leads and a row may be sent now. On the way
+  // it acquires a free lease, or renews its own once less than half of it is
+  // left (a write then; none on a standby while the leader's lease holds).
+  // Throws DbError.
   bool HasClaimable();
+
+  // Leader mode: makes sure this relay leads, as HasClaimable does; true when
+  // it does. Always false in claims mode. Throws DbError.
+  bool Lead();
+
+  // Leader mode: releases the lease (Store::ReleaseLease) when this relay
+  // holds it and nothing is in flight, so a standby takes over at once
+  // instead of after the lease. Call on a clean stop. Does nothing in claims
+  // mode. Throws DbError.
+  void Resign();
+
+  // The lease token this relay holds in leader mode; 0 when it does not lead.
+  std::int64_t LeaseToken() const noexcept { return lease_.token; }
 
   // What the rows this relay cannot claim now wait on (read only). Throws DbError.
   WaitReport Waits();
@@ -121,7 +207,10 @@ class Relay {
   // waiting longer cannot help (until-empty ends here). Throws DbError.
   bool CanOnlyWaitForever();
 
-  // Runs one batch from the keyset cursor. The settle is retried on
+  // Runs one batch from the keyset cursor. Leader mode: reads a page instead of
+  // claiming (nothing when this relay does not lead) and settles it with
+  // Store::SettleUnderLease; the cursor skips the rows still in flight, so a
+  // new pass never sends them twice. The settle is retried on
   // SQLITE_BUSY until the lease runs out, so acked rows get marked. Starts a new pass from id 0 when
   // nothing lies past the cursor or when a row behind it became claimable
   // (its backoff ran out), so retries are never starved by new rows. claimed == 0
@@ -151,7 +240,14 @@ class Relay {
  private:
   std::int64_t Now() const;
   ClaimRequest MakeClaimRequest(std::int64_t after_id) const;
+  bool leader_mode() const noexcept { return options_.coordination == Coordination::kLeader; }
+  Claim ClaimNext();  // claims mode: the next claim from the cursor, or an empty one
+  Claim ReadNext();   // leader mode: the next page past the cursor and the rows in flight
+  bool SendRows(Claim claim);  // both: builds the records and hands them to the publisher
+  bool Sendable();    // leader mode: a row could be sent now, ignoring who leads
+  void LoseLease();   // leader mode: another relay took over
   void Phase(std::string_view phase, std::int64_t token) const;  // options_.on_phase, if any
+  void CheckpointAfterSettle();  // options_.checkpoint_after_settle
 
   OutboxStore& store_;
   Publisher& publisher_;
@@ -165,6 +261,10 @@ class Relay {
     std::vector<FailedDelivery> rejected;
   };
   std::deque<InFlightBatch> in_flight_;  // oldest first, as the publisher's batches
+  // Leader mode: this relay's term (token 0: not leading) and the ids of the
+  // rows in flight, which a new pass of the cursor must not send again.
+  LeaderLease lease_;
+  std::unordered_set<std::int64_t> in_flight_ids_;
 };
 
 // Waits while the relay is idle. Implementations: ChangeWatcher (inotify),
@@ -203,6 +303,14 @@ struct LoopOptions {
   // are not reported again until a batch runs or the wait changes). May be
   // empty; must not throw.
   std::function<void(const WaitReport&)> on_wait;
+  // Called in kForever when a batch failed with an error that may pass
+  // (SQLITE_BUSY: another process held the lock past the busy timeout; an I/O
+  // error) and the loop waits retry_in_ms (the idle backoff) before trying
+  // again; once per run of failures, not again until a batch succeeds. kOnce
+  // and kUntilEmpty do not wait on SQLITE_BUSY, they throw it: a command that
+  // is meant to end must not wait silently on another process's lock. May be
+  // empty; must not throw.
+  std::function<void(const DbError& error, int retry_in_ms)> on_retry;
   // Batches in flight at once, >= 1 (1: claim, produce, wait, settle, one after
   // the other). Depth 2 hides the broker's round trip behind the database work
   // of the next claim and the last settle. A kill -9 re-sends at most this

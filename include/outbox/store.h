@@ -1,5 +1,6 @@
 // Store: the outbox table in an SQLite file, and the only code that reads or
-// writes the outbox tables (outbox, outbox_fence, outbox_archive).
+// writes the outbox tables (outbox, outbox_fence, outbox_archive,
+// outbox_lease).
 //
 // The business transaction and the outbox insert share one local transaction
 // (chapter 7.1, "同库同事务"): the caller begins it with BeginWrite(), runs its
@@ -31,6 +32,15 @@ enum class Synchronous { kOff, kNormal, kFull, kExtra };
 // Parses "off", "normal", "full", "extra" (case-sensitive). Throws ConfigError.
 Synchronous ParseSynchronous(const std::string& text);
 
+// How SettleBatch marks a batch's acknowledged ids.
+enum class MarkMethod {
+  kById,     // one UPDATE ... WHERE id = ? per acked id
+  // one UPDATE ... WHERE id BETWEEN ? AND ? ... RETURNING id per run of
+  // consecutive acked ids (a settled batch is mostly one run). Exact: a run
+  // holds every id between its ends, so no row outside the acked set is marked.
+  kByRange,
+};
+
 struct StoreOptions {
   Synchronous synchronous = Synchronous::kFull;
   // sqlite3_busy_timeout: how long a write waits for another writer's lock
@@ -39,6 +49,8 @@ struct StoreOptions {
   // Where MarkPublished and PurgePublished read the time (published_at,
   // archived_at). Not owned; must outlive the Store. Null: the system clock.
   Clock* clock = nullptr;
+  // How SettleBatch marks acknowledged rows (MarkMethod). The bench compares both.
+  MarkMethod mark = MarkMethod::kByRange;
 };
 
 enum class OpenMode {
@@ -48,6 +60,14 @@ enum class OpenMode {
   // works on read-only media and on a file owned by another user. Every
   // write throws DbError (SQLITE_READONLY). See the constructor for WAL files.
   kReadOnly,
+};
+
+// What ResetSchema removed.
+struct ResetCounts {
+  std::int64_t outbox_rows = 0;  // rows of the table named outbox
+  std::int64_t published = 0;    // of them, published (0 when not the lab's table)
+  std::int64_t archived = 0;     // rows of outbox_archive
+  bool lab_table = true;         // false: a table of another design was named outbox
 };
 
 struct OutboxCounts {
@@ -84,7 +104,10 @@ struct OutboxSnapshot {
 // rows that already break the contract are kept and reported by Status().
 // 4 adds the nullable headers column (OutboxEvent::headers) to outbox and
 // outbox_archive.
-inline constexpr int kSchemaVersion = 4;
+// 5 adds table outbox_lease: the one leader lease of relay --coordination
+// leader (owner, fencing token, until), see AcquireLease, and the partial index
+// outbox_failed_by_aggregate over unpublished rows with attempts > 0 (ReadPage).
+inline constexpr int kSchemaVersion = 5;
 
 // A batch claimed by one relay (Store::ClaimBatch).
 struct Claim {
@@ -120,12 +143,21 @@ struct SettlePolicy {
   std::int64_t backoff_max_ms = 60000;  // cap of the exponential delay
 };
 
+// The longest a relay may hold a row back, by a lease (claim_until) or a
+// backoff (next_attempt_at), ms: one day. A claim_until or next_attempt_at
+// further ahead than this (or not a number) was not written by a relay: an
+// application's far-future or malformed value must not hold its row back
+// forever (no row may stall a command), so the store treats such a row as
+// unclaimed and due. Relay::Relay refuses a longer lease; BackoffMs caps at it.
+inline constexpr std::int64_t kMaxHoldMs = 24LL * 60 * 60 * 1000;
+
 // The delay before the next attempt of a row that failed `attempts` times (>= 1), ms:
-// backoff_base_ms doubled per earlier failure, capped at backoff_max_ms.
+// backoff_base_ms doubled per earlier failure, capped at backoff_max_ms and at kMaxHoldMs.
 inline std::int64_t BackoffMs(std::int64_t attempts, const SettlePolicy& policy) {
+  const std::int64_t cap = policy.backoff_max_ms < kMaxHoldMs ? policy.backoff_max_ms : kMaxHoldMs;
   std::int64_t delay = policy.backoff_base_ms;
-  for (std::int64_t i = 1; i < attempts && delay < policy.backoff_max_ms; ++i) delay *= 2;
-  return delay < policy.backoff_max_ms ? delay : policy.backoff_max_ms;
+  for (std::int64_t i = 1; i < attempts && delay < cap; ++i) delay *= 2;
+  return delay < cap ? delay : cap;
 }
 
 struct SettleReport {
@@ -137,6 +169,38 @@ struct SettleReport {
   std::vector<std::int64_t> marked_ids;
   std::vector<std::int64_t> parked_ids;
   std::vector<std::int64_t> fenced_ids;
+  // SettleUnderLease only: the lease had passed to a newer token, nothing was written.
+  bool fenced_out = false;
+};
+
+// The leader lease of relay --coordination leader (Store::ReadLease).
+struct LeaderLease {
+  std::string owner;               // the holder's owner name, "" when never held
+  std::int64_t token = 0;          // fencing token of the current term; 0 before the first
+  std::int64_t until_ms = 0;       // epoch ms the term runs out; 0 after ReleaseLease
+  std::int64_t acquired_at_ms = 0; // epoch ms the term began
+
+  // True when a relay holds it at now_ms (epoch ms).
+  bool Live(std::int64_t now_ms) const { return token > 0 && until_ms > now_ms; }
+  bool operator==(const LeaderLease&) const = default;
+};
+
+// The outcome of Store::AcquireLease.
+struct LeaseAcquisition {
+  bool acquired = false;
+  LeaderLease lease;     // after the attempt: ours when acquired, else the live holder's
+  LeaderLease previous;  // before it: whose term ended (owner "" and token 0 for the first)
+};
+
+// A leader's page (Store::ReadPage).
+struct PageRequest {
+  std::int64_t after_id = 0;  // keyset cursor: rows with id > after_id
+  std::int64_t up_to_id = 0;  // and id <= up_to_id, unless 0
+  std::int64_t limit = 1000;  // rows, > 0
+  std::int64_t now_ms = 0;    // epoch ms: backoffs and claims are judged at it
+  // Hold back every row behind an earlier failed unpublished row of its
+  // aggregate (FailureMode::kBlockKey in leader mode).
+  bool hold_back_failed = true;
 };
 
 // The unexpired claims of one relay (Store::ClaimOwners).
@@ -198,6 +262,13 @@ struct TroubledRows {
   std::vector<TroubledRow> rows;  // the first limit of them, parked first, then in id order
 };
 
+// One sqlite3_wal_checkpoint_v2 (Store::CheckpointPassive).
+struct CheckpointReport {
+  bool busy = false;          // another connection was checkpointing: nothing done
+  std::int64_t wal_frames = -1;    // frames in the WAL after the call; -1 when busy
+  std::int64_t checkpointed = -1;  // of those, copied into the database file; -1 when busy
+};
+
 struct PurgeReport {
   std::int64_t deleted = 0;   // published rows removed from outbox
   std::int64_t archived = 0;  // of those, copied to outbox_archive first
@@ -248,8 +319,10 @@ class Store : public OutboxStore {
   // Drops and recreates the outbox table and its partial index over
   // unpublished rows, in one transaction, and starts a new run: a fresh run
   // id (epoch ms and 32 random bits, "1764545856000-3f9a0c1b") replaces the
-  // old one in table outbox_run. Throws DbError.
-  void ResetSchema();
+  // old one in table outbox_run. Drops whatever table is named outbox, the
+  // lab's or not (a store opened kCreate on a foreign one). Returns what it
+  // removed, counted in the same transaction. Throws DbError.
+  ResetCounts ResetSchema();
   // The run id of the last ResetSchema(). The lab sends it as the Kafka
   // header "run_id" on every record, so that a reader of a topic shared by
   // several databases (or by earlier resets of this one) counts only this
@@ -323,6 +396,13 @@ class Store : public OutboxStore {
 
   OutboxCounts Count();
 
+  // published_at - created_at of every published row with id > after_id, in
+  // id order, ms: each row's commit-to-mark delay (created_at is taken just
+  // before its transaction begins, published_at when the relay settles its
+  // ack), for the bench's latency figure. Rows published before schema 2
+  // (no published_at) are left out. Read only. Throws DbError.
+  std::vector<std::int64_t> PublishDelaysMs(std::int64_t after_id);
+
   // --- The production relay (outbox-lab relay) ---
 
   // Claims up to request.limit claimable rows in one BEGIN IMMEDIATE
@@ -374,6 +454,75 @@ class Store : public OutboxStore {
   // producing). Throws DbError.
   void ReleaseClaim(std::int64_t token);
 
+  // --- Leader mode (relay --coordination leader) ---
+  //
+  // One relay at a time holds the leader lease (table outbox_lease, one row)
+  // and sends every row; the others stand by. The lease carries a fencing
+  // token that only grows: every acquisition (a first one, or a takeover
+  // after the lease ran out or was released) sets it to the previous token
+  // + 1, and a renewal keeps it. The leader reads pages without writing onto
+  // rows (ReadPage); its settle applies only while its token is still the
+  // lease's token, checked in the settle's own transaction
+  // (SettleUnderLease). A leader paused past its lease (SIGSTOP) is thus
+  // fenced out once another relay took over: the rows it sent stay
+  // unpublished and the new leader sends them again (duplicates, never
+  // losses). The fencing rule is Kleppmann's fencing token ("How to do
+  // distributed locking", 2016), checked by the database that holds the rows.
+  // All times are epoch ms from the caller (the relay's Clock).
+
+  // Reads the lease as it is (read only, no lock held after the call). A
+  // database never led has owner "", token 0, until_ms 0. Throws DbError.
+  LeaderLease ReadLease();
+
+  // Takes the lease for owner for lease_ms (> 0) from now_ms when it is free:
+  // never held, released, or run out (until_ms <= now_ms). Reads first and
+  // writes only when it is free, so a standby polling a live lease writes
+  // nothing; the write (BEGIN IMMEDIATE) checks again under the lock, so two
+  // relays never both acquire one term. Acquired: token = previous token + 1,
+  // until_ms = now_ms + lease_ms, acquired_at_ms = now_ms. Not acquired: the
+  // lease is live under some owner (the same owner name included: a second
+  // process with one name waits too). Throws ConfigError for lease_ms <= 0,
+  // DbError (SQLITE_BUSY past the busy timeout).
+  LeaseAcquisition AcquireLease(const std::string& owner, std::int64_t lease_ms,
+                                std::int64_t now_ms);
+
+  // Extends the lease of term token to now_ms + lease_ms (never shortens it).
+  // Returns false, writing nothing, when token is no longer the lease's token
+  // (another relay took over): the caller is no longer the leader. A term
+  // whose lease ran out without a takeover is still current and is renewed:
+  // nobody else sent under a newer token meanwhile. Throws ConfigError for
+  // lease_ms <= 0, DbError.
+  bool RenewLease(std::int64_t token, std::int64_t lease_ms, std::int64_t now_ms);
+
+  // Ends term token at once (until_ms = 0, token kept), so a standby takes
+  // over at its next poll instead of after the lease: for a leader stopping
+  // cleanly with nothing in flight. Returns false when token is no longer
+  // current (nothing written). Throws DbError.
+  bool ReleaseLease(std::int64_t token);
+
+  // Up to request.limit rows a leader may send now, in id order: unpublished,
+  // not parked, next attempt due (next_attempt_at <= now_ms), id in
+  // (after_id, up_to_id], not under an unexpired claim of a claims-mode
+  // relay; with request.hold_back_failed, also no earlier unpublished row of
+  // the same aggregate that has failed (attempts > 0: in backoff, parked, or
+  // due for its retry in this very page), so a row that finally fails holds
+  // back the later rows of its aggregate while rows merely in flight do not.
+  // Read only: writes nothing onto rows. Throws DbError.
+  std::vector<OutboxRow> ReadPage(const PageRequest& request);
+
+  // Settles a leader's batch in ONE transaction, only while token is the
+  // lease's token: marks every acked id that is still unpublished
+  // (published_at = now_ms), records every failure as SettleBatch does
+  // (attempts + 1, backoff, parking after policy.max_attempts or park_now),
+  // and renews the lease to now_ms + lease_ms (> 0). When token is no longer
+  // current, writes nothing, sets fenced_out and reports every id fenced.
+  // An acked id already published (by another writer) is reported fenced.
+  // Throws ConfigError for lease_ms <= 0, DbError (nothing written then).
+  SettleReport SettleUnderLease(std::int64_t token, const std::vector<std::int64_t>& acked,
+                                const std::vector<FailedDelivery>& failed,
+                                const SettlePolicy& policy, std::int64_t now_ms,
+                                std::int64_t lease_ms);
+
   // Counts for status/metrics at now_ms. Throws DbError.
   OutboxStatus Status(std::int64_t now_ms);
 
@@ -397,6 +546,24 @@ class Store : public OutboxStore {
   // it does not grow with purged history. Throws DbError.
   PurgeReport PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_size, bool archive);
 
+  // Copies what it can of the WAL into the database file without waiting for
+  // any reader or writer (SQLITE_CHECKPOINT_PASSIVE,
+  // https://www.sqlite.org/c3ref/wal_checkpoint_v2.html). The relay runs it
+  // after each settle, so that the checkpoint SQLite would otherwise run
+  // inside some writer's COMMIT once the WAL passes 1,000 pages
+  // (wal_autocheckpoint) is mostly done already; frames still read by a
+  // reader stay in the WAL. Needs no write lock; never throws SQLITE_BUSY:
+  // returns busy = true instead. Throws DbError on I/O errors.
+  CheckpointReport CheckpointPassive();
+
+  // The size of the -wal file next to the database, bytes; 0 when there is
+  // none (after a clean close, or in rollback-journal mode). A WAL is reused
+  // from its start after a complete checkpoint, not shrunk, so this is its
+  // high-water mark since the last TRUNCATE checkpoint (BulkLoad,
+  // PurgePublished) or the last close. Throws SystemError when the file
+  // exists but cannot be examined.
+  std::int64_t WalSizeBytes() const;
+
   // The database file this store opened.
   const std::string& path() const noexcept { return connection_.path(); }
   // True when opened kReadOnly on a file this process cannot write and reopened with
@@ -409,12 +576,20 @@ class Store : public OutboxStore {
  private:
   void Open(const StoreOptions& options, OpenMode mode);  // the constructor's work past the open
   void OpenReadOnly(const StoreOptions& options);       // Open for kReadOnly
+  bool HasColumn(std::string_view table, std::string_view column);
+  // The table named outbox has schema 1's columns (whatever its version).
+  bool IsLabOutboxTable();
+  // Throws SchemaMissingError naming the columns a foreign outbox table lacks.
+  [[noreturn]] void ThrowForeignOutboxTable();
   void Migrate();
+  void MigrateToV2();
   void MigrateToV3();
   void MigrateToV4();
+  void MigrateToV5();
 
   SystemClock system_clock_;  // used when StoreOptions::clock is null
   Clock* clock_;              // not owned
+  MarkMethod mark_;           // StoreOptions::mark
   sqlite::Connection connection_;
   bool immutable_ = false;
 };

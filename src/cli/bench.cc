@@ -6,10 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/duration.h"
 #include "lab/json_bytes.h"
 #include "lab/bench_report.h"
 #include "lab/benchmark.h"
 #include "lab/report.h"
+#include "lab/statistics.h"
 #include "outbox/error.h"
 
 namespace outbox::cli {
@@ -29,6 +31,9 @@ struct BenchCliOptions {
   std::int64_t rss_events = 1000000;
   std::int64_t drain_events = 100000;
   std::int64_t drain_rounds = 3;
+  std::int64_t latency_events = 10000;
+  std::int64_t latency_rate = 1000;
+  std::int64_t idle_ms = 10000;
   std::string work_dir;
 };
 
@@ -48,6 +53,9 @@ std::string Grouped(std::int64_t n) {
 
 using Check = lab::BenchmarkCheck;
 
+// Checks() has 7 entries; the latency checks follow.
+constexpr std::size_t kFirstLatencyCheck = 7;
+
 std::vector<Check> Checks(const lab::BenchmarkResult& r, const lab::BenchmarkTargets& t) {
   return {
       {"relay_over_chapter", r.relay_over_chapter, t.relay_over_chapter_min, true},
@@ -56,7 +64,16 @@ std::vector<Check> Checks(const lab::BenchmarkResult& r, const lab::BenchmarkTar
       {"history_ratio", r.history.ratio, t.history_ratio_max, false},
       {"relay_peak_rss_mib", r.rss.peak_rss_mib, t.relay_rss_max_mib, false},
       {"relay_over_loop", r.drains.relay_over_loop, t.relay_over_loop_min, true},
+      {"idle_cpu_percent", r.idle.cpu_percent, t.idle_cpu_max_percent, false},
   };
+}
+
+// One check per workload of the commit-to-mark figure, after Checks().
+std::vector<Check> LatencyChecks(const lab::BenchmarkResult& r, const lab::BenchmarkTargets& t) {
+  std::vector<Check> checks;
+  for (const lab::LatencyFigure& f : r.latency)
+    checks.push_back({"latency_p99_ms_" + f.workload, f.p99_ms, t.latency_p99_max_ms, false});
+  return checks;
 }
 
 void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
@@ -87,6 +104,14 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
       fmt::format("{:.0f}", r.write.with_outbox_median_tps));
   row("write ratio (business+outbox / business-only)", fmt::format("{:.3f}", r.write.ratio),
       fmt::format(">= {:g}", checks[2].target), verdict(2));
+  row(fmt::format("WAL frames per txn, business-only (over {} txns)", r.wal_frames.txns),
+      fmt::format("{:.2f}", r.wal_frames.business_only_frames));
+  row(fmt::format("WAL frames per txn, business+outbox (over {} txns)", r.wal_frames.txns),
+      fmt::format("{:.2f}", r.wal_frames.with_outbox_frames));
+  row(fmt::format("settle of {} acked rows, mark by id (us, median)", Grouped(r.mark.rows)),
+      fmt::format("{:.0f}", r.mark.by_id_us));
+  row(fmt::format("settle of {} acked rows, mark by range (us, median)", Grouped(r.mark.rows)),
+      fmt::format("{:.0f}", r.mark.by_range_us));
   row("poll, 0 published rows (us, median / p99)",
       fmt::format("{:.0f} / {:.0f}", r.history.without_history.poll_us,
                   r.history.without_history.poll_p99_us));
@@ -106,6 +131,14 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
   drain_row(r.drains.chapter);
   drain_row(r.drains.loop);
   drain_row(r.drains.relay);
+  row(fmt::format("relay, {} events, as shipped: checkpoint after a short batch (events/s)",
+                  Grouped(r.checkpoint.events)),
+      fmt::format("{:.0f}", r.checkpoint.with_events_per_s),
+      fmt::format("WAL {} KiB", r.checkpoint.with_wal_bytes / 1024));
+  row(fmt::format("relay, {} events, no checkpoint of its own (events/s)",
+                  Grouped(r.checkpoint.events)),
+      fmt::format("{:.0f}", r.checkpoint.without_events_per_s),
+      fmt::format("WAL {} KiB", r.checkpoint.without_wal_bytes / 1024));
   row("process: relay / batch-loop", fmt::format("{:.2f}", r.drains.relay_over_loop),
       fmt::format(">= {:g}", checks[5].target), verdict(5));
   row("process: relay / chapter", fmt::format("{:.1f}x", r.drains.relay_over_chapter));
@@ -114,6 +147,18 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
       verdict(4));
   row(fmt::format("relay child draining {} (events/s)", Grouped(r.rss.events)),
       fmt::format("{:.0f}", r.rss.events_per_s));
+  for (std::size_t i = 0; i < r.latency.size(); ++i) {
+    const lab::LatencyFigure& f = r.latency[i];
+    const std::size_t check = kFirstLatencyCheck + i;
+    row(fmt::format("commit-to-mark, workload {}, {} at {:.0f}/s (writer: {:.0f}/s) (ms, p50 / p99)",
+                    f.workload, Grouped(f.events), f.rate_per_s,
+                    lab::Rate(f.events, f.writer_seconds)),
+        fmt::format("{:.0f} / {:.0f}", f.p50_ms, f.p99_ms),
+        fmt::format("p99 <= {:g} ms", checks[check].target), verdict(check));
+  }
+  row(fmt::format("idle relay CPU over {:.1f} s (% of one core)", r.idle.seconds),
+      fmt::format("{:.2f}", r.idle.cpu_percent), fmt::format("<= {:g}%", checks[6].target),
+      verdict(6));
   fmt::print("poll = has-claimable + claim of {} rows (median of {}); has-claimable {:.0f} / {:.0f} "
              "us, claim {:.0f} / {:.0f} us, release (untimed) {:.0f} / {:.0f} us\n",
              o.history_backlog, o.poll_repetitions, r.history.without_history.has_claimable_us,
@@ -127,6 +172,14 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
   fmt::print("process: each program a child process on its own copy of the backlog, timed from "
              "spawn to exit (median of {} rounds; the seconds of each round after the rate)\n",
              o.drain_rounds);
+  fmt::print("commit-to-mark: a `write --rate` child and a `relay` child with default options; "
+             "delay = published_at - created_at per row (whole ms; max {})\n",
+             [&r] {
+               std::string max;
+               for (const lab::LatencyFigure& f : r.latency)
+                 max += fmt::format("{}{} {:.0f} ms", max.empty() ? "" : ", ", f.workload, f.max_ms);
+               return max;
+             }());
   fmt::print("targets are informational (2-core machine); the exit status does not depend on them\n");
 }
 
@@ -166,6 +219,9 @@ void PrintJson(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
       {"rss_events", o.rss_events},
       {"drain_events", o.drain_events},
       {"drain_rounds", o.drain_rounds},
+      {"latency_events", o.latency_events},
+      {"latency_rate", o.latency_rate},
+      {"idle_ms", o.idle_ms},
       {"work_dir", r.work_dir},
   };
   out["fsync_us"] = r.fsync_us;
@@ -195,6 +251,31 @@ void PrintJson(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
                       {"relay", drain_json(r.drains.relay)},
                       {"relay_over_loop", r.drains.relay_over_loop},
                       {"relay_over_chapter", r.drains.relay_over_chapter}};
+  out["wal_frames"] = {{"txns", r.wal_frames.txns},
+                       {"business_only_frames", r.wal_frames.business_only_frames},
+                       {"with_outbox_frames", r.wal_frames.with_outbox_frames}};
+  out["mark"] = {{"batches", r.mark.batches},
+                 {"rows", r.mark.rows},
+                 {"by_id_us", r.mark.by_id_us},
+                 {"by_range_us", r.mark.by_range_us}};
+  out["checkpoint"] = {{"events", r.checkpoint.events},
+                       {"with_events_per_s", r.checkpoint.with_events_per_s},
+                       {"without_events_per_s", r.checkpoint.without_events_per_s},
+                       {"with_wal_bytes", r.checkpoint.with_wal_bytes},
+                       {"without_wal_bytes", r.checkpoint.without_wal_bytes}};
+  nlohmann::ordered_json latency = nlohmann::ordered_json::array();
+  for (const lab::LatencyFigure& f : r.latency)
+    latency.push_back({{"workload", f.workload},
+                       {"events", f.events},
+                       {"rate_per_s", f.rate_per_s},
+                       {"writer_seconds", f.writer_seconds},
+                       {"p50_ms", f.p50_ms},
+                       {"p99_ms", f.p99_ms},
+                       {"max_ms", f.max_ms}});
+  out["latency"] = latency;
+  out["idle"] = {{"seconds", r.idle.seconds},
+                 {"cpu_ticks", r.idle.cpu_ticks},
+                 {"cpu_percent", r.idle.cpu_percent}};
   out["rss"] = {{"events", r.rss.events},
                 {"peak_rss_mib", r.rss.peak_rss_mib},
                 {"seconds", r.rss.seconds},
@@ -251,15 +332,27 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--drain-rounds", o->drain_rounds,
                   "Rounds of the whole-process drains, alternated; the median is reported")
       ->check(PositiveInteger())->capture_default_str();
+  auto* latency = sub->add_option("--latency-events", o->latency_events,
+                                  "Rows the paced writer commits per workload for the "
+                                  "commit-to-mark figure")
+                      ->check(PositiveInteger())->capture_default_str();
+  sub->add_option("--latency-rate", o->latency_rate,
+                  "The paced writer's transactions per second")
+      ->check(PositiveInteger())->capture_default_str();
+  auto* idle = AddDurationOption(*sub, "--idle", o->idle_ms,
+                                 "Window of the idle relay's CPU figure", 1, 3'600'000);
   sub->add_option("--work-dir", o->work_dir,
                   "Parent of the temporary directory for the databases (default TMPDIR or /tmp); "
                   "put it on the disk to measure");
-  return {sub, [&global, o, chapter, events, write, history, polls, rss, drain]() -> ExitCode {
+  return {sub, [&global, o, chapter, events, write, history, polls, rss, drain, latency,
+                idle]() -> ExitCode {
             RejectPostgres(global, "bench");
             const auto scaled = [&o](const CLI::Option* option, std::int64_t value) {
               return o->quick && option->count() == 0 ? std::max<std::int64_t>(1, value / kQuickDivisor)
                                                       : value;
             };
+            // A page that cannot be written fails now, not after the whole measurement.
+            if (!o->html.empty()) lab::RequireWritableFile(o->html);
             lab::BenchmarkOptions options;
             options.brokers = global.brokers;
             options.properties = global.ParsedProperties();
@@ -276,6 +369,9 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
             options.rss_events = scaled(rss, o->rss_events);
             options.drain_events = scaled(drain, o->drain_events);
             options.drain_rounds = o->drain_rounds;
+            options.latency_events = scaled(latency, o->latency_events);
+            options.latency_rate = o->latency_rate;
+            options.idle_ms = scaled(idle, o->idle_ms);
             // Progress only for a person watching: never in a pipe or a CI log.
             if (isatty(STDERR_FILENO)) {
               const auto start = std::chrono::steady_clock::now();
@@ -286,7 +382,9 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
               };
             }
             const lab::BenchmarkResult result = lab::RunBenchmark(options);
-            const std::vector<Check> checks = Checks(result, lab::BenchmarkTargets{});
+            std::vector<Check> checks = Checks(result, lab::BenchmarkTargets{});
+            for (Check& check : LatencyChecks(result, lab::BenchmarkTargets{}))
+              checks.push_back(std::move(check));
             if (o->json)
               PrintJson(options, result, checks);
             else

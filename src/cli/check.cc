@@ -90,9 +90,10 @@ void PrintJson(const lab::CheckResult& r, const std::string& run_id,
   fmt::print("{}\n", lab::DumpJson(out));
 }
 
+// history_empty: --history was given and its files hold no operation at all.
 void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
                const std::map<std::string, std::int64_t>& expected,
-               const std::vector<std::string>& mismatches) {
+               const std::vector<std::string>& mismatches, bool history_empty) {
   const lab::HistoryVerdict& h = r.history;
   const auto list = [&o](const std::vector<std::string>& ids) { return lab::ShortIdList(ids, o.ids); };
   fmt::print("[check] business={} outbox={} kafka-records={}\n", r.business_rows, r.outbox_rows,
@@ -116,6 +117,13 @@ void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
                "duplicates-after-fencing={}\n",
                h.marked, h.fenced, h.parked, h.marked_without_ack.size(),
                h.fenced_duplicates.size());
+  if (!h.unexpected.empty())
+    fmt::print("[check] unexpected (in Kafka, but no writer in the history attempted it): {}\n",
+               list(h.unexpected));
+  if (history_empty)
+    fmt::print("[check] the history {} empty: was it written by this run's processes with "
+               "--history/OUTBOX_HISTORY?\n",
+               o.histories.size() == 1 ? "file is" : "files are");
   if (!h.marked_without_ack.empty())
     fmt::print("[check] marked without an ack (lost-after-mark evidence): {}\n",
                list(h.marked_without_ack));
@@ -161,7 +169,8 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
       "Judge a run from the database and the whole topic: ok, lost, duplicated, phantom, "
       "atomicity, lost-after-mark, pending, order violations. Only this run's records count "
       "(header run_id). Exit 0 valid, 1 invalid, 15 not drained yet (unpublished rows: run the "
-      "relay, then check), 16 cannot judge (the broker dropped records), 2 could not check. "
+      "relay, then check), 16 cannot judge (the broker dropped records); when it cannot check, the "
+      "code of the error as for every command (see README: 6 no database, 8 no broker ...). "
       "Duplicates never invalidate (at-least-once). With --expect: exit 0 when every "
       "expectation holds, 1 when one does not");
   auto o = std::make_shared<CheckOptions>();
@@ -172,7 +181,18 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
       ->check(CLI::ExistingFile);
   sub->add_option("--expect", o->expect,
                   "Exit 0 only if these hold, e.g. valid=1,ok=5,lost=0,duplicated=3 (keys: the "
-                  "report's numbers; a list counts its entries; history_* need --history)");
+                  "report's numbers; a list counts its entries; history_* need --history)")
+      // Checked while parsing: a typo is a usage error (exit 2) and costs no topic read.
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            try {
+              lab::ParseExpectations(text, lab::CheckExpectationKeys());
+            } catch (const ConfigError& e) {
+              return e.what();
+            }
+            return {};
+          },
+          "KEY=N,...", "Expectations"));
   sub->add_option("--synchronous-used", o->synchronous_used,
                   "The synchronous level the run's processes used: below full, commits undone by "
                   "a power cut (and events the relay published from them) are reported but allowed")
@@ -196,8 +216,10 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                       expected = lab::ParseExpectations(o->expect, lab::CheckExpectationKeys());
                       for (const auto& [key, value] : expected)
                         if (key.rfind("history_", 0) == 0 && o->histories.empty())
-                          throw ConfigError(fmt::format(
-                              "--expect {}={}: history keys need --history", key, value));
+                          throw CommandError(
+                              ExitCode::kUsage,
+                              fmt::format("--expect {}={}: history keys need --history FILE", key,
+                                          value));
                     }
                     const lab::Lang lang = lab::ParseLang(o->lang);
                     if (o->drain) {
@@ -210,38 +232,58 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                                  drained.parked);
                       std::fflush(stdout);
                     }
+                    lab::CheckResult r;
+                    std::string run_id;
+                    // The database opens first: a missing file, no schema or a locked or
+                    // unreadable database is reported as such (exit 4-7, 11) before the topic
+                    // read costs time or a missing broker hides it.
+                    std::unique_ptr<OutboxStore> store;
+                    try {
+                      store = lab::OpenLabStore(global.db, global.MakeStoreOptions(),
+                                                OpenMode::kReadOnly);
+                      run_id = store->RunId();
+                    } catch (const DbError& e) {
+                      // Damage that stops the reads is a finding, not a failure to check. A
+                      // file that is not SQLite at all (SQLITE_NOTADB) is an error (exit 5),
+                      // as for every other command.
+                      if (e.primary_code() != SQLITE_CORRUPT) throw;
+                      r.corrupt = e.what();
+                    }
                     const lab::TopicLog log = lab::ReadTopicLog(
                         {global.RequireBrokers(), global.topic, global.ParsedProperties(), static_cast<int>(o->timeout_ms)});
                     std::vector<lab::HistoryOp> ops;
                     std::int64_t malformed = 0;
                     if (!o->histories.empty()) ops = lab::ReadHistories(o->histories, &malformed);
-                    lab::CheckResult r;
-                    std::string run_id;
-                    try {
-                      auto store = lab::OpenLabStore(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
-                      run_id = store->RunId();
-                      lab::RunRecords run = lab::RecordsOfRun(log.records, run_id);
-                      r = lab::CheckRun(*store, run.records,
-                                        o->histories.empty() ? nullptr : &ops, log.partitions);
-                      r.other_run_records = run.other_run_records;
-                    } catch (const DbError& e) {
-                      // Damage that stops the reads is a finding, not a failure to check.
-                      if (e.primary_code() != SQLITE_CORRUPT && e.primary_code() != SQLITE_NOTADB)
-                        throw;
-                      r.corrupt = e.what();
-                      r.kafka_records = static_cast<std::int64_t>(log.records.size());
+                    if (store) {
+                      try {
+                        lab::RunRecords run = lab::RecordsOfRun(log.records, run_id);
+                        r = lab::CheckRun(*store, run.records,
+                                          o->histories.empty() ? nullptr : &ops, log.partitions);
+                        r.other_run_records = run.other_run_records;
+                        // Published rows missing from a topic the broker does not have: a wrong
+                        // --topic, not lost events (counts ok + lost: every published row).
+                        lab::RequireTopicIfPublished(
+                            log, r.ok + static_cast<std::int64_t>(r.lost.size()));
+                      } catch (const DbError& e) {
+                        if (e.primary_code() != SQLITE_CORRUPT) throw;
+                        r = lab::CheckResult{};
+                        r.corrupt = e.what();
+                      }
                     }
+                    if (!r.corrupt.empty())
+                      r.kafka_records = static_cast<std::int64_t>(log.records.size());
                     r.undo_allowed = ParseSynchronous(o->synchronous_used) < Synchronous::kFull;
                     r.history.malformed_lines = malformed;
                     const auto mismatches =
                         lab::CompareExpectations(expected, lab::CheckValues(r));
                     if (o->json) PrintJson(r, run_id, expected, mismatches);
-                    else PrintText(r, *o, lang, expected, mismatches);
+                    else
+                      PrintText(r, *o, lang, expected, mismatches,
+                                !o->histories.empty() && ops.empty() && malformed == 0);
                     if (!expected.empty())
                       return mismatches.empty() ? ExitCode::kOk : ExitCode::kExpectationFailed;
                     return ExitCodeOf(r.verdict());
-                  },
-                  ExitCode::kUsage};  // 2: could not check
+                  }};
   return command;
 }
 

@@ -51,21 +51,18 @@ struct GlobalOptions {
 
 // A subcommand: its CLI11 app and the function main() calls when it was chosen.
 struct Command {
-  Command(CLI::App* sub, std::function<ExitCode()> runner,
-          std::optional<ExitCode> error_exit_code = std::nullopt)
-      : app(sub), run(std::move(runner)), error_exit(error_exit_code) {}
+  Command(CLI::App* sub, std::function<ExitCode()> runner)
+      : app(sub), run(std::move(runner)) {}
 
   CLI::App* app = nullptr;
   std::function<ExitCode()> run;
-  // When set, every error exits with this code instead of its own (check:
-  // 0 valid, 1 invalid, 2 could not check).
-  std::optional<ExitCode> error_exit;
 };
 
 void AddGlobalOptions(CLI::App& app, GlobalOptions& global);
 
-// CLI11 check for counts: a whole number >= 1 (ParseInteger), else
-// "must be a positive integer, got '0'": a usage error (exit 2).
+// CLI11 check for counts: a whole number in [1, INT_MAX] (IntegerInRange,
+// cli/option_values.h), so it fits an int, else "must be a positive integer
+// (at most 2147483647), got '0'": a usage error (exit 2).
 CLI::Validator PositiveInteger();
 
 // An expected failure of a command (not a bug): main prints

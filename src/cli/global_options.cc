@@ -1,7 +1,10 @@
 #include <fmt/format.h>
 
+#include <limits>
+
 #include "cli/command.h"
 #include "cli/duration.h"
+#include "cli/option_values.h"
 #include "outbox/parse_integer.h"
 #include "outbox/error.h"
 #include "outbox/pg/connection.h"
@@ -12,11 +15,17 @@ void AddGlobalOptions(CLI::App& app, GlobalOptions& global) {
   app.add_option("--db", global.db, "SQLite database file (the chapter's -Doutbox.db), or a postgresql:// URL "
                  "(README, \"PostgreSQL\")")
       ->envname("OUTBOX_DB")
+      ->check(CLI::Validator([](std::string& db) { return DbPathProblem(db); }, "PATH", "DbPath"))
       ->capture_default_str();
   app.add_option("--brokers", global.brokers,
                  "Kafka bootstrap servers, e.g. 127.0.0.1:9092; empty means no broker")
       ->envname("KAFKA_BOOTSTRAP_SERVERS");
-  app.add_option("--topic", global.topic, "Kafka topic")->envname("OUTBOX_TOPIC")->capture_default_str();
+  app.add_option("--topic", global.topic,
+                 "Kafka topic: 1 to 249 characters of a-z, A-Z, 0-9, '.', '_' and '-'")
+      ->envname("OUTBOX_TOPIC")
+      ->check(CLI::Validator([](std::string& topic) { return TopicNameProblem(topic); }, "TOPIC",
+                             "TopicName"))
+      ->capture_default_str();
   app.add_option("-X", global.properties,
                  "librdkafka property name=value, repeatable (as kcat -X); unknown names are errors")
       ->type_name("PROP=VALUE");
@@ -38,6 +47,18 @@ void AddGlobalOptions(CLI::App& app, GlobalOptions& global) {
   AddDurationOption(app, "--busy-timeout", global.busy_timeout_ms,
                     "How long to wait for another writer's lock (sqlite3_busy_timeout)", 0,
                     3'600'000, "--busy-timeout-ms");
+  // Every client applies -X last, so -X bootstrap.servers=... is the address really used: make
+  // it the brokers value here, the one place, so that every message names that address.
+  app.parse_complete_callback([&global] {
+    for (const std::string& text : global.properties) {
+      try {
+        const kafka::Property property = kafka::ParseProperty(text);
+        if (property.first == "bootstrap.servers") global.brokers = property.second;
+      } catch (const ConfigError&) {
+        // Reported with exit 3 by main, before anything runs.
+      }
+    }
+  });
 }
 
 void RejectPostgres(const GlobalOptions& global, std::string_view command) {
@@ -48,14 +69,7 @@ void RejectPostgres(const GlobalOptions& global, std::string_view command) {
                                  command, pg::RedactPassword(global.db)));
 }
 
-CLI::Validator PositiveInteger() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        if (!ParseInteger(text, 1)) return fmt::format("must be a positive integer, got '{}'", text);
-        return {};
-      },
-      "POSITIVE INTEGER", "PositiveInteger");
-}
+CLI::Validator PositiveInteger() { return IntegerInRange(1, std::numeric_limits<int>::max()); }
 
 StoreOptions GlobalOptions::MakeStoreOptions() const {
   StoreOptions options;

@@ -88,6 +88,7 @@ int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOpt
     outbox::ConfigureFailpointsFromEnv();
     RejectSqliteOnlyOptions(global);
     if (global.vfs == outbox::lab::PowerlossVfs::kName) powerloss.emplace();
+    else outbox::lab::RequireNoVfsFailpoints();
     return static_cast<int>(command.run());
   } catch (const outbox::cli::CommandError& e) {
     return Fail(e.code(), e.what());
@@ -160,11 +161,5 @@ int main(int argc, char** argv) {
     if (command.app->parsed()) chosen = &command;
   if (!chosen) return Fail(ExitCode::kUsage, "a subcommand is required (see --help for the list)");
   global.process_name = chosen->app->get_name();
-  const int code = RunCommand(*chosen, global);
-  // check: 0 valid, 1 invalid, 15 not drained, 16 cannot judge; anything else "could not check".
-  const bool verdict = code == 0 || code == static_cast<int>(ExitCode::kExpectationFailed) ||
-                       code == static_cast<int>(ExitCode::kNotDrained) ||
-                       code == static_cast<int>(ExitCode::kCannotJudge);
-  if (chosen->error_exit && !verdict) return static_cast<int>(*chosen->error_exit);
-  return code;
+  return RunCommand(*chosen, global);
 }

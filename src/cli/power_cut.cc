@@ -1,6 +1,9 @@
 #include <fmt/format.h>
 
+#include <limits>
+
 #include "cli/command.h"
+#include "cli/option_values.h"
 #include "lab/power_cut.h"
 
 namespace outbox::cli {
@@ -19,7 +22,8 @@ Command AddPowerCutCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_flag("--torn", o->torn,
                 "Also garble the last unsynced sector of each file (a torn write)");
   sub->add_option("--seed", o->seed,
-                  "Keep a random subset of unsynced writes, drawn from this seed (replayable)");
+                  "Keep a random subset of unsynced writes, drawn from this seed (replayable)")
+      ->check(IntegerInRange(0, std::numeric_limits<std::int64_t>::max()));
   return {sub, [&global, o] {
             RejectPostgres(global, "power-cut");
             lab::PowerCutReport r;

@@ -39,6 +39,9 @@ struct RelayCliOptions {
   std::int64_t delivery_timeout_ms = 10000;
   std::string key = "event-id";
   std::string on_failure = "block-key";
+  // Empty: by backend (DefaultCoordination). leader on SQLite: every write is serialized there
+  // anyway, so one sender loses nothing; claims on PostgreSQL, which has no leader lease yet.
+  std::string coordination;
   int max_attempts = 5;
   std::int64_t lease_ms = 30000;
   std::int64_t backoff_base_ms = 200;
@@ -59,6 +62,16 @@ struct RelayCliOptions {
 // name, claims under our own name are a previous relay that had our pid (a
 // container's PID 1) and are released too.
 void ReleaseDeadOwners(OutboxStore& store, const std::string& self, bool default_owner) {
+  // The leader lease of a dead relay too: a standby or a restart takes over now.
+  const LeaderLease lease = store.ReadLease();
+  if (lease.Live(store.clock().EpochMs()) &&
+      ((default_owner && lease.owner == self) ||
+       lab::OwnerLivenessHere(lease.owner) == lab::OwnerLiveness::kDead) &&
+      store.ReleaseLease(lease.token)) {
+    fmt::print("[relay] released the leader lease (token {}) of dead owner {}\n", lease.token,
+               lab::EscapeBytes(lease.owner));
+    std::fflush(stdout);
+  }
   for (const ClaimOwner& claim : store.ClaimOwners(store.clock().EpochMs())) {
     const bool earlier_self = default_owner && claim.owner == self;
     if (!earlier_self && lab::OwnerLivenessHere(claim.owner) != lab::OwnerLiveness::kDead)
@@ -72,7 +85,7 @@ void ReleaseDeadOwners(OutboxStore& store, const std::string& self, bool default
 
 namespace {
 
-// "23:59:01.123Z (in 28.5s)": an epoch-ms instant as UTC time of day and as a
+// "23:59:01.123Z (in 28980ms)": an epoch-ms instant as UTC time of day and as a
 // distance from now_ms.
 std::string Until(std::int64_t until_ms, std::int64_t now_ms) {
   const std::time_t seconds = static_cast<std::time_t>(until_ms / 1000);
@@ -84,6 +97,20 @@ std::string Until(std::int64_t until_ms, std::int64_t now_ms) {
 
 // One line per part of a wait (issue 15: an idle relay with work left says why).
 void PrintWait(const WaitReport& wait, std::int64_t now_ms, bool json) {
+  if (wait.leader.token > 0) {
+    if (json)
+      fmt::print("{}\n", lab::DumpJson(nlohmann::ordered_json{{"report", "wait"},
+                                                              {"on", "leader"},
+                                                              {"owner", wait.leader.owner},
+                                                              {"token", wait.leader.token},
+                                                              {"rows", wait.leader.rows},
+                                                              {"until_ms", wait.leader.until_ms}}));
+    else
+      fmt::print("[relay] waiting: standby; {} leads with token {} ({} rows pending), lease until "
+                 "{} unless renewed\n",
+                 lab::EscapeBytes(wait.leader.owner), wait.leader.token, wait.leader.rows,
+                 Until(wait.leader.until_ms, now_ms));
+  }
   for (const WaitReport::Lease& lease : wait.leases) {
     if (json)
       fmt::print("{}\n", lab::DumpJson(nlohmann::ordered_json{{"report", "wait"},
@@ -109,13 +136,44 @@ void PrintWait(const WaitReport& wait, std::int64_t now_ms, bool json) {
   std::fflush(stdout);
 }
 
+// One line per change of leadership (leader mode).
+void PrintLease(const LeaseEvent& event, bool json) {
+  const char* kind = event.kind == LeaseEvent::Kind::kAcquired ? "acquired"
+                     : event.kind == LeaseEvent::Kind::kLost   ? "lost"
+                                                               : "released";
+  if (json) {
+    nlohmann::ordered_json line = {{"report", "lease"}, {"event", kind},
+                                   {"owner", event.lease.owner}, {"token", event.lease.token},
+                                   {"until_ms", event.lease.until_ms}};
+    if (event.kind == LeaseEvent::Kind::kAcquired) {
+      line["previous_owner"] = event.previous.owner;
+      line["previous_token"] = event.previous.token;
+    }
+    fmt::print("{}\n", lab::DumpJson(line));
+  } else if (event.kind == LeaseEvent::Kind::kAcquired) {
+    fmt::print("[relay] leader: acquired the lease with token {}{}\n", event.lease.token,
+               event.previous.token == 0
+                   ? std::string()
+                   : fmt::format(", taking over from {} (token {})",
+                                 lab::EscapeBytes(event.previous.owner), event.previous.token));
+  } else if (event.kind == LeaseEvent::Kind::kLost) {
+    fmt::print("[relay] leader: lost the lease of token {} to a newer term; standby now, "
+               "settles of batches in flight are fenced out\n",
+               event.lease.token);
+  } else {
+    fmt::print("[relay] leader: released the lease of token {}\n", event.lease.token);
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   CLI::App* sub = app.add_subcommand(
       "relay",
-      "The production relay: claim a batch (lease + fencing token), produce it asynchronously, "
-      "mark every acked row in one transaction; back off, then park, failing rows");
+      "The production relay: read a batch (as the leader) or claim one (lease + fencing token), "
+      "produce it asynchronously, mark every acked row in one transaction; back off, then park, "
+      "failing rows");
   auto o = std::make_shared<RelayCliOptions>();
   auto* once = sub->add_flag("--once", o->once, "Run one batch, then exit");
   sub->add_flag("--until-empty", o->until_empty,
@@ -143,19 +201,36 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                   "flow on (order lost)")
       ->check(CLI::IsMember({"block-key", "skip"}))
       ->capture_default_str();
+  sub->add_option("--coordination", o->coordination,
+                  "leader: one relay holds a lease row with a growing fencing token and sends "
+                  "everything, the others stand by and take over when it lapses; claims: every "
+                  "batch is claimed (per-row lease and token), several relays share the work. "
+                  "Default: leader on an SQLite file, claims on a postgresql:// --db (leader is "
+                  "not on PostgreSQL yet)")
+      ->check(CLI::IsMember({"leader", "claims"}));
   sub->add_option("--max-attempts", o->max_attempts, "Failed attempts before a row is parked")
       ->check(PositiveInteger())
       ->capture_default_str();
+  // At most 2h: room above the longest --delivery-timeout (1h), far from overflowing the
+  // claim's expiry (now + lease, epoch ms).
   AddDurationOption(*sub, "--lease", o->lease_ms,
-                    "How long a claim holds; must exceed --delivery-timeout", 1,
-                    std::numeric_limits<std::int64_t>::max());
-  AddDurationOption(*sub, "--backoff-base", o->backoff_base_ms, "First retry delay", 0,
-                    std::numeric_limits<std::int64_t>::max());
-  AddDurationOption(*sub, "--backoff-max", o->backoff_max_ms, "Cap of the exponential retry delay",
-                    0, std::numeric_limits<std::int64_t>::max());
+                    "How long a claim (claims) or the leader lease (leader) holds: above "
+                    "--delivery-timeout, at most 2h", 1, 2 * 3'600'000);
+  AddDurationOption(*sub, "--backoff-base", o->backoff_base_ms,
+                    "First retry delay: at most --backoff-max", 0, 3'600'000);
+  AddDurationOption(*sub, "--backoff-max", o->backoff_max_ms,
+                    "Cap of the exponential retry delay, at most 1h", 0, 3'600'000);
   AddDurationOption(*sub, "--idle-max", o->idle_max_ms, "Longest idle wait between polls", 1,
                     60'000);
-  sub->add_option("--owner", o->owner, "Name recorded with claims (default relay-PID@HOST)");
+  sub->add_option("--owner", o->owner, "Name recorded with claims (default relay-PID@HOST)")
+      ->check(CLI::Validator(
+          [](const std::string& owner) -> std::string {
+            if (owner.empty())
+              return "an owner cannot be empty: give a name, or leave --owner out for "
+                     "relay-PID@HOST";
+            return {};
+          },
+          "NAME", "Owner"));
   sub->add_flag("--quiet", o->quiet, "Print only the final line");
   sub->add_flag("--fail-on-parked", o->fail_on_parked,
                 "Exit 14 instead of 0 when parked rows are left in the outbox at the end (for CI "
@@ -178,7 +253,24 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             relay_options.settle.backoff_base_ms = o->backoff_base_ms;
             relay_options.settle.backoff_max_ms = o->backoff_max_ms;
             relay_options.lease_ms = o->lease_ms;
+            const bool on_postgres = pg::IsPostgresUrl(global.db);
+            if (on_postgres && o->coordination == "leader")
+              throw CommandError(ExitCode::kUnsupportedOnPostgres,
+                                 "--coordination leader is not on PostgreSQL yet; use "
+                                 "--coordination claims");
+            relay_options.coordination = ParseCoordination(
+                !o->coordination.empty() ? o->coordination : on_postgres ? "claims" : "leader");
+            const bool leader = relay_options.coordination == Coordination::kLeader;
+            if (!o->quiet)
+              relay_options.on_lease = [o](const LeaseEvent& event) { PrintLease(event, o->json); };
             relay_options.owner = o->owner.empty() ? lab::DefaultRelayOwner() : o->owner;
+            if (o->backoff_base_ms > o->backoff_max_ms)
+              throw CommandError(
+                  ExitCode::kUsage,
+                  fmt::format("--backoff-base {} must not exceed --backoff-max {}: the first "
+                              "retry delay is at most the cap",
+                              FormatDuration(o->backoff_base_ms),
+                              FormatDuration(o->backoff_max_ms)));
             if (o->lease_ms <= o->delivery_timeout_ms)
               throw CommandError(
                   ExitCode::kUsage,
@@ -233,10 +325,28 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                                 : o->until_empty ? LoopMode::kUntilEmpty
                                                  : LoopMode::kForever;
             loop_options.idle_max_ms = static_cast<int>(o->idle_max_ms);
+            // An idle leader renews at its polls: poll at least 4 times per lease so it keeps
+            // the lease, and a standby sees a lapsed one within a quarter lease.
+            if (leader)
+              loop_options.idle_max_ms = static_cast<int>(
+                  std::clamp<std::int64_t>(o->lease_ms / 4, 1, o->idle_max_ms));
             if (!o->quiet)
               loop_options.on_wait = [&store, o](const WaitReport& wait) {
                 PrintWait(wait, store.clock().EpochMs(), o->json);
               };
+            // A lock or an I/O error that may pass: the relay waits and tries again, and says so.
+            if (!o->quiet)
+              loop_options.on_retry = [o](const DbError& error, int retry_in_ms) {
+              if (o->json)
+                fmt::print("{}\n", lab::DumpJson(nlohmann::ordered_json{{"report", "wait"},
+                                                                        {"on", "error"},
+                                                                        {"error", error.what()},
+                                                                        {"retry_in_ms", retry_in_ms}}));
+              else
+                fmt::print("[relay] waiting: {}; trying again in {} ms, until it passes\n",
+                           error.what(), retry_in_ms);
+              std::fflush(stdout);
+            };
             loop_options.pipeline_depth = o->pipeline;
             // Printed even under --quiet: an operator must see why the relay stands still.
             loop_options.on_connection_lost = [o](const std::string& error, int attempt,
@@ -274,6 +384,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                              batch.settle.fenced);
                   std::fflush(stdout);
                 });
+            relay.Resign();  // a clean stop: a standby takes over now, not after the lease
             const std::int64_t parked_left = store.Status(store.clock().EpochMs()).parked;
             const ExitCode done =
                 o->fail_on_parked && parked_left > 0 ? ExitCode::kParkedRows : ExitCode::kOk;

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
+#include "cli/duration.h"
 #include "lab/checker.h"
 #include "lab/loans.h"
 #include "lab/reconciliation.h"
@@ -18,7 +19,7 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
   struct Options {
     std::string html;
     std::vector<std::string> histories;
-    int timeout_ms = 10000;
+    std::int64_t timeout_ms = 10000;  // --read-timeout
     std::string title = "outbox-lab report";
   };
   auto o = std::make_shared<Options>();
@@ -28,16 +29,15 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
                   "the timeline's lanes")
       ->check(CLI::ExistingFile);
   sub->add_option("--title", o->title, "The page's heading")->capture_default_str();
-  sub->add_option("--timeout-ms", o->timeout_ms, "Bound on reading the topic, ms")
-      ->check(PositiveInteger())
-      ->capture_default_str();
+  AddReadTimeoutOption(*sub, o->timeout_ms);
   return {sub, [&global, o]() -> ExitCode {
             RejectPostgres(global, "report");
+            lab::RequireWritableFile(o->html);  // before the topic read, not after it
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
             // Only this run's records (header run_id), as verify and check count them.
             const auto records = lab::RecordsOfRun(
                 lab::ReadTopic({global.RequireBrokers(), global.topic, global.ParsedProperties(),
-                                o->timeout_ms}),
+                                static_cast<int>(o->timeout_ms)}),
                 store->RunId()).records;
             std::int64_t malformed = 0;
             std::vector<lab::HistoryOp> ops;

@@ -16,24 +16,25 @@
 namespace outbox::cli {
 namespace {
 
-OutboxStatus ReadStatus(const GlobalOptions& global) {
-  auto store = lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
-  return store->Status(store->clock().EpochMs());
-}
-
 struct StatusView {
   OutboxStatus status;
   std::vector<ClaimOwner> owners;
+  LeaderLease lease;       // relay --coordination leader: the lease as it stands
+  std::int64_t now_ms = 0; // when read
+  std::int64_t wal_bytes = 0;  // OutboxStore::WalSizeBytes; not measured on PostgreSQL
+  Backend backend = Backend::kSqlite;
 };
 
 StatusView ReadStatusView(const GlobalOptions& global) {
   auto store = lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
   const std::int64_t now_ms = store->clock().EpochMs();
-  return {store->Status(now_ms), store->ClaimOwners(now_ms)};
+  return {store->Status(now_ms), store->ClaimOwners(now_ms), store->ReadLease(), now_ms,
+          store->WalSizeBytes(), store->backend()};
 }
 
 // Prometheus text exposition format, version 0.0.4.
-std::string PrometheusText(const OutboxStatus& s) {
+std::string PrometheusText(const StatusView& view) {
+  const OutboxStatus& s = view.status;
   std::string out;
   auto gauge = [&out](const char* name, const char* help, double value) {
     out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, value);
@@ -52,6 +53,14 @@ std::string PrometheusText(const OutboxStatus& s) {
   gauge("outbox_bad_created_at_rows",
         "Unpublished rows whose created_at is not epoch ms (left out of the oldest age).",
         s.bad_created_at);
+  gauge("outbox_leader_token",
+        "Fencing token of the leader lease (relay --coordination leader); 0 before the first.",
+        static_cast<double>(view.lease.token));
+  gauge("outbox_leader_lease_left_seconds",
+        "Time until the leader's lease runs out unless renewed; 0 when no relay leads.",
+        view.lease.Live(view.now_ms)
+            ? static_cast<double>(view.lease.until_ms - view.now_ms) / 1000.0
+            : 0.0);
   return out;
 }
 
@@ -66,6 +75,9 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
   return {sub, [&global, json]() -> ExitCode {
             const StatusView view = ReadStatusView(global);
             const OutboxStatus& s = view.status;
+            const LeaderLease& lease = view.lease;
+            const bool live = lease.Live(view.now_ms);
+            const std::int64_t lease_left_ms = live ? lease.until_ms - view.now_ms : 0;
             if (*json) {
               nlohmann::ordered_json out;
               out["unpublished"] = s.unpublished;
@@ -78,18 +90,33 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
               out["archived"] = s.archived;
               out["bad_created_at"] = s.bad_created_at;
               out["bad_created_at_ids"] = s.bad_created_at_ids;
+              // null on PostgreSQL: the server's WAL is not a file next to --db.
+              if (view.backend == Backend::kSqlite) out["wal_bytes"] = view.wal_bytes;
+              else out["wal_bytes"] = nullptr;
               out["claims"] = nlohmann::ordered_json::array();
               for (const ClaimOwner& c : view.owners)
                 out["claims"].push_back(
                     {{"owner", c.owner}, {"rows", c.rows}, {"age_ms", c.age_ms},
                      {"expires_in_ms", c.expires_in_ms},
                      {"owner_process", lab::OwnerLivenessName(lab::OwnerLivenessHere(c.owner))}});
+              out["leader"] = nullptr;
+              if (live)
+                out["leader"] = {
+                    {"owner", lease.owner}, {"token", lease.token},
+                    {"lease_left_ms", lease_left_ms},
+                    {"owner_process", lab::OwnerLivenessName(lab::OwnerLivenessHere(lease.owner))}};
+              out["lease_token"] = lease.token;
               fmt::print("{}\n", lab::DumpJson(out));
             } else {
               fmt::print("[status] unpublished={} pending={} oldest-pending-age-ms={} "
                          "in-backoff={} parked={} claimed={} published={} archived={}\n",
                          s.unpublished, s.pending, s.oldest_pending_age_ms, s.in_backoff,
                          s.parked, s.claimed, s.published, s.archived);
+              if (view.backend == Backend::kSqlite)
+                fmt::print("[status] wal-bytes={}\n", view.wal_bytes);
+              else
+                fmt::print("[status] wal-bytes not measured: on PostgreSQL the WAL is the "
+                           "server's, not a file next to --db\n");
               if (s.bad_created_at > 0)
                 fmt::print("[status] bad-created-at={} ids={}{}: created_at is not epoch ms; "
                            "left out of the oldest age\n",
@@ -102,6 +129,14 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                            "owner-process={}\n",
                            lab::EscapeBytes(c.owner), c.rows, c.age_ms, c.expires_in_ms,
                            lab::OwnerLivenessName(lab::OwnerLivenessHere(c.owner)));
+              if (live)
+                fmt::print("[status] leader owner={} token={} lease-left-ms={} owner-process={}\n",
+                           lab::EscapeBytes(lease.owner), lease.token, lease_left_ms,
+                           lab::OwnerLivenessName(lab::OwnerLivenessHere(lease.owner)));
+              else if (lease.token > 0)
+                fmt::print("[status] leader none: the lease of token {} ({}) has run out or was "
+                           "released\n",
+                           lease.token, lab::EscapeBytes(lease.owner));
             }
             return ExitCode::kOk;
           }};
@@ -115,7 +150,7 @@ Command AddMetricsCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--textfile", *textfile,
                   "Write to this .prom file atomically (for node_exporter's textfile collector)");
   return {sub, [&global, textfile]() -> ExitCode {
-            const std::string text = PrometheusText(ReadStatus(global));
+            const std::string text = PrometheusText(ReadStatusView(global));
             if (textfile->empty()) {
               fmt::print("{}", text);
               return ExitCode::kOk;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 
 namespace outbox::cli {
@@ -236,6 +237,25 @@ std::string ExplainParseError(const CLI::App& app, const CLI::ParseError& error,
   }
   if (!chosen && error.get_name() == "RequiredError")
     return "a subcommand is required (see --help for the list)";
+  if (error.get_name() == "ArgumentMismatch") {
+    // An option that takes one value given twice, perhaps under its two names (relay's
+    // --send-timeout is --delivery-timeout): CLI11 says only "At Most 1 required but received 2".
+    std::map<const CLI::Option*, std::vector<std::string>> spellings;
+    for (std::size_t i = 1; i < argv.size(); ++i) {
+      if (!IsOptionToken(argv[i]) || !StartsWith(argv[i], "--")) continue;
+      const std::string name = OptionName(argv[i]);
+      if (const CLI::Option* option = KnownOption(app, chosen, name))
+        if (option->get_multi_option_policy() == CLI::MultiOptionPolicy::Throw)
+          spellings[option].push_back(name);
+    }
+    for (const auto& [option, names] : spellings) {
+      if (names.size() < 2) continue;
+      for (const std::string& name : names)
+        if (name != names.front())
+          return fmt::format("{} and {} are the same option; give one", names.front(), name);
+      return fmt::format("{} is given {} times; give it once", names.front(), names.size());
+    }
+  }
   return error.what();
 }
 

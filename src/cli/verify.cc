@@ -150,6 +150,7 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
             if (!global.brokers.empty() && !options->no_kafka) {
               const lab::TopicLog log = lab::ReadTopicLog(
                   {global.brokers, global.topic, global.ParsedProperties(), static_cast<int>(options->timeout_ms)});
+              lab::RequireTopicIfPublished(log, db.outbox.published);
               kafka = lab::Reconcile(db, log);
               partitions = log.partitions;
             }

@@ -1,9 +1,13 @@
 #include <fmt/format.h>
 
+#include <chrono>
+#include <thread>
+
 #include "cli/command.h"
 #include "cli/row_lines.h"
 #include "lab/lab_failpoints.h"
 #include "lab/loans.h"
+#include "lab/workload.h"
 #include "outbox/failpoint.h"
 
 namespace outbox::cli {
@@ -15,15 +19,36 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
       "for relays and failpoint sweeps; write-hold is the chapter's holding variant)");
   auto count = std::make_shared<std::int64_t>(0);
   auto lines = std::make_shared<RowLineOptions>();
+  auto workload = std::make_shared<std::string>("own");
+  auto rate = std::make_shared<std::int64_t>(0);
   sub->add_option("N", *count, "Number of loan transactions")->required()->check(PositiveInteger());
+  sub->add_option("--workload", *workload,
+                  "Which loan each transaction touches: own (each a new loan), 50 (round robin "
+                  "over 50 loans) or zipf (Zipf-skewed over 1,000 loans); a later transaction "
+                  "of a loan renews it, with a LoanRenewed event")
+      ->check(CLI::IsMember({"own", "50", "zipf"}))
+      ->capture_default_str();
+  sub->add_option("--rate", *rate,
+                  "Commit at a steady pace of this many transactions per second (each starts at "
+                  "its own slot from the first; a late one does not shift the rest); 0: as fast "
+                  "as possible")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   AddRowLineOptions(*sub, *lines);
-  return {sub, [&global, count, lines]() -> ExitCode {
+  return {sub, [&global, count, lines, workload, rate]() -> ExitCode {
             const bool row_lines = PrintsRowLines(*lines, *count);
             auto store = lab::OpenLabStore(global.db, global.MakeStoreOptions());
             const auto history = global.OpenHistory();
             const std::int64_t start = lab::NextLoanIndex(*store) - 1;
+            const lab::Workload spread = lab::ParseWorkload(*workload);
+            const auto begin = std::chrono::steady_clock::now();
             for (std::int64_t k = 1; k <= *count; ++k) {
-              const lab::WrittenLoan w = lab::WriteLoanWithEvent(*store, start + k, history.get());
+              if (*rate > 0)  // pacing the workload, not synchronising with anyone
+                std::this_thread::sleep_until(begin + std::chrono::nanoseconds(
+                                                          (k - 1) * 1'000'000'000 / *rate));
+              const lab::WrittenLoan w =
+                  lab::WriteLoanWithEvent(*store, start + k, history.get(),
+                                          lab::LoanNumberFor(spread, start + k));
               if (row_lines) {
                 fmt::print("[write] txn i={} loan={} event={} committed\n", start + k,
                            w.loan.loan_id, w.event.event_id);

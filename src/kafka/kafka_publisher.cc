@@ -37,8 +37,10 @@ rd_kafka_resp_err_t ProduceOutboundMessage(rd_kafka_t* producer, const std::stri
                       static_cast<ssize_t>(m.event_type.size()));
   rd_kafka_header_add(headers.get(), "outbox_id", -1, outbox_id,
                       static_cast<ssize_t>(id_end - outbox_id));
-  // The run's id (Store::RunId), so check counts this run's records apart from others'.
-  rd_kafka_header_add(headers.get(), "run_id", -1, run_id.data(), static_cast<ssize_t>(run_id.size()));
+  // The run's id (Store::RunId), so check counts this run's records apart from others': the
+  // message's own when the relay read it with the row, else the publisher's.
+  const std::string& run = m.run_id.empty() ? run_id : m.run_id;
+  rd_kafka_header_add(headers.get(), "run_id", -1, run.data(), static_cast<ssize_t>(run.size()));
   for (const RecordHeader& h : m.headers)
     rd_kafka_header_add(headers.get(), h.name.data(), static_cast<ssize_t>(h.name.size()),
                         h.value.data(), static_cast<ssize_t>(h.value.size()));

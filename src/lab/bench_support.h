@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "lab/benchmark.h"
+#include "lab/workload.h"
 #include "outbox/error.h"
 #include "outbox/event.h"
 #include "outbox/kafka/kafka_publisher.h"
@@ -90,5 +91,14 @@ DrainFigures MeasureDrains(const BenchmarkOptions& options, const TempDir& dir,
                            const std::string& brokers, const std::string& topic);  // drain_figure.cc
 RssFigure MeasureRss(const BenchmarkOptions& options, const TempDir& dir, const std::string& brokers,
                      const std::string& topic);                                   // rss_figure.cc
+WalFramesFigure MeasureWalFrames(const BenchmarkOptions& options, const TempDir& dir);  // write_cost_figure.cc
+MarkFigure MeasureMark(const BenchmarkOptions& options, const TempDir& dir);            // write_cost_figure.cc
+CheckpointFigure MeasureCheckpoint(const BenchmarkOptions& options, const TempDir& dir,
+                                   const std::string& brokers, const std::string& topic);  // write_cost_figure.cc
+LatencyFigure MeasureLatency(const BenchmarkOptions& options, const TempDir& dir,
+                             const std::string& brokers, const std::string& topic,
+                             Workload workload);                                  // latency_figure.cc
+IdleFigure MeasureIdle(const BenchmarkOptions& options, const TempDir& dir,
+                       const std::string& brokers, const std::string& topic);     // latency_figure.cc
 
 }  // namespace outbox::lab::bench

@@ -70,6 +70,9 @@ void ValidateBenchmarkOptions(const BenchmarkOptions& options) {
   RequirePositive("drain events", options.drain_events);
   RequirePositive("drain rounds", options.drain_rounds);
   RequirePositive("delivery timeout ms", options.delivery_timeout_ms);
+  RequirePositive("latency events", options.latency_events);
+  RequirePositive("latency rate", options.latency_rate);
+  RequirePositive("idle ms", options.idle_ms);
 }
 
 BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
@@ -114,14 +117,29 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
   result.fsync_us.push_back(MeasureFsyncUs(dir));
   result.write = MeasureWritePath(options, dir);
   result.fsync_us.push_back(MeasureFsyncUs(dir));
+  progress("WAL frames per transaction, and the mark by id vs by range");
+  result.wal_frames = MeasureWalFrames(options, dir);
+  result.mark = MeasureMark(options, dir);
   result.history = MeasureHistory(options, dir);
 
   progress(fmt::format("whole processes: publish {} / batch-loop {} / relay {}, {} rounds",
                        options.chapter_events, options.drain_events, options.drain_events,
                        options.drain_rounds));
   result.drains = MeasureDrains(options, dir, result.brokers, result.topic);
+  progress(fmt::format("relay with and without a passive checkpoint after each settle, {} "
+                       "events, {} rounds", options.drain_events, options.drain_rounds));
+  result.checkpoint = MeasureCheckpoint(options, dir, result.brokers, result.topic);
   progress(fmt::format("peak RSS: relay child draining {} events", options.rss_events));
   result.rss = MeasureRss(options, dir, result.brokers, result.topic);
+  for (const Workload workload :
+       {Workload::kOwnAggregate, Workload::kFiftyAggregates, Workload::kZipf}) {
+    progress(fmt::format("commit-to-mark: {} events at {}/s, workload {}", options.latency_events,
+                         options.latency_rate, WorkloadName(workload)));
+    result.latency.push_back(
+        MeasureLatency(options, dir, result.brokers, result.topic, workload));
+  }
+  progress(fmt::format("idle relay CPU over {} ms", options.idle_ms));
+  result.idle = MeasureIdle(options, dir, result.brokers, result.topic);
   result.fsync_us.push_back(MeasureFsyncUs(dir));
   return result;
 }

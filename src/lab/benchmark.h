@@ -16,7 +16,14 @@
 //                     alternating rounds (median);
 //   peak RSS          of an `outbox-lab relay --until-empty` child process
 //                     draining a large backlog (its VmHWM, read from /proc
-//                     until it exits).
+//                     until it exits);
+//   commit-to-mark    a `write --rate R --workload W` child commits at a steady
+//                     pace while a `relay` child with its default options
+//                     waits as in production (inotify); each row's
+//                     published_at - created_at, p50 and p99, on each
+//                     workload (lab/workload.h);
+//   idle CPU          a `relay` child on an empty outbox: utime + stime from
+//                     /proc/PID/stat over a window, as % of one core.
 //
 // Every figure runs on a fresh SQLite file under a temporary directory that
 // is removed at the end. The embedded broker and the RSS relay run as child
@@ -52,6 +59,8 @@ struct BenchmarkTargets {
   double write_ratio_min = 0.95;          // business+outbox txn/s ÷ business-only txn/s
   double history_ratio_max = 1.5;         // poll latency with history ÷ without
   double relay_rss_max_mib = 32.0;        // peak RSS of the relay child, MiB
+  double latency_p99_max_ms = 10.0;       // commit-to-mark p99 at a steady rate, each workload, ms
+  double idle_cpu_max_percent = 1.0;      // idle relay child's CPU, % of one core
 };
 
 struct BenchmarkOptions {
@@ -84,6 +93,9 @@ struct BenchmarkOptions {
   std::int64_t rss_events = 1000000;     // backlog the relay child drains, > 0
   std::int64_t drain_events = 100000;    // backlog of the loop and relay children, > 0
   std::int64_t drain_rounds = 3;         // rounds of whole-process drains; median taken, > 0
+  std::int64_t latency_events = 10000;   // rows the paced writer commits per workload, > 0
+  std::int64_t latency_rate = 1000;      // the writer's pace, transactions per second, > 0
+  std::int64_t idle_ms = 10000;          // window of the idle-CPU figure, ms, > 0
   int delivery_timeout_ms = 10000;       // librdkafka message.timeout.ms for every producer
 
   // Called with one line before each step (e.g. "relay: 200000 events"); may be empty.
@@ -158,6 +170,60 @@ struct DrainFigures {
   double relay_over_chapter = 0;
 };
 
+// One workload of the commit-to-mark figure. A delay is published_at -
+// created_at of one row, ms: created_at is read just before the writer's
+// BEGIN, published_at when the relay's settle of its ack runs, so a delay
+// holds the commit, the relay's wake-up, claim, produce, the broker's ack and
+// the settle (an upper bound of commit-to-ack). Whole ms: both are epoch ms.
+struct LatencyFigure {
+  std::string workload;       // "own", "50" or "zipf" (lab/workload.h)
+  std::int64_t events = 0;    // rows written and published
+  double rate_per_s = 0;      // the pace the writer was asked for
+  double writer_seconds = 0;  // the writer child from spawn to exit
+  double p50_ms = 0;
+  double p99_ms = 0;
+  double max_ms = 0;
+};
+
+// The idle relay: a `relay` child (default options) on an empty outbox,
+// after it has published one warm-up row and gone idle.
+struct IdleFigure {
+  double seconds = 0;      // the window, steady_clock
+  long cpu_ticks = 0;      // utime + stime over the window, clock ticks
+  double cpu_percent = 0;  // of one core: ticks / CLK_TCK / seconds * 100
+};
+
+// WAL frames (pages) one transaction appends, read from the -wal file
+// (lab/wal_file.h) over kWalTxns transactions after a warm-up on a fresh
+// database, in steady state: the same loans, with and without their event.
+struct WalFramesFigure {
+  std::int64_t txns = 0;                // measured transactions per variant
+  double business_only_frames = 0;      // per transaction
+  double with_outbox_frames = 0;        // per transaction
+};
+
+// SettleBatch of batch_size acked rows, all of one claim: median µs per
+// settle, by id and by range (MarkMethod), alternated batch by batch on two
+// copies of one backlog.
+struct MarkFigure {
+  std::int64_t batches = 0;  // settles per method
+  std::int64_t rows = 0;     // acked rows per settle
+  double by_id_us = 0;
+  double by_range_us = 0;
+};
+
+// The in-process Relay draining drain_events rows batch by batch, with
+// RelayOptions::checkpoint_after_settle on (as shipped: a passive checkpoint
+// after each batch smaller than batch_size) and off, alternated over
+// drain_rounds rounds (median).
+struct CheckpointFigure {
+  std::int64_t events = 0;
+  double with_events_per_s = 0;
+  double without_events_per_s = 0;
+  std::int64_t with_wal_bytes = 0;     // the -wal file's size when the drain ends, last round
+  std::int64_t without_wal_bytes = 0;
+};
+
 struct BenchmarkResult {
   std::string brokers;  // bootstrap servers used
   bool embedded_broker = false;
@@ -177,6 +243,11 @@ struct BenchmarkResult {
   HistoryFigure history;
   DrainFigures drains;
   RssFigure rss;
+  WalFramesFigure wal_frames;
+  MarkFigure mark;
+  CheckpointFigure checkpoint;
+  std::vector<LatencyFigure> latency;  // own, 50, zipf
+  IdleFigure idle;
 };
 
 // Throws ConfigError naming the field when a count is <= 0.

@@ -178,7 +178,7 @@ const std::vector<std::string>& CheckExpectationKeys() {
       "history_attempts", "history_acknowledged", "history_failed", "history_indeterminate",
       "history_ok",    "history_recovered",  "history_unexpected", "history_marked",
       "history_fenced", "history_parked",    "history_marked_without_ack",
-      "history_fenced_duplicates"};
+      "history_fenced_duplicates", "undone", "undone_phantom", "corrupt"};
   return keys;
 }
 
@@ -201,6 +201,9 @@ std::map<std::string, std::int64_t> CheckValues(const CheckResult& r) {
       {"parked", size(r.parked)},
       {"retention_unknown", size(r.retention_unknown)},
       {"other_run_records", r.other_run_records},
+      {"undone", size(r.undone)},
+      {"undone_phantom", size(r.undone_phantom)},
+      {"corrupt", r.corrupt.empty() ? 0 : 1},
   };
   if (r.history.present) {
     const HistoryVerdict& h = r.history;

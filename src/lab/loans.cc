@@ -11,6 +11,8 @@
 namespace outbox::lab {
 namespace {
 
+constexpr const char* kRenewedStatus = "RENEWED";
+
 constexpr const char* kLoanSchema = R"sql(
 CREATE TABLE business_loan (
   loan_id    TEXT    PRIMARY KEY,
@@ -42,6 +44,12 @@ void InsertLoan(pg::Connection& connection, const Loan& loan) {
       fmt::format("insert loan '{}'", loan.loan_id));
 }
 
+void RenewLoan(pg::Connection& connection, const std::string& loan_id) {
+  connection.Query("UPDATE business_loan SET status = $2 WHERE loan_id = $1",
+                   {pg::Param::Text(loan_id), pg::Param::Text(kRenewedStatus)},
+                   fmt::format("renew loan '{}'", loan_id));
+}
+
 bool LoanExists(pg::Connection& connection, const std::string& loan_id) {
   return connection.QueryInt("SELECT COUNT(*) FROM business_loan WHERE loan_id = $1",
                              {pg::Param::Text(loan_id)}, "look for a loan") > 0;
@@ -66,6 +74,22 @@ bool HasLoanTable(sqlite::Connection& connection) {
              "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='business_loan'") == 1;
 }
 
+// Whether the file has an outbox table and no business_loan table, looked at
+// read-only before a Store opens it, so a database that cannot be the lab's is
+// refused before the Store migrates its outbox table. False when the file
+// cannot be read here: the Store then says why.
+bool LacksOnlyLoanTable(const std::string& path) {
+  try {
+    sqlite::Connection look(path, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
+    const bool has_outbox =
+        look.QueryInt64(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='outbox'") == 1;
+    return has_outbox && !HasLoanTable(look);
+  } catch (const DbError&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptions& options,
@@ -73,6 +97,8 @@ std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptio
   if (mode == OpenMode::kCreate)
     throw ConfigError(fmt::format("open database '{}': OpenLabDatabase never creates; use "
                                   "ResetLabDatabase", path));
+  if (LacksOnlyLoanTable(path))
+    throw SchemaMissingError(fmt::format("open database '{}': no business_loan table", path));
   auto store = std::make_unique<Store>(path, options, mode);
   bool has_loans = false;
   {
@@ -85,9 +111,16 @@ std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptio
   return store;
 }
 
-std::unique_ptr<Store> ResetLabDatabase(const std::string& path, const StoreOptions& options) {
+std::unique_ptr<Store> ResetLabDatabase(const std::string& path, const StoreOptions& options,
+                                        ResetRemoved* removed) {
   auto store = std::make_unique<Store>(path, options, OpenMode::kCreate);
-  store->ResetSchema();
+  std::int64_t loans = 0;
+  {
+    auto read = store->BeginRead();
+    if (HasLoanTable(read.connection())) loans = CountLoans(read.connection());
+  }
+  const ResetCounts outbox = store->ResetSchema();
+  if (removed) *removed = ResetRemoved{loans, outbox};
   auto txn = store->BeginWrite();
   txn.connection().Exec("DROP TABLE IF EXISTS business_loan");
   txn.connection().Exec(kLoanSchema);
@@ -132,10 +165,21 @@ std::unique_ptr<OutboxStore> OpenLabStore(const std::string& db, const StoreOpti
   return std::make_unique<PgStore>(db, options.clock);
 }
 
-std::unique_ptr<OutboxStore> ResetLabStore(const std::string& db, const StoreOptions& options) {
-  if (!pg::IsPostgresUrl(db)) return ResetLabDatabase(db, options);
+std::unique_ptr<OutboxStore> ResetLabStore(const std::string& db, const StoreOptions& options,
+                                           ResetRemoved* removed) {
+  if (!pg::IsPostgresUrl(db)) return ResetLabDatabase(db, options, removed);
   auto store = std::make_unique<PgStore>(db, options.clock);
-  store->ResetSchema();
+  std::int64_t loans = 0;
+  {
+    auto read = store->BeginRead();
+    if (read.connection().QueryInt("SELECT (to_regclass('business_loan') IS NOT NULL)::int", {},
+                                   "look for the business table") == 1)
+      loans = read.connection().QueryInt("SELECT COUNT(*) FROM business_loan", {},
+                                         "count the loans");
+    read.Commit();
+  }
+  const ResetCounts outbox = store->ResetSchema();
+  if (removed) *removed = ResetRemoved{loans, outbox};
   auto txn = store->BeginWrite();
   txn.connection().Exec("DROP TABLE IF EXISTS business_loan", "drop the business table");
   txn.connection().Exec(kPgLoanSchema, "create the business table");
@@ -222,26 +266,31 @@ LabSnapshot ReadLabSnapshot(OutboxStore& store) {
   return snapshot;
 }
 
-WrittenLoan WriteLoanWithEvent(OutboxStore& store, std::int64_t index, History* history) {
-  WrittenLoan written{ChapterLoan(index, store.clock().EpochMs()), {}};
+WrittenLoan WriteLoanWithEvent(OutboxStore& store, std::int64_t index, History* history,
+                               std::int64_t loan_number) {
+  const std::int64_t number = loan_number > 0 ? loan_number : index;
+  WrittenLoan written{ChapterLoan(number, store.clock().EpochMs()), {}};
   written.event = LoanCreatedEvent(written.loan, index);
   NotePhase(history, "begin");
   Note(history, "invoke", "txn", written.event.event_id);
   try {
-    if (Store* sqlite = AsSqlite(store)) {
-      auto txn = sqlite->BeginWrite();
-      InsertLoan(txn.connection(), written.loan);
-      sqlite->Enqueue(txn, written.event);
+    // One body for both backends: the transaction types differ, the steps do not.
+    const auto write = [&](auto& backend_store) {
+      auto txn = backend_store.BeginWrite();
+      // A later write of the same loan (a workload with shared aggregates) renews it.
+      if (number != index && LoanExists(txn.connection(), written.loan.loan_id)) {
+        RenewLoan(txn.connection(), written.loan.loan_id);
+        written.loan.status = kRenewedStatus;
+        written.event.event_type = "LoanRenewed";
+      } else {
+        InsertLoan(txn.connection(), written.loan);
+      }
+      backend_store.Enqueue(txn, written.event);
       HitFailpoint("write.before_commit");
       txn.Commit();
-    } else {
-      PgStore& pg_store = AsPostgres(store);
-      auto txn = pg_store.BeginWrite();
-      InsertLoan(txn.connection(), written.loan);
-      pg_store.Enqueue(txn, written.event);
-      HitFailpoint("write.before_commit");
-      txn.Commit();
-    }
+    };
+    if (Store* sqlite = AsSqlite(store)) write(*sqlite);
+    else write(AsPostgres(store));
   } catch (const std::exception& e) {
     Note(history, "fail", "txn", written.event.event_id, e.what());
     throw;
@@ -250,6 +299,11 @@ WrittenLoan WriteLoanWithEvent(OutboxStore& store, std::int64_t index, History* 
   NotePhase(history, "commit");
   HitFailpoint("write.after_commit");
   return written;
+}
+
+void RenewLoan(sqlite::Connection& connection, const std::string& loan_id) {
+  auto update = connection.Prepare("UPDATE business_loan SET status = ?2 WHERE loan_id = ?1");
+  update.Bind(1, loan_id).Bind(2, kRenewedStatus).Run();
 }
 
 void InsertLoan(sqlite::Connection& connection, const Loan& loan) {

@@ -30,6 +30,13 @@ struct Loan {
 std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptions& options,
                                        OpenMode mode = OpenMode::kExisting);
 
+// What a reset removed: business_loan rows, and the outbox's (Store::ResetSchema or
+// PgStore::ResetSchema).
+struct ResetRemoved {
+  std::int64_t loans = 0;
+  ResetCounts outbox;
+};
+
 // The outbox named by db, whatever the backend (issue 12): a postgresql:// or postgres:// URL
 // (pg::IsPostgresUrl) opens a PgStore on that server with pg_mode and options.clock; anything
 // else is an SQLite path opened as Store(db, options, mode). Does not look for the business
@@ -49,13 +56,17 @@ std::unique_ptr<OutboxStore> OpenLabStore(const std::string& db, const StoreOpti
 
 // ResetLabDatabase for either backend. On PostgreSQL: drops and recreates the outbox tables
 // (PgStore::ResetSchema) and business_loan in the URL's database and search_path schema, which
-// must exist. Throws DbError or pg::PgError.
-std::unique_ptr<OutboxStore> ResetLabStore(const std::string& db, const StoreOptions& options);
+// must exist. When removed is given, it receives what was dropped (on PostgreSQL too: counted
+// in the reset's transactions). Throws DbError or pg::PgError.
+std::unique_ptr<OutboxStore> ResetLabStore(const std::string& db, const StoreOptions& options,
+                                           ResetRemoved* removed = nullptr);
 
 // reset: creates parent directories and the file, then drops and recreates
-// both tables. Throws DbError (SQLITE_NOTADB for a file that is not SQLite:
-// it is never overwritten).
-std::unique_ptr<Store> ResetLabDatabase(const std::string& path, const StoreOptions& options);
+// both tables (whatever tables carry those names). When removed is given, it
+// receives what was dropped. Throws DbError (SQLITE_NOTADB for a file that is
+// not SQLite: it is never overwritten).
+std::unique_ptr<Store> ResetLabDatabase(const std::string& path, const StoreOptions& options,
+                                        ResetRemoved* removed = nullptr);
 
 // The chapter's i-th loan (i >= 1): L-(1000+i), book B-(100+i), created at
 // created_at_ms (epoch ms, e.g. Store::clock().EpochMs()).
@@ -78,7 +89,12 @@ struct WrittenLoan {
 // after, and a "commit" phase after the commit (History::RecordPhase).
 // Either backend: on PostgreSQL one READ COMMITTED transaction, the loan and the event's row
 // commit together (pg::PgError instead of DbError).
-WrittenLoan WriteLoanWithEvent(OutboxStore& store, std::int64_t index, History* history = nullptr);
+// loan_number (>= 1, lab/workload.h) picks the loan, the event's aggregate;
+// 0 means index (every event its own loan). When it differs from index and
+// that loan exists, the transaction renews it (status RENEWED) and the event
+// is LoanRenewed, with event id evt-(1000+index) all the same.
+WrittenLoan WriteLoanWithEvent(OutboxStore& store, std::int64_t index, History* history = nullptr,
+                               std::int64_t loan_number = 0);
 
 // naive-hold's dual write done wrong: commits loan alone, with no outbox row. Returns false, having
 // written nothing, when the loan exists already. Throws DbError or pg::PgError.
@@ -114,6 +130,10 @@ void InsertLoan(sqlite::Connection& connection, const Loan& loan);
 // highest outbox id ever assigned, so numbering continues after earlier runs,
 // killed ones and purges alike. Throws DbError.
 std::int64_t NextLoanIndex(OutboxStore& store);
+
+// Sets the loan's status to RENEWED. Call inside a transaction from
+// Store::BeginWrite(). Throws DbError. A loan that does not exist is left alone.
+void RenewLoan(sqlite::Connection& connection, const std::string& loan_id);
 
 bool LoanExists(sqlite::Connection& connection, const std::string& loan_id);
 std::int64_t CountLoans(sqlite::Connection& connection);

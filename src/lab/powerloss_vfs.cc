@@ -449,4 +449,13 @@ PowerlossVfs::~PowerlossVfs() {
   sqlite3_vfs_register(real_, 1);
 }
 
+void RequireNoVfsFailpoints() {
+  for (const std::string& name : ConfiguredFailpoints())
+    if (name.rfind("vfs.", 0) == 0)
+      throw ConfigError(fmt::format(
+          "OUTBOX_FAILPOINTS sets {}, which can never fire here: vfs.* failpoints need --vfs "
+          "powerloss (or OUTBOX_VFS=powerloss)",
+          name));
+}
+
 }  // namespace outbox::lab

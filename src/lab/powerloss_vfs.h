@@ -69,4 +69,10 @@ class PowerlossVfs {
   std::string last_fault_;  // guarded by mutex_
 };
 
+// For a process that runs without the shim: throws ConfigError ("vfs.* failpoints need --vfs
+// powerloss (or OUTBOX_VFS=powerloss)") when the active failpoint configuration
+// (ConfiguredFailpoints, outbox/failpoint.h) sets a vfs.* point, which only the shim evaluates
+// and so could never fire. Returns when none is set.
+void RequireNoVfsFailpoints();
+
 }  // namespace outbox::lab

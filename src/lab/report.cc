@@ -36,6 +36,15 @@ void WriteFileAtomically(const std::string& path, const std::string& text) {
   }
 }
 
+void RequireWritableFile(const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw ConfigError(fmt::format("write '{}': {}", tmp, std::strerror(errno)));
+  }
+  std::remove(tmp.c_str());
+}
+
 // --- untrusted bytes -----------------------------------------------------------------------------
 
 std::string SanitizeUtf8(std::string_view bytes) {

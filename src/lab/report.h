@@ -139,6 +139,13 @@ std::string RenderReportHtml(const ReportModel& model, const RenderOptions& opti
 // sees half a page. Throws ConfigError naming the file and strerror.
 void WriteFileAtomically(const std::string& path, const std::string& text);
 
+// Checks, before a long measurement or read, that WriteFileAtomically(path, ...)
+// can create its temporary file: creates path.tmp and removes it again (path
+// itself is not touched). Throws ConfigError "write 'path.tmp': <strerror>"
+// as WriteFileAtomically would, e.g. when the directory does not exist or is
+// not writable.
+void RequireWritableFile(const std::string& path);
+
 // bytes with every invalid UTF-8 sequence (overlong, surrogate, truncated,
 // above U+10FFFF) replaced by U+FFFD and every C0 control but tab and newline
 // replaced by U+FFFD. Source: the Unicode Standard, ch. 3, table 3-7

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "outbox/error.h"
@@ -32,6 +33,31 @@ long ReadPeakRssKib(pid_t pid) {
   while (std::getline(status, line))
     if (line.rfind("VmHWM:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
   return 0;
+}
+
+long ReadCpuTicks(pid_t pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(stat, line)) return -1;
+  return ParseCpuTicks(line);
+}
+
+long ParseCpuTicks(const std::string& stat_line) {
+  const std::size_t close = stat_line.rfind(')');
+  if (close == std::string::npos) return -1;
+  // After "pid (comm)" come field 3 (state) onwards: utime is field 14, stime 15.
+  std::istringstream fields(stat_line.substr(close + 1));
+  std::string field;
+  long ticks = 0;
+  for (int number = 3; number <= 15; ++number) {
+    if (!(fields >> field)) return -1;
+    if (number < 14) continue;
+    char* end = nullptr;
+    const long value = std::strtol(field.c_str(), &end, 10);
+    if (end == field.c_str() || *end != '\0' || value < 0) return -1;
+    ticks += value;
+  }
+  return ticks;
 }
 
 std::string DescribeStatus(int status) {

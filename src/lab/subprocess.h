@@ -39,6 +39,16 @@ struct ChildExit {
 // 0 when the process is gone.
 long ReadPeakRssKib(pid_t pid);
 
+// CPU time a process has used so far, in clock ticks (sysconf(_SC_CLK_TCK)
+// per second, 100 on Linux): utime + stime, fields 14 and 15 of
+// /proc/PID/stat (proc(5)), summed over all its threads. -1 when the process
+// is gone or the line cannot be read.
+long ReadCpuTicks(pid_t pid);
+// The same from the text of one /proc/PID/stat line. The command name (field
+// 2) is in parentheses and may itself hold spaces and ')', so the fields are
+// counted from the last ')'. -1 when the line is too short or malformed.
+long ParseCpuTicks(const std::string& stat_line);
+
 // "exit status 3", "signal 9" or "wait status N" for a waitpid status.
 std::string DescribeStatus(int status);
 

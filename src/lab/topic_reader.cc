@@ -84,16 +84,20 @@ TopicLog ReadTopicLog(const TopicReadOptions& options) {
   kafka::MetadataHandle metadata(raw_metadata);
   if (err) kafka::ThrowKafkaError(what + ": broker unreachable", err);
 
+  TopicLog log;
+  log.topic = options.topic;
+  log.brokers = options.brokers;
   std::vector<std::int32_t> partitions;
   for (int t = 0; t < metadata->topic_cnt; ++t) {
     const auto& topic = metadata->topics[t];
-    if (options.topic != topic.topic || topic.err) continue;
+    if (options.topic != topic.topic) continue;
+    if (topic.err != RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) log.topic_exists = true;
+    if (topic.err) continue;
     for (int p = 0; p < topic.partition_cnt; ++p) partitions.push_back(topic.partitions[p].id);
   }
   std::sort(partitions.begin(), partitions.end());
 
   // Read up to the high watermark as it is now; records produced later are not waited for.
-  TopicLog log;
   std::map<std::int32_t, std::int64_t> next_offset, end_offset;
   kafka::TopicPartitionListHandle assignment(
       rd_kafka_topic_partition_list_new(static_cast<int>(partitions.size())));
@@ -132,6 +136,14 @@ TopicLog ReadTopicLog(const TopicReadOptions& options) {
     return a.partition != b.partition ? a.partition < b.partition : a.offset < b.offset;
   });
   return log;
+}
+
+void RequireTopicIfPublished(const TopicLog& log, std::int64_t published_rows) {
+  if (log.topic_exists || published_rows <= 0) return;
+  throw KafkaError(fmt::format(
+      "topic '{}' does not exist on {}; check --topic ({} outbox rows are marked published)",
+      log.topic, log.brokers, published_rows),
+      RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
 }
 
 }  // namespace outbox::lab

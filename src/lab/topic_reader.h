@@ -38,6 +38,11 @@ struct PartitionExtent {
 struct TopicLog {
   std::vector<TopicRecord> records;         // ordered by partition then offset
   std::vector<PartitionExtent> partitions;  // every partition of the topic, by id
+  // False when the broker's metadata does not list the topic (Kafka's
+  // UNKNOWN_TOPIC_OR_PART): the read found nothing because there is nothing.
+  bool topic_exists = false;
+  std::string topic;    // the topic read, and the bootstrap servers it was read from,
+  std::string brokers;  // for messages about the read
 
   // Offsets the broker no longer holds, over all partitions (the sum of log_start).
   std::int64_t Dropped() const;
@@ -61,5 +66,13 @@ std::vector<TopicRecord> ReadTopic(const TopicReadOptions& options);
 // that a checker can tell "not in Kafka" from "maybe dropped by retention".
 // Throws as ReadTopic.
 TopicLog ReadTopicLog(const TopicReadOptions& options);
+
+// A topic that does not exist is simply empty while nothing was published to
+// it; once published_rows (outbox rows marked published, >= 0) is above 0, it
+// means a mistyped --topic or another broker, and judging the log would call
+// every published event lost. Throws KafkaError "topic 'T' does not exist on
+// B; check --topic (N outbox rows are marked published)" then; returns
+// otherwise.
+void RequireTopicIfPublished(const TopicLog& log, std::int64_t published_rows);
 
 }  // namespace outbox::lab

@@ -218,6 +218,14 @@ void ConfigureFailpointsFromEnv() {
   if (const char* spec = std::getenv("OUTBOX_FAILPOINTS")) ConfigureFailpoints(spec);
 }
 
+std::vector<std::string> ConfiguredFailpoints() {
+  Registry& registry = TheRegistry();
+  std::lock_guard lock(registry.mutex);
+  std::vector<std::string> names;
+  for (const auto& [name, terms] : registry.points) names.push_back(name);
+  return names;
+}
+
 void HitFailpoint(std::string_view name, std::string_view hold_line) {
   if (!g_enabled.load(std::memory_order_relaxed)) return;
   Action action = Action::kOff;

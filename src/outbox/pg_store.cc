@@ -125,9 +125,32 @@ void PgStore::Migrate() {
                     "unlock the schema");
 }
 
-void PgStore::ResetSchema() {
+ResetCounts PgStore::ResetSchema() {
+  ResetCounts counts;
   {
     pg::Transaction txn(connection_);
+    // What the drop removes, counted in its own transaction (as Store::ResetSchema does).
+    const auto exists = [this](const char* table) {
+      return connection_.QueryInt(
+                 "SELECT (to_regclass($1) IS NOT NULL)::int", {pg::Param::Text(table)},
+                 "look for a table") == 1;
+    };
+    if (exists("outbox")) {
+      counts.outbox_rows =
+          connection_.QueryInt("SELECT COUNT(*) FROM outbox", {}, "count the outbox rows");
+      // The lab's table has a boolean published column; a table of another design may not.
+      counts.lab_table =
+          connection_.QueryInt(
+              "SELECT COUNT(*) FROM pg_attribute WHERE attrelid = to_regclass('outbox') "
+              "AND attname = 'published' AND atttypid = 'boolean'::regtype AND NOT attisdropped",
+              {}, "look at the outbox table") == 1;
+      if (counts.lab_table)
+        counts.published = connection_.QueryInt("SELECT COUNT(*) FROM outbox WHERE published", {},
+                                                "count the published rows");
+    }
+    if (exists("outbox_archive"))
+      counts.archived = connection_.QueryInt("SELECT COUNT(*) FROM outbox_archive", {},
+                                             "count the archived rows");
     connection_.Exec("DROP TABLE IF EXISTS outbox_archive; DROP TABLE IF EXISTS outbox; "
                      "DROP SEQUENCE IF EXISTS outbox_fence; DROP TABLE IF EXISTS outbox_run; "
                      "DROP TABLE IF EXISTS outbox_offset;",
@@ -140,6 +163,7 @@ void PgStore::ResetSchema() {
       "INSERT INTO outbox_run(run_id) SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint "
       "|| '-' || lpad(to_hex(floor(random() * 4294967296)::bigint), 8, '0')",
       "start a new run");
+  return counts;
 }
 
 std::int64_t PgStore::Enqueue(pg::Transaction& txn, const OutboxEvent& event) {
@@ -378,6 +402,38 @@ OutboxStatus PgStore::Status(std::int64_t /*now_ms*/) {
   status.published = row.Int(0, 6);
   status.archived = row.Int(0, 7);
   return status;
+}
+
+namespace {
+
+[[noreturn]] void ThrowNoLeaderMode(std::string_view what) {
+  throw ConfigError(fmt::format("{}: the leader lease is not on PostgreSQL yet; use relay "
+                                "--coordination claims",
+                                what));
+}
+
+}  // namespace
+
+LeaseAcquisition PgStore::AcquireLease(const std::string& /*owner*/, std::int64_t /*lease_ms*/,
+                                       std::int64_t /*now_ms*/) {
+  ThrowNoLeaderMode("acquire the leader lease");
+}
+
+bool PgStore::RenewLease(std::int64_t /*token*/, std::int64_t /*lease_ms*/,
+                         std::int64_t /*now_ms*/) {
+  ThrowNoLeaderMode("renew the leader lease");
+}
+
+std::vector<OutboxRow> PgStore::ReadPage(const PageRequest& /*request*/) {
+  ThrowNoLeaderMode("read a leader's page");
+}
+
+SettleReport PgStore::SettleUnderLease(std::int64_t /*token*/,
+                                       const std::vector<std::int64_t>& /*acked*/,
+                                       const std::vector<FailedDelivery>& /*failed*/,
+                                       const SettlePolicy& /*policy*/, std::int64_t /*now_ms*/,
+                                       std::int64_t /*lease_ms*/) {
+  ThrowNoLeaderMode("settle under the leader lease");
 }
 
 }  // namespace outbox

@@ -19,6 +19,12 @@ KeyChoice ParseKeyChoice(const std::string& text) {
   throw ConfigError(fmt::format("key '{}': expected event-id or aggregate-id", text));
 }
 
+Coordination ParseCoordination(const std::string& text) {
+  if (text == "claims") return Coordination::kClaims;
+  if (text == "leader") return Coordination::kLeader;
+  throw ConfigError(fmt::format("coordination '{}': expected claims or leader", text));
+}
+
 FailureMode ParseFailureMode(const std::string& text) {
   if (text == "block-key") return FailureMode::kBlockKey;
   if (text == "skip") return FailureMode::kSkip;
@@ -32,8 +38,10 @@ Relay::Relay(OutboxStore& store, Publisher& publisher, RelayOptions options)
       clock_(options_.clock ? *options_.clock : store.clock()) {
   if (options_.batch_size <= 0)
     throw ConfigError(fmt::format("batch size {}: must be at least 1", options_.batch_size));
-  if (options_.lease_ms <= 0)
-    throw ConfigError(fmt::format("lease {} ms: must be positive", options_.lease_ms));
+  if (options_.lease_ms <= 0 || options_.lease_ms > kMaxHoldMs)
+    throw ConfigError(fmt::format("lease {} ms: must be positive and at most {} ms (one day, "
+                                  "kMaxHoldMs: a longer claim is not taken for a lease)",
+                                  options_.lease_ms, kMaxHoldMs));
   if (options_.settle.max_attempts <= 0)
     throw ConfigError(fmt::format("max attempts {}: must be at least 1", options_.settle.max_attempts));
 }
@@ -55,7 +63,62 @@ void Relay::Phase(std::string_view phase, std::int64_t token) const {
   if (options_.on_phase) options_.on_phase(phase, token);
 }
 
-bool Relay::HasClaimable() { return store_.HasClaimable(MakeClaimRequest(0)); }
+bool Relay::HasClaimable() {
+  if (leader_mode()) return Lead() && Sendable();
+  return store_.HasClaimable(MakeClaimRequest(0));
+}
+
+bool Relay::Sendable() {
+  PageRequest request;
+  request.limit = static_cast<std::int64_t>(in_flight_ids_.size()) + 1;
+  request.now_ms = Now();
+  request.hold_back_failed = options_.on_failure == FailureMode::kBlockKey;
+  for (const OutboxRow& row : store_.ReadPage(request))
+    if (in_flight_ids_.count(row.id) == 0) return true;
+  return false;
+}
+
+bool Relay::Lead() {
+  if (!leader_mode()) return false;
+  const std::int64_t now = Now();
+  try {
+    if (lease_.token > 0) {
+      // Renew once less than half is left: a write per half lease, not per poll.
+      if (lease_.until_ms - now > options_.lease_ms / 2) return true;
+      if (store_.RenewLease(lease_.token, options_.lease_ms, now)) {
+        lease_.until_ms = std::max(lease_.until_ms, now + options_.lease_ms);
+        return true;
+      }
+      LoseLease();
+    }
+    const LeaseAcquisition got = store_.AcquireLease(options_.owner, options_.lease_ms, now);
+    if (!got.acquired) return false;
+    lease_ = got.lease;
+    cursor_ = 0;  // a new term starts a new pass
+    if (options_.on_lease) options_.on_lease({LeaseEvent::Kind::kAcquired, lease_, got.previous});
+    return true;
+  } catch (const DbError& e) {
+    // Another writer held the lock past the busy timeout: try again at the next poll.
+    if (e.primary_code() != SQLITE_BUSY) throw;
+    return lease_.token > 0 && lease_.until_ms > Now();
+  }
+}
+
+void Relay::LoseLease() {
+  if (lease_.token == 0) return;
+  const LeaderLease lost = lease_;
+  lease_ = {};
+  cursor_ = 0;
+  if (options_.on_lease) options_.on_lease({LeaseEvent::Kind::kLost, lost, {}});
+}
+
+void Relay::Resign() {
+  if (!leader_mode() || lease_.token == 0 || !in_flight_.empty()) return;
+  const LeaderLease term = lease_;
+  lease_ = {};
+  if (store_.ReleaseLease(term.token) && options_.on_lease)
+    options_.on_lease({LeaseEvent::Kind::kReleased, term, {}});
+}
 
 WaitReport Relay::Waits() {
   const std::int64_t now_ms = Now();
@@ -64,10 +127,18 @@ WaitReport Relay::Waits() {
     if (claim.owner != options_.owner)
       report.leases.push_back({claim.owner, claim.rows, now_ms + claim.expires_in_ms});
   report.backoff = store_.Backoffs(now_ms);
+  if (leader_mode() && lease_.token == 0) {
+    const LeaderLease lease = store_.ReadLease();
+    if (lease.Live(now_ms))
+      report.leader = {lease.owner, lease.token, lease.until_ms, store_.PendingCount()};
+  }
   return report;
 }
 
-bool Relay::CanOnlyWaitForever() { return !HasClaimable() && store_.WaitingCount(Now()) == 0; }
+bool Relay::CanOnlyWaitForever() {
+  const bool sendable = leader_mode() ? Sendable() : HasClaimable();
+  return !sendable && store_.WaitingCount(Now()) == 0;
+}
 
 BatchReport Relay::RunBatch() {
   if (!in_flight_.empty())
@@ -76,12 +147,8 @@ BatchReport Relay::RunBatch() {
   return FinishBatch();
 }
 
-bool Relay::StartBatch() {
-  // "idle" only when nothing is in flight: with a batch in flight the relay is not idle.
-  if (!store_.HasClaimable(MakeClaimRequest(0))) {  // idle: read only
-    if (in_flight_.empty()) Phase("idle", 0);
-    return false;
-  }
+Claim Relay::ClaimNext() {
+  if (!store_.HasClaimable(MakeClaimRequest(0))) return Claim{};  // idle: read only
   if (cursor_ > 0) {
     ClaimRequest behind = MakeClaimRequest(0);
     behind.up_to_id = cursor_;
@@ -92,14 +159,58 @@ bool Relay::StartBatch() {
     cursor_ = 0;  // a new pass picks up rows whose backoff ran out
     claim = store_.ClaimBatch(MakeClaimRequest(cursor_));
   }
+  if (!claim.rows.empty()) cursor_ = claim.rows.back().id;
+  return claim;
+}
+
+// Reads past the cursor and steps over the rows in flight (read again only on
+// a new pass). At the end of the table a new pass starts from id 0: retries
+// whose backoff ran out and rows held back behind a failure are served then,
+// once the leader has caught up with the rows past the cursor.
+Claim Relay::ReadNext() {
+  Claim page;  // attempts stays empty: a leader's settle reads them itself
+  if (!Lead()) return page;
+  page.token = lease_.token;
+  const auto limit = static_cast<std::size_t>(options_.batch_size);
+  bool new_pass = cursor_ == 0;
+  for (;;) {
+    PageRequest request;
+    request.after_id = cursor_;
+    request.limit = options_.batch_size;
+    request.now_ms = Now();
+    request.hold_back_failed = options_.on_failure == FailureMode::kBlockKey;
+    const std::vector<OutboxRow> rows = store_.ReadPage(request);
+    for (const OutboxRow& row : rows) {
+      cursor_ = row.id;
+      if (in_flight_ids_.count(row.id) == 0) page.rows.push_back(row);
+      if (page.rows.size() == limit) break;
+    }
+    if (page.rows.size() == limit) break;
+    if (rows.size() == limit) continue;  // a full page of rows in flight: read on
+    if (!page.rows.empty() || new_pass) break;
+    cursor_ = 0;
+    new_pass = true;
+  }
+  return page;
+}
+
+bool Relay::StartBatch() {
+  Claim claim = leader_mode() ? ReadNext() : ClaimNext();
   if (claim.rows.empty()) {
+    // "idle" only when nothing is in flight: with a batch in flight the relay is not idle.
     if (in_flight_.empty()) Phase("idle", 0);
     return false;
   }
-  cursor_ = claim.rows.back().id;
   Phase("claim", claim.token);
   HitFailpoint("relay.after_claim");
+  return SendRows(std::move(claim));
+}
 
+bool Relay::SendRows(Claim claim) {
+  // Read per batch, after the rows: a `reset` while this relay runs starts a new run, and the
+  // rows just read belong to it (read once at start, every later record would carry the old
+  // run's id and check would count this run's events as lost).
+  const std::string run_id = store_.RunId();
   std::vector<OutboundMessage> messages;
   messages.reserve(claim.rows.size());
   std::vector<FailedDelivery> failed;
@@ -112,17 +223,21 @@ bool Relay::StartBatch() {
     }
     OutboundMessage message = MessageForRow(row);
     message.headers = std::move(headers.headers);
+    message.run_id = run_id;
     if (options_.key == KeyChoice::kAggregateId) message.key = row.event.aggregate_id;
     messages.push_back(std::move(message));
   }
   // Queued before the send: if Send throws, the claim is still known to be
   // ours (its rows wait out the lease either way). Rows refused for their
   // headers travel with it, to be parked by its settle.
+  if (leader_mode())
+    for (const OutboxRow& row : claim.rows) in_flight_ids_.insert(row.id);
   in_flight_.push_back({std::move(claim), std::move(failed)});
   Phase("produce", in_flight_.back().claim.token);
   try {
     publisher_.Send(messages);  // even when empty: one Send per AwaitOldest
   } catch (...) {
+    for (const OutboxRow& row : in_flight_.back().claim.rows) in_flight_ids_.erase(row.id);
     in_flight_.pop_back();
     throw;
   }
@@ -136,6 +251,7 @@ BatchReport Relay::FinishBatch() {
   const Claim claim = std::move(in_flight_.front().claim);
   std::vector<FailedDelivery> failed = std::move(in_flight_.front().rejected);
   in_flight_.pop_front();
+  for (const OutboxRow& row : claim.rows) in_flight_ids_.erase(row.id);
   BatchReport report;
   report.token = claim.token;
   report.claimed = static_cast<std::int64_t>(claim.rows.size());
@@ -159,7 +275,19 @@ BatchReport Relay::FinishBatch() {
   Phase("marking", claim.token);
   for (;;) {
     try {
-      report.settle = store_.SettleBatch(claim.token, acked, failed, options_.settle, Now());
+      const std::int64_t now = Now();
+      if (!leader_mode()) {
+        report.settle = store_.SettleBatch(claim.token, acked, failed, options_.settle, now);
+        break;
+      }
+      report.settle = store_.SettleUnderLease(claim.token, acked, failed, options_.settle, now,
+                                              options_.lease_ms);
+      if (lease_.token == claim.token) {
+        if (report.settle.fenced_out)
+          LoseLease();
+        else
+          lease_.until_ms = std::max(lease_.until_ms, now + options_.lease_ms);
+      }
       break;
     } catch (const DbError& e) {
       if (e.primary_code() != SQLITE_BUSY || Now() >= lease_end) throw;
@@ -179,7 +307,17 @@ BatchReport Relay::FinishBatch() {
   }
   Phase("mark", claim.token);
   HitFailpoint("relay.after_mark");
+  if (report.claimed < options_.batch_size) CheckpointAfterSettle();
   return report;
+}
+
+void Relay::CheckpointAfterSettle() {
+  if (!options_.checkpoint_after_settle) return;
+  try {
+    store_.CheckpointPassive();
+  } catch (const DbError&) {
+    // Only an optimisation: the WAL stays for the next checkpoint (or SQLite's own).
+  }
 }
 
 namespace {
@@ -209,10 +347,14 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
   WaitReport reported_wait;  // the last wait reported through on_wait; empty after a batch
   // A failed batch (busy or I/O error): after the batches in flight are
   // settled, wait, then try again (or give up).
+  bool retry_reported = false;  // on_retry was called for the current run of failures
   const auto after_error = [&](const DbError& e) {
     if (!MayPass(e) || options.mode == LoopMode::kOnce) throw;
+    if (!IsIoError(e) && options.mode != LoopMode::kForever) throw;  // busy: say so, exit
     if (IsIoError(e) && ++io_errors_in_a_row > options.max_io_errors) throw;
     if (IsIoError(e)) ++loop.io_errors;
+    if (options.on_retry && !retry_reported) options.on_retry(e, idle_ms);
+    retry_reported = true;
   };
   for (;;) {
     // Fill the pipeline: claim and send batch N+1 while batch N is in flight.
@@ -238,6 +380,7 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
         continue;
       }
       if (!failed) io_errors_in_a_row = 0;
+      if (!failed) retry_reported = false;
       ++loop.batches;
       loop.acked += batch.acked;
       loop.marked += batch.settle.marked;
@@ -256,17 +399,27 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
       continue;
     }
     io_errors_in_a_row = 0;
-    // Nothing to do and nothing that time alone would change: rows still pending
-    // are blocked behind a parked row and need `unpark`.
-    if (options.mode == LoopMode::kUntilEmpty && relay.CanOnlyWaitForever()) break;
-    // Forget the wake-ups so far, then look once more: a commit before this is seen by the
-    // look, one after it wakes the wait.
-    waiter.ForgetWakeups();
-    if (relay.HasClaimable()) continue;
-    if (options.on_wait) {
-      WaitReport wait = relay.Waits();
-      if (!wait.empty() && !(wait == reported_wait)) options.on_wait(wait);
-      reported_wait = std::move(wait);
+    retry_reported = false;
+    // The idle look may write in leader mode (taking a free lease, renewing our
+    // own), so its busy and I/O errors pass like a batch's.
+    try {
+      // Nothing to do and nothing that time alone would change: rows still pending
+      // are blocked behind a parked row and need `unpark`.
+      if (options.mode == LoopMode::kUntilEmpty && relay.CanOnlyWaitForever()) break;
+      // Forget the wake-ups so far, then look once more: a commit before this is seen by the
+      // look, one after it wakes the wait.
+      waiter.ForgetWakeups();
+      if (relay.HasClaimable()) continue;
+      if (options.on_wait) {
+        WaitReport wait = relay.Waits();
+        if (!wait.empty() && !(wait == reported_wait)) options.on_wait(wait);
+        reported_wait = std::move(wait);
+      }
+    } catch (const DbError& e) {
+      after_error(e);
+      waiter.Wait(idle_ms);
+      idle_ms = std::min(idle_ms * 2, options.idle_max_ms);
+      continue;
     }
     const IdleWaiter::Wake wake = waiter.Wait(idle_ms);
     if (wake == IdleWaiter::Wake::kChanged)

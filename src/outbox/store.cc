@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 #include <system_error>
+#include <unordered_set>
 
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
@@ -33,18 +34,22 @@ CREATE TABLE outbox (
 CREATE INDEX outbox_unpublished ON outbox(id) WHERE published = 0;
 )sql";
 
-// Schema 1 -> 2: the relay's bookkeeping. Partial indexes cover only
-// unpublished rows, so polling cost does not grow with retained history.
+// Schema 1: the columns a table must have to be the lab's outbox (and to be
+// migrated); a table of another design named outbox is refused, never rebuilt.
+constexpr const char* kSchemaV1Columns[] = {"id",         "event_id",   "aggregate_id", "event_type",
+                                            "payload",    "created_at", "published"};
+
+// Schema 1 -> 2: the relay's bookkeeping, each column added only where it is
+// missing (SQLite has no ADD COLUMN IF NOT EXISTS; an application may have
+// added one of the names itself). Partial indexes cover only unpublished
+// rows, so polling cost does not grow with retained history.
+constexpr const char* kSchemaV2Columns[][2] = {
+    {"published_at", "INTEGER"},    {"attempts", "INTEGER NOT NULL DEFAULT 0"},
+    {"last_error", "TEXT"},         {"next_attempt_at", "INTEGER NOT NULL DEFAULT 0"},
+    {"parked_at", "INTEGER"},       {"claim_token", "INTEGER"},
+    {"claim_owner", "TEXT"},        {"claim_until", "INTEGER"}};
 constexpr const char* kMigrateToV2 = R"sql(
-ALTER TABLE outbox ADD COLUMN published_at INTEGER;
-ALTER TABLE outbox ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE outbox ADD COLUMN last_error TEXT;
-ALTER TABLE outbox ADD COLUMN next_attempt_at INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE outbox ADD COLUMN parked_at INTEGER;
-ALTER TABLE outbox ADD COLUMN claim_token INTEGER;
-ALTER TABLE outbox ADD COLUMN claim_owner TEXT;
-ALTER TABLE outbox ADD COLUMN claim_until INTEGER;
-CREATE INDEX outbox_pending_by_aggregate ON outbox(aggregate_id, id) WHERE published = 0;
+CREATE INDEX IF NOT EXISTS outbox_pending_by_aggregate ON outbox(aggregate_id, id) WHERE published = 0;
 CREATE TABLE IF NOT EXISTS outbox_fence (id INTEGER PRIMARY KEY CHECK (id = 1), token INTEGER NOT NULL);
 INSERT OR IGNORE INTO outbox_fence(id, token) VALUES (1, 0);
 CREATE TABLE IF NOT EXISTS outbox_archive (
@@ -64,8 +69,10 @@ PRAGMA user_version = 2;
 // rebuild with one would have to reject or rewrite the rows that already
 // break the contract, which Status() must report instead. A trigger's
 // RAISE(ABORT) fails the INSERT inside the writer's own transaction, as a
-// CHECK would. Julian day 2440587.5 is the Unix epoch.
-constexpr const char* kMigrateToV3 = R"sql(
+// CHECK would. Julian day 2440587.5 is the Unix epoch. MigrateToV3 creates
+// the new table, copies the rows (and the application's own columns), swaps
+// the tables, then runs kFinishV3.
+constexpr const char* kCreateOutboxV3 = R"sql(
 CREATE TABLE outbox_v3 (
   id              INTEGER PRIMARY KEY AUTOINCREMENT,
   event_id        TEXT    NOT NULL UNIQUE,
@@ -85,14 +92,17 @@ CREATE TABLE outbox_v3 (
   claim_until     INTEGER,
   claimed_at      INTEGER
 );
-INSERT INTO outbox_v3(id, event_id, aggregate_id, event_type, payload, created_at, published,
-  published_at, attempts, last_error, next_attempt_at, parked_at, claim_token, claim_owner,
-  claim_until)
-SELECT id, event_id, aggregate_id, event_type, payload, created_at, published, published_at,
-  attempts, last_error, next_attempt_at, parked_at, claim_token, claim_owner, claim_until
-FROM outbox;
-DROP TABLE outbox;
-ALTER TABLE outbox_v3 RENAME TO outbox;
+)sql";
+// The columns copied from a schema 2 table (claimed_at is new in 3).
+constexpr const char* kSchemaV2ColumnList =
+    "id, event_id, aggregate_id, event_type, payload, created_at, published, published_at, "
+    "attempts, last_error, next_attempt_at, parked_at, claim_token, claim_owner, claim_until";
+// The lab's own indexes and triggers on outbox; any other one is the
+// application's, and a rebuild recreates it.
+constexpr const char* kLabOutboxObjects =
+    "'outbox_unpublished', 'outbox_pending_by_aggregate', 'outbox_created_at_insert', "
+    "'outbox_created_at_update'";
+constexpr const char* kFinishV3 = R"sql(
 CREATE INDEX outbox_unpublished ON outbox(id) WHERE published = 0;
 CREATE INDEX outbox_pending_by_aggregate ON outbox(aggregate_id, id) WHERE published = 0;
 CREATE TRIGGER outbox_created_at_insert BEFORE INSERT ON outbox
@@ -115,6 +125,22 @@ PRAGMA user_version = 3;
 // so a bad value parks its row and never fails the application's INSERT.
 // Applied per table by MigrateToV4, which skips a table that has the column.
 constexpr const char* kHeadersColumn = "headers TEXT";
+
+// Schema 4 -> 5: the leader lease of relay --coordination leader (Store::AcquireLease),
+// one row from the start so every lease operation is an UPDATE of row 1; and a partial index
+// over failed unpublished rows only, for the leader's hold-back test (ReadPage): it finds an
+// earlier failed row of an aggregate in one probe however many untried rows the aggregate has
+// pending, and a row written with attempts = 0 never enters it (no cost on the write path).
+constexpr const char* kMigrateToV5 = R"sql(
+CREATE TABLE IF NOT EXISTS outbox_lease (
+  id INTEGER PRIMARY KEY CHECK (id = 1), owner TEXT NOT NULL, token INTEGER NOT NULL,
+  until_ms INTEGER NOT NULL, acquired_at INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO outbox_lease(id, owner, token, until_ms, acquired_at) VALUES (1, '', 0, 0, 0);
+CREATE INDEX IF NOT EXISTS outbox_failed_by_aggregate ON outbox(aggregate_id, id)
+  WHERE published = 0 AND attempts > 0;
+PRAGMA user_version = 5;
+)sql";
 
 // Rows that break the created_at contract (rows written before schema 3, or
 // with the triggers dropped): the same range as the triggers.
@@ -304,6 +330,7 @@ OutboxRow ReadOutboxRow(const sqlite::Statement& statement, int headers_column) 
 
 Store::Store(const std::string& path, const StoreOptions& options, OpenMode mode)
     : clock_(options.clock ? options.clock : &system_clock_),
+      mark_(options.mark),
       connection_(CheckPath(path, mode), OpenFlags(mode, path)) {
   try {
     if (mode == OpenMode::kReadOnly)
@@ -325,9 +352,36 @@ void Store::Open(const StoreOptions& options, OpenMode mode) {
   if (mode == OpenMode::kExisting && !HasSchema())
     throw SchemaMissingError(fmt::format(
         "open database '{}': no outbox table", path));
+  // A table of another design is refused before anything is written (reset
+  // replaces it: it drops whatever is named outbox).
+  const bool lab_table = HasSchema() && IsLabOutboxTable();
+  if (mode != OpenMode::kCreate && HasSchema() && !lab_table) ThrowForeignOutboxTable();
   connection_.Exec("PRAGMA journal_mode=WAL");
   connection_.Exec(SynchronousPragma(options.synchronous));
-  if (HasSchema()) Migrate();
+  if (lab_table) Migrate();
+}
+
+bool Store::HasColumn(std::string_view table, std::string_view column) {
+  auto select = connection_.Prepare("SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2");
+  select.Bind(1, table).Bind(2, column);
+  select.Step();
+  return select.ColumnInt64(0) > 0;
+}
+
+bool Store::IsLabOutboxTable() {
+  for (const char* column : kSchemaV1Columns)
+    if (!HasColumn("outbox", column)) return false;
+  return true;
+}
+
+void Store::ThrowForeignOutboxTable() {
+  std::string missing;
+  for (const char* column : kSchemaV1Columns)
+    if (!HasColumn("outbox", column)) missing += fmt::format("{}{}", missing.empty() ? "" : ", ", column);
+  throw SchemaMissingError(fmt::format(
+      "open database '{}': its outbox table is not the lab's (no column {}); give another --db, "
+      "or let `reset` replace it (reset drops that table and its {} rows)",
+      connection_.path(), missing, connection_.QueryInt64("SELECT COUNT(*) FROM outbox")));
 }
 
 void Store::OpenReadOnly(const StoreOptions& options) {
@@ -365,6 +419,7 @@ void Store::OpenReadOnly(const StoreOptions& options) {
   if (!has_schema)
     throw SchemaMissingError(fmt::format(
         "open database '{}': no outbox table; run `outbox-lab reset` first", path));
+  if (!IsLabOutboxTable()) ThrowForeignOutboxTable();
   const std::int64_t version = connection_.QueryInt64("PRAGMA user_version");
   if (version < kSchemaVersion)
     throw PhrasedDbError(
@@ -381,19 +436,82 @@ void Store::Migrate() {
   sqlite::Transaction txn(connection_);
   // Re-check under the write lock: another process may have migrated meanwhile.
   const std::int64_t version = connection_.QueryInt64("PRAGMA user_version");
-  if (version < 2) connection_.Exec(kMigrateToV2);
+  if (version < 2) MigrateToV2();
   if (version < 3) MigrateToV3();
   if (version < 4) MigrateToV4();
+  if (version < 5) MigrateToV5();
   txn.Commit();
 }
 
-// Inside the caller's transaction. The rebuilt table would restart its
-// AUTOINCREMENT at the highest id left; the old high-water mark is carried
+// Inside the caller's transaction.
+void Store::MigrateToV2() {
+  for (const auto& [column, definition] : kSchemaV2Columns)
+    if (!HasColumn("outbox", column))
+      connection_.Exec(fmt::format("ALTER TABLE outbox ADD COLUMN {} {}", column, definition));
+  connection_.Exec(kMigrateToV2);
+}
+
+namespace {
+
+// name as an SQL identifier: in double quotes, inner quotes doubled.
+std::string QuoteIdentifier(std::string_view name) {
+  std::string quoted = "\"";
+  for (const char c : name) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
+}  // namespace
+
+// Inside the caller's transaction. A rebuild loses nothing the application
+// added: its own columns (values and declared type; a NOT NULL, DEFAULT or
+// CHECK on such a column is not carried, since ALTER TABLE ADD COLUMN cannot
+// take every one of them), its indexes and triggers on the table (recreated
+// from their SQL), and views or other tables' triggers that name outbox (kept
+// as they are: PRAGMA legacy_alter_table=ON stops the RENAME from re-parsing
+// them while outbox is gone, which fails "error in view ...: no such table";
+// https://www.sqlite.org/lang_altertable.html, "Making Other Kinds Of Table
+// Schema Changes" and "ALTER TABLE RENAME"). The rebuilt table would restart
+// its AUTOINCREMENT at the highest id left; the old high-water mark is carried
 // over so that ids of purged rows are never reused.
 void Store::MigrateToV3() {
   const std::int64_t high_water = connection_.QueryInt64(
       "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)");
-  connection_.Exec(kMigrateToV3);
+  std::vector<std::pair<std::string, std::string>> own_columns;  // name, declared type
+  {
+    std::string lab_columns = fmt::format("{}, claimed_at, headers", kSchemaV2ColumnList);
+    lab_columns = ", " + lab_columns + ",";
+    auto select = connection_.Prepare("SELECT name, type FROM pragma_table_info('outbox') ORDER BY cid");
+    while (select.Step()) {
+      std::string name = select.ColumnText(0);
+      if (lab_columns.find(", " + name + ",") == std::string::npos)
+        own_columns.emplace_back(std::move(name), select.ColumnText(1));
+    }
+  }
+  std::vector<std::string> own_objects;  // CREATE INDEX / CREATE TRIGGER statements
+  {
+    auto select = connection_.Prepare(fmt::format(
+        "SELECT sql FROM sqlite_master WHERE tbl_name = 'outbox' AND type IN ('index', 'trigger') "
+        "AND sql IS NOT NULL AND name NOT IN ({}) ORDER BY type, name",
+        kLabOutboxObjects));
+    while (select.Step()) own_objects.push_back(select.ColumnText(0));
+  }
+  connection_.Exec(kCreateOutboxV3);
+  std::string columns = kSchemaV2ColumnList;
+  for (const auto& [name, type] : own_columns) {
+    connection_.Exec(fmt::format("ALTER TABLE outbox_v3 ADD COLUMN {} {}", QuoteIdentifier(name), type));
+    columns += ", " + QuoteIdentifier(name);
+  }
+  connection_.Exec(fmt::format("INSERT INTO outbox_v3({0}) SELECT {0} FROM outbox", columns));
+  connection_.Exec("PRAGMA legacy_alter_table = ON");
+  try {
+    connection_.Exec("DROP TABLE outbox; ALTER TABLE outbox_v3 RENAME TO outbox");
+  } catch (...) {
+    connection_.Exec("PRAGMA legacy_alter_table = OFF");
+    throw;
+  }
+  connection_.Exec("PRAGMA legacy_alter_table = OFF");
+  connection_.Exec(kFinishV3);
+  for (const std::string& sql : own_objects) connection_.Exec(sql);
   auto keep = connection_.Prepare(
       "INSERT OR REPLACE INTO sqlite_sequence(rowid, name, seq) VALUES("
       "(SELECT rowid FROM sqlite_sequence WHERE name = 'outbox'), 'outbox', "
@@ -406,16 +524,28 @@ bool Store::HasSchema() {
              "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='outbox'") == 1;
 }
 
-void Store::ResetSchema() {
+ResetCounts Store::ResetSchema() {
   sqlite::Transaction txn(connection_);
+  // What is about to go, counted in the same transaction: whatever table is named outbox.
+  ResetCounts removed;
+  if (HasSchema()) {
+    removed.outbox_rows = connection_.QueryInt64("SELECT COUNT(*) FROM outbox");
+    removed.lab_table = IsLabOutboxTable();
+    if (removed.lab_table)
+      removed.published = connection_.QueryInt64("SELECT COUNT(*) FROM outbox WHERE published <> 0");
+  }
+  if (connection_.QueryInt64("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND "
+                             "name = 'outbox_archive'") == 1)
+    removed.archived = connection_.QueryInt64("SELECT COUNT(*) FROM outbox_archive");
   connection_.Exec(
       "DROP TABLE IF EXISTS outbox; DROP TABLE IF EXISTS outbox_fence; "
       "DROP TABLE IF EXISTS outbox_archive; DROP TABLE IF EXISTS outbox_run; "
-      "PRAGMA user_version = 0;");
+      "DROP TABLE IF EXISTS outbox_lease; PRAGMA user_version = 0;");
   connection_.Exec(kOutboxSchemaV1);
-  connection_.Exec(kMigrateToV2);
+  MigrateToV2();
   MigrateToV3();
   MigrateToV4();
+  MigrateToV5();
   // Not part of the versioned schema: a database reset before run ids existed
   // simply has no run (RunId() is empty) and needs no migration.
   connection_.Exec(
@@ -428,6 +558,7 @@ void Store::ResetSchema() {
       connection_.Prepare("INSERT INTO outbox_run(id, run_id, started_at) VALUES(1, ?1, ?2)");
   insert.Bind(1, run_id).Bind(2, now_ms).Run();
   txn.Commit();
+  return removed;
 }
 
 std::string Store::RunId() {
@@ -442,16 +573,14 @@ std::string Store::RunId() {
 // database whose user_version was set back by hand, as tests do) keeps it:
 // SQLite has no ADD COLUMN IF NOT EXISTS.
 void Store::MigrateToV4() {
-  for (const char* table : {"outbox", "outbox_archive"}) {
-    auto has = connection_.Prepare(
-        "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = 'headers'");
-    has.Bind(1, std::string_view(table));
-    has.Step();
-    if (has.ColumnInt64(0) == 0)
+  for (const char* table : {"outbox", "outbox_archive"})
+    if (!HasColumn(table, "headers"))
       connection_.Exec(fmt::format("ALTER TABLE {} ADD COLUMN {}", table, kHeadersColumn));
-  }
   connection_.Exec("PRAGMA user_version = 4");
 }
+
+// Inside the caller's transaction.
+void Store::MigrateToV5() { connection_.Exec(kMigrateToV5); }
 
 sqlite::Transaction Store::BeginWrite() { return sqlite::Transaction(connection_); }
 
@@ -598,16 +727,51 @@ OutboxCounts Store::Count() {
   return counts;
 }
 
+std::vector<std::int64_t> Store::PublishDelaysMs(std::int64_t after_id) {
+  auto select = connection_.Prepare(
+      "SELECT published_at - created_at FROM outbox "
+      "WHERE id > ?1 AND published <> 0 AND published_at IS NOT NULL ORDER BY id");
+  select.Bind(1, after_id);
+  std::vector<std::int64_t> delays;
+  while (select.Step()) delays.push_back(select.ColumnInt64(0));
+  return delays;
+}
+
 // Claimable rows o: ?3 = now, ?5 = cursor (id > ?5), ?8 = upper bound (id <= ?8;
 // a plain range, so SQLite bounds the index scan by it), ?6 = block_key. Under block_key only the oldest unpublished row of
 // an aggregate is claimable, whatever the state of that row (due, in backoff,
 // parked, claimed, or merely behind the cursor): so a batch holds at most one
 // row per aggregate and a later row is never sent before an earlier one.
-constexpr const char* kClaimableWhere =
-    "o.published = 0 AND o.id > ?5 AND o.id <= ?8 AND o.parked_at IS NULL "
-    "AND o.next_attempt_at <= ?3 AND (o.claim_until IS NULL OR o.claim_until <= ?3) "
-    "AND (?6 = 0 OR NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = o.aggregate_id "
-    "AND e.id < o.id AND e.published = 0))";
+namespace {
+
+// Due (not in backoff) and unclaimed, with the time now as parameter ?N; a
+// value beyond kMaxHoldMs from now, or not a number, counts as neither a
+// backoff nor a lease (see kMaxHoldMs). Format with {0} the column prefix
+// ("o." or ""), {1} the parameter number, {2} kMaxHoldMs.
+constexpr const char* kDueSql =
+    "({0}next_attempt_at <= ?{1} OR {0}next_attempt_at > ?{1} + {2} "
+    "OR typeof({0}next_attempt_at) NOT IN ('integer', 'real'))";
+constexpr const char* kUnclaimedSql =
+    "({0}claim_until IS NULL OR {0}claim_until <= ?{1} OR {0}claim_until > ?{1} + {2} "
+    "OR typeof({0}claim_until) NOT IN ('integer', 'real'))";
+
+std::string Due(std::string_view prefix, int parameter) {
+  return fmt::format(fmt::runtime(kDueSql), prefix, parameter, kMaxHoldMs);
+}
+std::string Unclaimed(std::string_view prefix, int parameter) {
+  return fmt::format(fmt::runtime(kUnclaimedSql), prefix, parameter, kMaxHoldMs);
+}
+
+const std::string& ClaimableWhere() {
+  static const std::string where = fmt::format(
+      "o.published = 0 AND o.id > ?5 AND o.id <= ?8 AND o.parked_at IS NULL AND {} AND {} "
+      "AND (?6 = 0 OR NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = o.aggregate_id "
+      "AND e.id < o.id AND e.published = 0))",
+      Due("o.", 3), Unclaimed("o.", 3));
+  return where;
+}
+
+}  // namespace
 
 static std::int64_t UpperBound(const ClaimRequest& request) {
   return request.up_to_id > 0 ? request.up_to_id : std::numeric_limits<std::int64_t>::max();
@@ -615,7 +779,7 @@ static std::int64_t UpperBound(const ClaimRequest& request) {
 
 bool Store::HasClaimable(const ClaimRequest& request) {
   auto select = connection_.Prepare(
-      fmt::format("SELECT 1 FROM outbox o WHERE {} LIMIT 1", kClaimableWhere));
+      fmt::format("SELECT 1 FROM outbox o WHERE {} LIMIT 1", ClaimableWhere()));
   select.Bind(3, request.now_ms)
       .Bind(5, request.after_id)
       .Bind(6, static_cast<std::int64_t>(request.block_key ? 1 : 0))
@@ -625,8 +789,9 @@ bool Store::HasClaimable(const ClaimRequest& request) {
 
 std::int64_t Store::WaitingCount(std::int64_t now_ms) {
   auto select = connection_.Prepare(
-      "SELECT COUNT(*) FROM outbox WHERE published = 0 AND parked_at IS NULL "
-      "AND (next_attempt_at > ?1 OR claim_until > ?1)");
+      fmt::format("SELECT COUNT(*) FROM outbox WHERE published = 0 AND parked_at IS NULL "
+                  "AND NOT ({} AND {})",
+                  Due("", 1), Unclaimed("", 1)));
   select.Bind(1, now_ms);
   select.Step();
   return select.ColumnInt64(0);
@@ -634,9 +799,9 @@ std::int64_t Store::WaitingCount(std::int64_t now_ms) {
 
 BackoffWait Store::Backoffs(std::int64_t now_ms) {
   auto select = connection_.Prepare(
-      "SELECT COUNT(*), COALESCE(MIN(next_attempt_at), 0) FROM outbox WHERE published = 0 "
-      "AND parked_at IS NULL AND next_attempt_at > ?1 "
-      "AND (claim_until IS NULL OR claim_until <= ?1)");
+      fmt::format("SELECT COUNT(*), COALESCE(MIN(next_attempt_at), 0) FROM outbox WHERE "
+                  "published = 0 AND parked_at IS NULL AND NOT {} AND {}",
+                  Due("", 1), Unclaimed("", 1)));
   select.Bind(1, now_ms);
   select.Step();
   return {select.ColumnInt64(0), select.ColumnInt64(1)};
@@ -657,7 +822,7 @@ Claim Store::ClaimBatch(const ClaimRequest& request) {
         "UPDATE outbox SET claim_token = ?1, claim_owner = ?2, claim_until = ?3 + ?4, claimed_at = ?3 "
         "WHERE id IN (SELECT o.id FROM outbox o WHERE {} ORDER BY o.id LIMIT ?7) "
         "RETURNING id, event_id, aggregate_id, event_type, payload, created_at, attempts, headers",
-        kClaimableWhere));
+        ClaimableWhere()));
     update.Bind(1, claim.token)
         .Bind(2, request.owner)
         .Bind(3, request.now_ms)
@@ -680,26 +845,60 @@ Claim Store::ClaimBatch(const ClaimRequest& request) {
   });
 }
 
+namespace {
+
+// SettleBatch's mark of the acknowledged ids, in the caller's transaction:
+// each id held under token is marked published at now_ms and listed in
+// report.marked_ids; any other (fenced: its claim was taken over) in
+// report.fenced_ids, in the order of acked.
+void MarkAcked(sqlite::Connection& connection, MarkMethod method, std::int64_t token,
+               const std::vector<std::int64_t>& acked, std::int64_t now_ms,
+               SettleReport& report) {
+  const auto count = [&report](std::int64_t id, bool marked) {
+    (marked ? report.marked : report.fenced) += 1;
+    (marked ? report.marked_ids : report.fenced_ids).push_back(id);
+  };
+  if (method == MarkMethod::kById) {
+    auto mark = connection.Prepare(
+        "UPDATE outbox SET published = 1, published_at = ?3, claim_token = NULL, "
+        "claim_owner = NULL, claim_until = NULL WHERE id = ?1 AND claim_token = ?2");
+    for (std::int64_t id : acked) {
+      mark.Reset();
+      mark.Bind(1, id).Bind(2, token).Bind(3, now_ms).Run();
+      count(id, connection.Changes() == 1);
+    }
+    return;
+  }
+  // Runs of consecutive ids in sorted order; a run [first, last] holds exactly
+  // last - first + 1 acked ids, so the BETWEEN touches no row outside acked.
+  std::vector<std::int64_t> sorted = acked;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  auto mark = connection.Prepare(
+      "UPDATE outbox SET published = 1, published_at = ?4, claim_token = NULL, "
+      "claim_owner = NULL, claim_until = NULL WHERE id BETWEEN ?1 AND ?2 AND claim_token = ?3 "
+      "RETURNING id");
+  std::unordered_set<std::int64_t> marked;
+  for (std::size_t begin = 0; begin < sorted.size();) {
+    std::size_t end = begin + 1;
+    while (end < sorted.size() && sorted[end] == sorted[end - 1] + 1) ++end;
+    mark.Reset();
+    mark.Bind(1, sorted[begin]).Bind(2, sorted[end - 1]).Bind(3, token).Bind(4, now_ms);
+    while (mark.Step()) marked.insert(mark.ColumnInt64(0));
+    begin = end;
+  }
+  for (std::int64_t id : acked) count(id, marked.erase(id) == 1);
+}
+
+}  // namespace
+
 SettleReport Store::SettleBatch(std::int64_t token, const std::vector<std::int64_t>& acked,
                                 const std::vector<FailedDelivery>& failed,
                                 const SettlePolicy& policy, std::int64_t now_ms) {
   return Phrased(fmt::format("settle the batch of claim {} ({} acknowledged, {} failed)", token, acked.size(), failed.size()), path(), [&] {
     SettleReport report;
     sqlite::Transaction txn(connection_);
-    auto mark = connection_.Prepare(
-        "UPDATE outbox SET published = 1, published_at = ?3, claim_token = NULL, "
-        "claim_owner = NULL, claim_until = NULL WHERE id = ?1 AND claim_token = ?2");
-    for (std::int64_t id : acked) {
-      mark.Reset();
-      mark.Bind(1, id).Bind(2, token).Bind(3, now_ms).Run();
-      if (connection_.Changes() == 1) {
-        ++report.marked;
-        report.marked_ids.push_back(id);
-      } else {
-        ++report.fenced;
-        report.fenced_ids.push_back(id);
-      }
-    }
+    MarkAcked(connection_, mark_, token, acked, now_ms, report);
     auto attempts_of = connection_.Prepare("SELECT attempts FROM outbox WHERE id = ?1 AND claim_token = ?2");
     auto record = connection_.Prepare(
         "UPDATE outbox SET attempts = ?3, last_error = ?4, next_attempt_at = ?5, parked_at = ?6, "
@@ -735,9 +934,10 @@ SettleReport Store::SettleBatch(std::int64_t token, const std::vector<std::int64
 
 std::vector<ClaimOwner> Store::ClaimOwners(std::int64_t now_ms) {
   auto select = connection_.Prepare(
-      "SELECT claim_owner, COUNT(*), MIN(COALESCE(claimed_at, claim_until)), MAX(claim_until) "
-      "FROM outbox WHERE published = 0 AND claim_until > ?1 AND claim_owner IS NOT NULL "
-      "GROUP BY claim_owner ORDER BY claim_owner");
+      fmt::format("SELECT claim_owner, COUNT(*), MIN(COALESCE(claimed_at, claim_until)), "
+                  "MAX(claim_until) FROM outbox WHERE published = 0 AND NOT {} "
+                  "AND claim_owner IS NOT NULL GROUP BY claim_owner ORDER BY claim_owner",
+                  Unclaimed("", 1)));
   select.Bind(1, now_ms);
   std::vector<ClaimOwner> owners;
   while (select.Step()) {
@@ -775,6 +975,175 @@ void Store::ReleaseClaim(std::int64_t token) {
   });
 }
 
+namespace {
+
+LeaderLease ReadLeaseRow(sqlite::Connection& connection) {
+  auto select = connection.Prepare(
+      "SELECT owner, token, until_ms, acquired_at FROM outbox_lease WHERE id = 1");
+  LeaderLease lease;
+  if (!select.Step()) return lease;
+  lease.owner = select.ColumnText(0);
+  lease.token = select.ColumnInt64(1);
+  lease.until_ms = select.ColumnInt64(2);
+  lease.acquired_at_ms = select.ColumnInt64(3);
+  return lease;
+}
+
+void RequirePositiveLease(std::int64_t lease_ms) {
+  if (lease_ms <= 0) throw ConfigError(fmt::format("lease {} ms: must be positive", lease_ms));
+}
+
+}  // namespace
+
+LeaderLease Store::ReadLease() {
+  sqlite::ReadTransaction txn(connection_);
+  return ReadLeaseRow(connection_);
+}
+
+LeaseAcquisition Store::AcquireLease(const std::string& owner, std::int64_t lease_ms,
+                                     std::int64_t now_ms) {
+  RequirePositiveLease(lease_ms);
+  LeaseAcquisition out;
+  out.previous = ReadLease();
+  out.lease = out.previous;
+  if (out.previous.Live(now_ms)) return out;  // a standby's poll writes nothing
+  return Phrased(fmt::format("acquire the leader lease for {}", owner), path(), [&] {
+    sqlite::Transaction txn(connection_);
+    out.previous = ReadLeaseRow(connection_);  // again, under the write lock
+    out.lease = out.previous;
+    if (out.previous.Live(now_ms)) return out;
+    auto take = connection_.Prepare(
+        "UPDATE outbox_lease SET owner = ?1, token = token + 1, until_ms = ?2 + ?3, "
+        "acquired_at = ?2 WHERE id = 1 RETURNING token");
+    take.Bind(1, owner).Bind(2, now_ms).Bind(3, lease_ms);
+    if (!take.Step()) throw DbError("the lease row is missing", SQLITE_CORRUPT);
+    out.lease = {owner, take.ColumnInt64(0), now_ms + lease_ms, now_ms};
+    take.Reset();
+    txn.Commit();
+    out.acquired = true;
+    return out;
+  });
+}
+
+bool Store::RenewLease(std::int64_t token, std::int64_t lease_ms, std::int64_t now_ms) {
+  RequirePositiveLease(lease_ms);
+  return Phrased(fmt::format("renew the leader lease of term {}", token), path(), [&] {
+    sqlite::Transaction txn(connection_);
+    auto renew = connection_.Prepare(
+        "UPDATE outbox_lease SET until_ms = MAX(until_ms, ?2 + ?3) WHERE id = 1 AND token = ?1");
+    renew.Bind(1, token).Bind(2, now_ms).Bind(3, lease_ms).Run();
+    const bool current = connection_.Changes() == 1;
+    txn.Commit();
+    return current;
+  });
+}
+
+bool Store::ReleaseLease(std::int64_t token) {
+  return Phrased(fmt::format("release the leader lease of term {}", token), path(), [&] {
+    sqlite::Transaction txn(connection_);
+    auto release =
+        connection_.Prepare("UPDATE outbox_lease SET until_ms = 0 WHERE id = 1 AND token = ?1");
+    release.Bind(1, token).Run();
+    const bool current = connection_.Changes() == 1;
+    txn.Commit();
+    return current;
+  });
+}
+
+// Sendable rows o for a leader: ?1 = cursor (id > ?1), ?2 = upper bound, ?3 = now,
+// ?4 = hold_back_failed. Claims of a claims-mode relay are respected, so a
+// leader never sends what such a relay holds.
+static const std::string& SendableWhere() {
+  static const std::string where = fmt::format(
+      "o.published = 0 AND o.id > ?1 AND o.id <= ?2 AND o.parked_at IS NULL AND {} AND {} "
+      "AND (?4 = 0 OR NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = o.aggregate_id "
+      "AND e.id < o.id AND e.published = 0 AND e.attempts > 0))",
+      Due("o.", 3), Unclaimed("o.", 3));
+  return where;
+}
+
+std::vector<OutboxRow> Store::ReadPage(const PageRequest& request) {
+  auto select = connection_.Prepare(fmt::format(
+      "SELECT o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at, o.headers "
+      "FROM outbox o WHERE {} ORDER BY o.id LIMIT ?5",
+      SendableWhere()));
+  select.Bind(1, request.after_id)
+      .Bind(2, request.up_to_id > 0 ? request.up_to_id : std::numeric_limits<std::int64_t>::max())
+      .Bind(3, request.now_ms)
+      .Bind(4, static_cast<std::int64_t>(request.hold_back_failed ? 1 : 0))
+      .Bind(5, request.limit);
+  std::vector<OutboxRow> rows;
+  while (select.Step()) rows.push_back(ReadOutboxRow(select, 6));
+  return rows;
+}
+
+SettleReport Store::SettleUnderLease(std::int64_t token, const std::vector<std::int64_t>& acked,
+                                     const std::vector<FailedDelivery>& failed,
+                                     const SettlePolicy& policy, std::int64_t now_ms,
+                                     std::int64_t lease_ms) {
+  RequirePositiveLease(lease_ms);
+  return Phrased(fmt::format("settle a batch of leader term {} ({} acknowledged, {} failed)", token,
+                             acked.size(), failed.size()),
+                 path(), [&] {
+    SettleReport report;
+    sqlite::Transaction txn(connection_);
+    auto renew = connection_.Prepare(
+        "UPDATE outbox_lease SET until_ms = MAX(until_ms, ?2 + ?3) WHERE id = 1 AND token = ?1");
+    renew.Bind(1, token).Bind(2, now_ms).Bind(3, lease_ms).Run();
+    if (connection_.Changes() != 1) {
+      // Another relay took over: its term's sends stand, ours are not recorded.
+      report.fenced_out = true;
+      for (std::int64_t id : acked) report.fenced_ids.push_back(id);
+      for (const FailedDelivery& failure : failed) report.fenced_ids.push_back(failure.id);
+      report.fenced = static_cast<std::int64_t>(report.fenced_ids.size());
+      return report;  // the transaction rolls back: nothing written
+    }
+    auto mark = connection_.Prepare(
+        "UPDATE outbox SET published = 1, published_at = ?2 WHERE id = ?1 AND published = 0");
+    for (std::int64_t id : acked) {
+      mark.Reset();
+      mark.Bind(1, id).Bind(2, now_ms).Run();
+      if (connection_.Changes() == 1) {
+        ++report.marked;
+        report.marked_ids.push_back(id);
+      } else {
+        ++report.fenced;
+        report.fenced_ids.push_back(id);
+      }
+    }
+    auto attempts_of =
+        connection_.Prepare("SELECT attempts FROM outbox WHERE id = ?1 AND published = 0");
+    auto record = connection_.Prepare(
+        "UPDATE outbox SET attempts = ?2, last_error = ?3, next_attempt_at = ?4, parked_at = ?5 "
+        "WHERE id = ?1 AND published = 0");
+    for (const FailedDelivery& failure : failed) {
+      attempts_of.Reset();
+      attempts_of.Bind(1, failure.id);
+      if (!attempts_of.Step()) {
+        ++report.fenced;
+        report.fenced_ids.push_back(failure.id);
+        continue;
+      }
+      const std::int64_t attempts = attempts_of.ColumnInt64(0) + 1;
+      attempts_of.Reset();
+      const bool park = failure.park_now || attempts >= policy.max_attempts;
+      record.Reset();
+      record.Bind(1, failure.id).Bind(2, attempts).Bind(3, failure.error)
+          .Bind(4, now_ms + BackoffMs(attempts, policy));
+      if (park) record.Bind(5, now_ms); else record.BindNull(5);
+      record.Run();
+      if (park) {
+        ++report.parked;
+        report.parked_ids.push_back(failure.id);
+      } else {
+        ++report.retried;
+      }
+    }
+    txn.Commit();
+    return report;
+  });
+}
+
 OutboxStatus Store::Status(std::int64_t now_ms) {
   // A read transaction: every count comes from the same snapshot.
   sqlite::ReadTransaction txn(connection_);
@@ -783,14 +1152,15 @@ OutboxStatus Store::Status(std::int64_t now_ms) {
     constexpr const char* kStatusSql = R"sql(
 SELECT
   COALESCE(SUM(published = 0 AND parked_at IS NULL), 0),
-  MIN(CASE WHEN published = 0 AND parked_at IS NULL AND {} THEN created_at END),
-  COALESCE(SUM(published = 0 AND parked_at IS NULL AND next_attempt_at > ?1), 0),
+  MIN(CASE WHEN published = 0 AND parked_at IS NULL AND {0} THEN created_at END),
+  COALESCE(SUM(published = 0 AND parked_at IS NULL AND NOT {1}), 0),
   COALESCE(SUM(published = 0 AND parked_at IS NOT NULL), 0),
-  COALESCE(SUM(published = 0 AND claim_until > ?1), 0),
+  COALESCE(SUM(published = 0 AND NOT {2}), 0),
   COALESCE(SUM(published <> 0), 0)
 FROM outbox
 )sql";
-    auto select = connection_.Prepare(fmt::format(kStatusSql, kCreatedAtValid));
+    auto select = connection_.Prepare(
+        fmt::format(kStatusSql, kCreatedAtValid, Due("", 1), Unclaimed("", 1)));
     select.Bind(1, now_ms);
     select.Step();
     status.pending = select.ColumnInt64(0);
@@ -926,6 +1296,24 @@ PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_siz
                     sqlite::ResultCodeName(e.code())),
         e.code(), e.reason());
   }
+}
+
+CheckpointReport Store::CheckpointPassive() {
+  int wal_frames = -1, checkpointed = -1;
+  const int rc = sqlite3_wal_checkpoint_v2(connection_.get(), nullptr, SQLITE_CHECKPOINT_PASSIVE,
+                                           &wal_frames, &checkpointed);
+  if (rc == SQLITE_BUSY) return {true, -1, -1};
+  if (rc != SQLITE_OK)
+    sqlite::ThrowDbError(connection_.get(), rc, fmt::format("checkpoint '{}' (passive)", path()));
+  return {false, wal_frames, checkpointed};
+}
+
+std::int64_t Store::WalSizeBytes() const {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path() + "-wal", ec);
+  if (ec == std::errc::no_such_file_or_directory) return 0;
+  if (ec) ThrowSystemError(fmt::format("size of '{}-wal'", path()), ec.value());
+  return static_cast<std::int64_t>(size);
 }
 
 }  // namespace outbox

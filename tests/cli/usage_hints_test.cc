@@ -166,3 +166,20 @@ TEST_CASE("ClosestName prefers a prefix and allows one edit per three letters", 
 }
 
 }  // namespace
+
+TEST_CASE("An option given under both of its names says they are the same option", "[cli]") {
+  LabLikeApp lab;
+  std::string timeout;
+  lab.app.get_subcommand("verify")->add_option("--delivery-timeout,--send-timeout", timeout,
+                                               "A timeout");
+  CHECK(lab.Explain({"verify", "--send-timeout", "5s", "--delivery-timeout", "6s"}) ==
+        "--send-timeout and --delivery-timeout are the same option; give one");
+  CHECK(lab.Explain({"verify", "--send-timeout=5s", "--send-timeout", "6s"}) ==
+        "--send-timeout is given 2 times; give it once");
+}
+
+TEST_CASE("A global option of one value given twice says to give it once", "[cli]") {
+  LabLikeApp lab;
+  CHECK(lab.Explain({"--topic", "a", "reset", "--topic", "b"}) ==
+        "--topic is given 2 times; give it once");
+}

@@ -429,4 +429,21 @@ TEST_CASE("An injected sync error fails the commit and a power cut keeps only wh
   CHECK(LoanExists(store->BeginRead().connection(), "L-1002"));
 }
 
+TEST_CASE("A vfs failpoint is refused without the power-loss shim since it could never fire",
+          "[powerloss]") {
+  struct FailpointReset {
+    ~FailpointReset() { ConfigureFailpoints(""); }
+  } reset;
+  ConfigureFailpoints("vfs.sync=error");
+  CHECK_THROWS_WITH(RequireNoVfsFailpoints(),
+                    "OUTBOX_FAILPOINTS sets vfs.sync, which can never fire here: vfs.* failpoints "
+                    "need --vfs powerloss (or OUTBOX_VFS=powerloss)");
+  ConfigureFailpoints("relay.after_ack_before_mark=off;vfs.write.wal=1*error");
+  CHECK_THROWS_AS(RequireNoVfsFailpoints(), ConfigError);
+  ConfigureFailpoints("relay.after_ack_before_mark=off");
+  CHECK_NOTHROW(RequireNoVfsFailpoints());
+  ConfigureFailpoints("");
+  CHECK_NOTHROW(RequireNoVfsFailpoints());
+}
+
 }  // namespace outbox::lab

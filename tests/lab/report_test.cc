@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "outbox/error.h"
 #include "test_support.h"
 
 namespace {
@@ -378,4 +379,18 @@ TEST_CASE("The page switches to bins one record or operation past its detail lim
   CHECK(html.find("id=\"timeline\" data-mode=\"binned\"") != std::string::npos);
   CHECK(Count(html, "<g class=\"kill\"") == 2);  // kills survive aggregation
   CHECK(Count(html, "class=\"range dup\"") >= 1);
+}
+
+TEST_CASE("RequireWritableFile refuses a page under a missing directory and leaves no file behind",
+          "[report]") {
+  outbox::testing::TempDir dir;
+  const std::string missing = dir.File("nonexist/x.html");
+  const auto error =
+      outbox::testing::CaptureThrow<outbox::ConfigError>([&] { outbox::lab::RequireWritableFile(missing); });
+  REQUIRE(error);
+  CHECK(std::string(error->what()) == "write '" + missing + ".tmp': No such file or directory");
+
+  const std::string page = dir.File("x.html");
+  CHECK_NOTHROW(outbox::lab::RequireWritableFile(page));
+  CHECK(outbox::testing::ListDir(dir.path()).empty());
 }

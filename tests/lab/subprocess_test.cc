@@ -61,3 +61,24 @@ TEST_CASE("WaitTrackingPeakRss reads a positive peak RSS of a short-lived child"
   CHECK(WEXITSTATUS(exit.status) == 0);
   CHECK(exit.peak_rss_kib > 0);
 }
+
+TEST_CASE("ParseCpuTicks adds utime and stime and counts fields after the last parenthesis",
+          "[bench]") {
+  // A real line's shape (proc(5)), with a command name holding spaces and ')'.
+  const std::string line =
+      "4242 (my (odd) relay) S 1 4242 4242 0 -1 4194560 1234 0 0 0 37 5 0 0 20 0 9 0 "
+      "12345 123456789 4000 18446744073709551615";
+  CHECK(outbox::lab::ParseCpuTicks(line) == 42);
+  CHECK(outbox::lab::ParseCpuTicks("4242 (relay) S 1 2 3") == -1);
+  CHECK(outbox::lab::ParseCpuTicks("no parenthesis at all") == -1);
+  CHECK(outbox::lab::ParseCpuTicks("1 (x) S 1 1 1 0 -1 0 0 0 0 0 abc 5 0") == -1);
+}
+
+TEST_CASE("ReadCpuTicks reads this process and gives -1 for a reaped child", "[bench]") {
+  TempDir dir;
+  CHECK(outbox::lab::ReadCpuTicks(getpid()) >= 0);
+  ChildProcess child({"/bin/true"}, dir.File("true.out"));
+  const pid_t pid = child.pid();
+  child.Wait();
+  CHECK(outbox::lab::ReadCpuTicks(pid) == -1);
+}

@@ -137,6 +137,25 @@ TEST_CASE("ReadTopic of a topic that does not exist or is empty returns no recor
   CHECK(ReadTopic(ReadOptions(broker)).empty());
 }
 
+TEST_CASE("ReadTopicLog tells a topic that does not exist from an empty one", "[kafka]") {
+  EmbeddedBroker broker;
+  broker.CreateTopic(kTopic, 1);
+
+  const outbox::lab::TopicLog absent = outbox::lab::ReadTopicLog(ReadOptions(broker, "no-such-topic"));
+  CHECK_FALSE(absent.topic_exists);
+  CHECK_NOTHROW(outbox::lab::RequireTopicIfPublished(absent, 0));
+  const auto error = CaptureThrow<outbox::KafkaError>(
+      [&] { outbox::lab::RequireTopicIfPublished(absent, 3); });
+  REQUIRE(error);
+  CHECK(std::string(error->what()) ==
+        "topic 'no-such-topic' does not exist on " + broker.BootstrapServers() +
+            "; check --topic (3 outbox rows are marked published)");
+
+  const outbox::lab::TopicLog empty = outbox::lab::ReadTopicLog(ReadOptions(broker));
+  CHECK(empty.topic_exists);
+  CHECK_NOTHROW(outbox::lab::RequireTopicIfPublished(empty, 3));
+}
+
 TEST_CASE("ReadTopic of an unreachable broker throws KafkaError", "[kafka]") {
   TopicReadOptions options;
   options.brokers = "127.0.0.1:1";

@@ -161,6 +161,29 @@ TEST_CASE("RunBatch puts the whole batch into backoff and marks nothing when eve
   CHECK(TextColumn(f.store, "last_error", 4) == std::string("fake: scripted delivery failure"));
 }
 
+TEST_CASE("A relay sends each batch under the run id of the database it claimed it from even "
+          "after a reset while it runs",
+          "[relay]") {
+  RelayFixture f;
+  const std::string first_run = f.store.RunId();
+  REQUIRE_FALSE(first_run.empty());
+  EnqueueRange(f.store, 1, 2);
+  FakePublisher publisher;
+  Relay relay(f.store, publisher, f.options);
+  REQUIRE(relay.RunBatch().acked == 2);
+
+  f.clock.AdvanceMs(1);  // a reset starts a new run: a new id (epoch ms and random bits)
+  f.store.ResetSchema();
+  const std::string second_run = f.store.RunId();
+  REQUIRE(second_run != first_run);
+  EnqueueRange(f.store, 3, 4);
+  REQUIRE(relay.RunBatch().acked == 2);
+
+  REQUIRE(publisher.calls.size() == 2);
+  for (const auto& message : publisher.calls[0]) CHECK(message.run_id == first_run);
+  for (const auto& message : publisher.calls[1]) CHECK(message.run_id == second_run);
+}
+
 TEST_CASE("With key aggregate-id the record key is the aggregate id", "[relay]") {
   RelayFixture f;
   EnqueueAll(f.store, {EventOn(1, "L-1"), EventOn(2, "L-2"), EventOn(3, "L-1")});
@@ -891,4 +914,53 @@ TEST_CASE("RunBatch reports claim then produce then acked then marking then mark
   CHECK(phases_at_publish == 2);
   // marking comes before the settle commits and mark after it.
   CHECK(published_at_phase == std::vector<std::int64_t>{0, 0, 0, 0, 2, 2});
+}
+
+TEST_CASE("A lock held past the busy timeout fails a relay until empty with SQLITE_BUSY and makes "
+          "a relay forever say it waits once and go on when the lock is gone",
+          "[relay]") {
+  TempDir dir;
+  const std::string path = dir.File("locked.db");
+  StoreOptions store_options = FastStoreOptions();
+  store_options.busy_timeout_ms = 20;
+  Store store(path, store_options, OpenMode::kCreate);
+  store.ResetSchema();
+  EnqueueRange(store, 1, 2);
+  FakeClock clock;
+  RelayOptions options;
+  options.owner = "relay-test";
+  options.clock = &clock;
+  FakePublisher publisher;
+  Relay relay(store, publisher, options);
+  // Another process's write transaction: WAL readers go on, the claim cannot.
+  outbox::sqlite::Connection holder(path, SQLITE_OPEN_READWRITE);
+  holder.Exec("BEGIN IMMEDIATE");
+  LoopOptions loop;
+  FakeWaiter waiter;
+  std::vector<int> retries;
+  loop.on_retry = [&](const outbox::DbError& error, int retry_in_ms) {
+    CHECK(error.primary_code() == SQLITE_BUSY);
+    retries.push_back(retry_in_ms);
+  };
+
+  SECTION("until empty") {
+    loop.mode = LoopMode::kUntilEmpty;
+    const auto error = CaptureThrow<outbox::DbError>(
+        [&] { outbox::RunRelayLoop(relay, waiter, loop, nullptr); });
+    REQUIRE(error.has_value());
+    CHECK(error->primary_code() == SQLITE_BUSY);
+    CHECK(publisher.calls.empty());
+    CHECK(retries.empty());
+  }
+  SECTION("forever") {
+    loop.mode = LoopMode::kForever;
+    waiter.max_waits = 6;
+    waiter.on_wait = [&](int) {
+      if (waiter.waits == 3) holder.Exec("COMMIT");  // the other process lets go
+    };
+    const auto report = outbox::RunRelayLoop(relay, waiter, loop, nullptr);
+    CHECK(retries == std::vector<int>{loop.idle_min_ms});
+    CHECK(report.marked == 2);
+    CHECK(waiter.waits == 6);
+  }
 }

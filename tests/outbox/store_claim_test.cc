@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -539,7 +540,7 @@ TEST_CASE("Opening the chapter's schema 1 database with kExisting migrates it to
   Store store(path, StoreOptions{}, OpenMode::kExisting);
 
   REQUIRE(store.BeginRead().connection().QueryInt64("PRAGMA user_version") == outbox::kSchemaVersion);
-  REQUIRE(outbox::kSchemaVersion == 4);
+  REQUIRE(outbox::kSchemaVersion == 5);
   const auto counts = store.Count();
   CHECK(counts.total == 3);
   CHECK(counts.published == 1);
@@ -581,9 +582,51 @@ TEST_CASE("Opening the chapter's schema 1 database with kExisting migrates it to
     CHECK(report.archived == 1);
     CHECK(store.Count().total == 2);
   }
-  SECTION("reopening leaves schema 4 as it is") {
+  SECTION("reopening leaves schema 5 as it is") {
     Store again(path, StoreOptions{}, OpenMode::kExisting);
-    CHECK(again.BeginRead().connection().QueryInt64("PRAGMA user_version") == 4);
+    CHECK(again.BeginRead().connection().QueryInt64("PRAGMA user_version") == 5);
     CHECK(again.Count().total == 3);
   }
+}
+
+TEST_CASE("A row whose lease or backoff lies beyond a day or is not a number is claimable and "
+          "holds nothing back",
+          "[store]") {
+  StoreFixture f;
+  EnqueueRange(f.store, 1, 5);
+  {
+    // What another program may write into the relay's columns.
+    auto txn = f.store.BeginWrite();
+    txn.connection().Exec(
+        "UPDATE outbox SET next_attempt_at = 9223372036854775807 WHERE id = 1;"
+        "UPDATE outbox SET claim_until = 9223372036854775807, claim_owner = 'gone', "
+        "claim_token = 99 WHERE id = 2;"
+        "UPDATE outbox SET next_attempt_at = 'soon' WHERE id = 3;"
+        "UPDATE outbox SET claim_until = 9.22337381849346e+18, claim_owner = 'x' WHERE id = 4;");
+    // A live lease an hour ahead is still a lease.
+    auto live = txn.connection().Prepare(
+        "UPDATE outbox SET claim_until = ?1, claim_owner = 'live', claim_token = 98 WHERE id = 5");
+    live.Bind(1, kNowMs + 3'600'000).Run();
+    txn.Commit();
+  }
+  CHECK(f.store.WaitingCount(kNowMs) == 1);
+  CHECK(f.store.Backoffs(kNowMs).rows == 0);
+  const auto owners = f.store.ClaimOwners(kNowMs);
+  REQUIRE(owners.size() == 1);
+  CHECK(owners[0].owner == "live");
+  CHECK(f.store.Status(kNowMs).claimed == 1);
+  CHECK(f.store.Status(kNowMs).in_backoff == 0);
+
+  const Claim claim = f.store.ClaimBatch(Request(kNowMs, 100, 0, /*block_key=*/false));
+
+  CHECK(IdsOf(claim.rows) == Ids{1, 2, 3, 4});
+}
+
+TEST_CASE("BackoffMs never exceeds a day whatever backoff_max_ms says", "[store]") {
+  SettlePolicy policy;
+  policy.backoff_base_ms = 1000;
+  policy.backoff_max_ms = std::numeric_limits<std::int64_t>::max();
+  CHECK(outbox::BackoffMs(1, policy) == 1000);
+  CHECK(outbox::BackoffMs(60, policy) == outbox::kMaxHoldMs);
+  CHECK(outbox::kMaxHoldMs == 86'400'000);
 }

@@ -1,5 +1,5 @@
 // The store is the only door into the outbox tables: no source file outside
-// src/outbox names outbox, outbox_fence, outbox_archive, outbox_run or sqlite_sequence
+// src/outbox names outbox, outbox_fence, outbox_archive, outbox_run, outbox_lease or sqlite_sequence
 // in SQL. Reads the source tree (OUTBOX_SOURCE_DIR, set by CMake).
 #include <catch2/catch.hpp>
 
@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 // SQL that reads or writes a table names it after one of these words.
 const std::regex& OutboxTableSql() {
   static const std::regex pattern(
-      R"x((from|into|update|join|table|exists)\s+(outbox|outbox_fence|outbox_archive|outbox_run|sqlite_sequence)\b)x",
+      R"x((from|into|update|join|table|exists)\s+(outbox|outbox_fence|outbox_archive|outbox_run|outbox_lease|sqlite_sequence)\b)x",
       std::regex::icase);
   return pattern;
 }

@@ -22,7 +22,8 @@ namespace outbox::kafka {
 
 // Produces m to topic as the outbox sends every record, the one produce call
 // of the lab (KafkaPublisher and the bench's raw producer): key, value, the
-// headers event_id, event_type, outbox_id and run_id (empty when run_id is), then m.headers, bytes copied
+// headers event_id, event_type, outbox_id and run_id (m.run_id, or run_id when that is empty;
+// an empty header when both are), then m.headers, bytes copied
 // (RD_KAFKA_MSG_F_COPY); opaque reaches the delivery report as msg->_private.
 // While librdkafka's local queue is full it serves delivery reports
 // (rd_kafka_poll, 50 ms) and tries again. Returns RD_KAFKA_RESP_ERR_NO_ERROR

@@ -1,0 +1,52 @@
+#include "cli/option_values.h"
+
+#include <fmt/format.h>
+
+#include "outbox/parse_integer.h"
+#include "outbox/pg/connection.h"
+
+namespace outbox::cli {
+
+std::string TopicNameProblem(std::string_view topic) {
+  // Kafka's Topic.MAX_NAME_LENGTH: 249, so that "<topic>-<partition>" fits a file name of 255.
+  constexpr std::size_t kMaxLength = 249;
+  if (topic.empty()) return "a topic name cannot be empty";
+  if (topic == "." || topic == "..") return fmt::format("a topic cannot be named '{}'", topic);
+  if (topic.size() > kMaxLength)
+    return fmt::format("a topic name has at most {} characters, got {}", kMaxLength, topic.size());
+  for (const char c : topic) {
+    const bool legal = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '.' || c == '_' || c == '-';
+    if (!legal)
+      return fmt::format(
+          "a topic name takes only the letters a-z and A-Z, digits, '.', '_' and '-' (Kafka's "
+          "rule), got '{}'",
+          topic);
+  }
+  return {};
+}
+
+std::string DbPathProblem(std::string_view db) {
+  if (pg::IsPostgresUrl(db)) return {};
+  if (db.empty()) return "the database path is empty: give a file path, e.g. --db outbox.db";
+  if (db == ":memory:")
+    return "':memory:' is a database that vanishes when the command exits: give a file path, "
+           "e.g. --db outbox.db";
+  if (db.rfind("file:", 0) == 0)
+    return fmt::format("'{}' is an SQLite URI: give a plain file path, e.g. --db {}", db,
+                       db.substr(5).empty() ? std::string_view("outbox.db") : db.substr(5));
+  return {};
+}
+
+CLI::Validator IntegerInRange(std::int64_t min, std::int64_t max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        if (ParseInteger(text, min, max)) return {};
+        if (min == 1)
+          return fmt::format("must be a positive integer (at most {}), got '{}'", max, text);
+        return fmt::format("must be a whole number between {} and {}, got '{}'", min, max, text);
+      },
+      fmt::format("INTEGER in [{}, {}]", min, max), "IntegerInRange");
+}
+
+}  // namespace outbox::cli

@@ -1,0 +1,36 @@
+// Checks of option values that CLI11 cannot express by itself, as pure
+// functions (testable without a command line) plus the CLI11 validators that
+// apply them while the command line is parsed, so every bad value is a usage
+// error (exit 2) whose one line names the option, the rule and the value.
+// Pure functions; thread-safe.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+
+namespace outbox::cli {
+
+// "" when topic is a name Kafka accepts, else why not. The rule is Kafka's
+// (org.apache.kafka.common.internals.Topic.validate): 1 to 249 characters of
+// [a-zA-Z0-9._-], and neither "." nor "..".
+std::string TopicNameProblem(std::string_view topic);
+
+// "" when db names an SQLite database file (or a PostgreSQL URL,
+// postgresql:// or postgres://, see outbox/pg/connection.h), else why not:
+// empty, ":memory:" (a database that vanishes with the process, so the next
+// command would find no file) or a "file:" URI (SQLite would open a different
+// path than the one the lab's other file checks look at).
+std::string DbPathProblem(std::string_view db);
+
+// CLI11 check for a whole number in [min, max] (ParseInteger: no sign other
+// than a leading '-', no suffix, no spaces). Fails while parsing with
+// "must be a whole number between MIN and MAX, got 'TEXT'" ("must be a
+// positive integer ..." when min is 1), so the value also fits the option's
+// variable: pass max = the largest value that variable holds.
+CLI::Validator IntegerInRange(std::int64_t min, std::int64_t max);
+
+}  // namespace outbox::cli

@@ -1,0 +1,506 @@
+// Leader mode (relay --coordination leader): the store's lease row with its
+// growing fencing token, the leader's page read without claims, the settle
+// fenced by the lease token, and the relay's leader and standby roles. Time
+// comes from a FakeClock moved by the test: no sleeps.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "outbox/relay.h"
+#include "outbox/store.h"
+#include "relay_test_support.h"
+#include "test_support.h"
+
+namespace {
+
+using outbox::Coordination;
+using outbox::FailedDelivery;
+using outbox::FailureMode;
+using outbox::LeaderLease;
+using outbox::LeaseAcquisition;
+using outbox::LeaseEvent;
+using outbox::OpenMode;
+using outbox::PageRequest;
+using outbox::Relay;
+using outbox::RelayOptions;
+using outbox::SettlePolicy;
+using outbox::SettleReport;
+using outbox::Store;
+using outbox::testing::EnqueueAll;
+using outbox::testing::EnqueueRange;
+using outbox::testing::EventOn;
+using outbox::testing::FakeClock;
+using outbox::testing::FakePublisher;
+using outbox::testing::FastStoreOptions;
+using outbox::testing::IdsOf;
+using outbox::testing::IntColumn;
+using outbox::testing::IsPublished;
+using outbox::testing::kNowMs;
+using outbox::testing::PipelineFakePublisher;
+using outbox::testing::RowFailingPublisher;
+using outbox::testing::TempDir;
+using Ids = std::vector<std::int64_t>;
+
+constexpr std::int64_t kLeaseMs = 3000;
+
+class LeaderFixture {
+ public:
+  LeaderFixture() : store(dir.File("lab.db"), Options(clock), OpenMode::kCreate) {
+    store.ResetSchema();
+  }
+
+  static outbox::StoreOptions Options(FakeClock& clock) {
+    outbox::StoreOptions options = FastStoreOptions();
+    options.clock = &clock;
+    return options;
+  }
+
+  RelayOptions LeaderOptions(const std::string& owner) {
+    RelayOptions options;
+    options.owner = owner;
+    options.clock = &clock;
+    options.coordination = Coordination::kLeader;
+    options.lease_ms = kLeaseMs;
+    options.batch_size = 100;
+    options.settle.backoff_base_ms = 100;
+    options.settle.backoff_max_ms = 1000;
+    return options;
+  }
+
+  std::vector<outbox::OutboxRow> Page(std::int64_t after_id = 0, std::int64_t limit = 100) {
+    PageRequest request;
+    request.after_id = after_id;
+    request.limit = limit;
+    request.now_ms = clock.EpochMs();
+    return store.ReadPage(request);
+  }
+
+  TempDir dir;
+  FakeClock clock;
+  Store store;
+};
+
+std::vector<std::string> Kinds(const std::vector<LeaseEvent>& events) {
+  std::vector<std::string> out;
+  for (const LeaseEvent& e : events)
+    out.push_back((e.kind == LeaseEvent::Kind::kAcquired ? "acquired "
+                   : e.kind == LeaseEvent::Kind::kLost   ? "lost "
+                                                         : "released ") +
+                  std::to_string(e.lease.token));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("A fresh database has no leader and the first AcquireLease takes token 1 for the lease "
+          "duration",
+          "[store]") {
+  LeaderFixture f;
+  CHECK(f.store.ReadLease() == LeaderLease{"", 0, 0, 0});
+
+  const LeaseAcquisition got = f.store.AcquireLease("relay-a", kLeaseMs, kNowMs);
+
+  CHECK(got.acquired);
+  CHECK(got.lease == LeaderLease{"relay-a", 1, kNowMs + kLeaseMs, kNowMs});
+  CHECK(got.previous.token == 0);
+  CHECK(got.previous.owner.empty());
+  CHECK(f.store.ReadLease() == got.lease);
+  CHECK(f.store.ReadLease().Live(kNowMs + kLeaseMs - 1));
+  CHECK_FALSE(f.store.ReadLease().Live(kNowMs + kLeaseMs));
+}
+
+TEST_CASE("A live lease is not stolen by another owner nor by a second process with the same "
+          "owner name",
+          "[store]") {
+  LeaderFixture f;
+  REQUIRE(f.store.AcquireLease("relay-a", kLeaseMs, kNowMs).acquired);
+
+  for (const std::string owner : {"relay-b", "relay-a"}) {
+    INFO(owner);
+    const LeaseAcquisition got = f.store.AcquireLease(owner, kLeaseMs, kNowMs + kLeaseMs - 1);
+    CHECK_FALSE(got.acquired);
+    CHECK(got.lease == LeaderLease{"relay-a", 1, kNowMs + kLeaseMs, kNowMs});
+  }
+  CHECK(f.store.ReadLease() == LeaderLease{"relay-a", 1, kNowMs + kLeaseMs, kNowMs});
+}
+
+TEST_CASE("RenewLease extends the current term and keeps its token and never shortens it",
+          "[store]") {
+  LeaderFixture f;
+  REQUIRE(f.store.AcquireLease("relay-a", kLeaseMs, kNowMs).acquired);
+
+  CHECK(f.store.RenewLease(1, kLeaseMs, kNowMs + 2000));
+  CHECK(f.store.ReadLease() == LeaderLease{"relay-a", 1, kNowMs + 5000, kNowMs});
+  // A renewal with a shorter horizon (a slower clock reading) keeps the later end.
+  CHECK(f.store.RenewLease(1, 1000, kNowMs + 2500));
+  CHECK(f.store.ReadLease().until_ms == kNowMs + 5000);
+  // A term that ran out with no takeover is still current: renewing it is safe.
+  CHECK(f.store.RenewLease(1, kLeaseMs, kNowMs + 9000));
+  CHECK(f.store.ReadLease() == LeaderLease{"relay-a", 1, kNowMs + 12000, kNowMs});
+  CHECK_FALSE(f.store.RenewLease(2, kLeaseMs, kNowMs + 9000));
+}
+
+TEST_CASE("A lapsed lease is taken over with the previous token plus one and the old term can "
+          "no longer renew",
+          "[store]") {
+  LeaderFixture f;
+  REQUIRE(f.store.AcquireLease("relay-a", kLeaseMs, kNowMs).acquired);
+
+  const LeaseAcquisition got = f.store.AcquireLease("relay-b", kLeaseMs, kNowMs + kLeaseMs);
+
+  CHECK(got.acquired);
+  CHECK(got.lease == LeaderLease{"relay-b", 2, kNowMs + 2 * kLeaseMs, kNowMs + kLeaseMs});
+  CHECK(got.previous == LeaderLease{"relay-a", 1, kNowMs + kLeaseMs, kNowMs});
+  CHECK_FALSE(f.store.RenewLease(1, kLeaseMs, kNowMs + kLeaseMs + 1));
+  CHECK(f.store.ReadLease().owner == "relay-b");
+
+  SECTION("a released lease is taken at once with the next token") {
+    CHECK(f.store.ReleaseLease(2));
+    CHECK_FALSE(f.store.ReleaseLease(1));
+    const LeaseAcquisition again = f.store.AcquireLease("relay-a", kLeaseMs, kNowMs + kLeaseMs + 1);
+    CHECK(again.acquired);
+    CHECK(again.lease.token == 3);
+  }
+}
+
+TEST_CASE("AcquireLease and SettleUnderLease refuse a lease duration that is not positive",
+          "[store]") {
+  LeaderFixture f;
+  CHECK_THROWS_AS(f.store.AcquireLease("relay-a", 0, kNowMs), outbox::ConfigError);
+  CHECK_THROWS_AS(f.store.RenewLease(1, -5, kNowMs), outbox::ConfigError);
+  CHECK_THROWS_AS(f.store.SettleUnderLease(1, {}, {}, SettlePolicy{}, kNowMs, 0),
+                  outbox::ConfigError);
+}
+
+TEST_CASE("ReadPage returns unpublished rows in id order past the cursor and writes no claim",
+          "[store]") {
+  LeaderFixture f;
+  EnqueueRange(f.store, 1, 5);
+
+  CHECK(IdsOf(f.Page()) == Ids{1, 2, 3, 4, 5});
+  CHECK(IdsOf(f.Page(2, 2)) == Ids{3, 4});
+  for (std::int64_t id : Ids{1, 2, 3, 4, 5}) {
+    INFO("row " << id);
+    CHECK_FALSE(IntColumn(f.store, "claim_token", id).has_value());
+    CHECK_FALSE(IntColumn(f.store, "claimed_at", id).has_value());
+  }
+}
+
+TEST_CASE("A stale leader's settle is fenced out and leaves its rows unpublished for the new "
+          "leader",
+          "[store]") {
+  LeaderFixture f;
+  EnqueueRange(f.store, 1, 3);
+  REQUIRE(f.store.AcquireLease("relay-a", kLeaseMs, kNowMs).acquired);
+  REQUIRE(IdsOf(f.Page()) == Ids{1, 2, 3});
+  // relay-a stalls past its lease; relay-b takes over and reads the same rows.
+  REQUIRE(f.store.AcquireLease("relay-b", kLeaseMs, kNowMs + kLeaseMs + 1).acquired);
+
+  const SettleReport stale = f.store.SettleUnderLease(1, {1, 2}, {{3, "broker said no"}},
+                                                      SettlePolicy{}, kNowMs + kLeaseMs + 2,
+                                                      kLeaseMs);
+
+  CHECK(stale.fenced_out);
+  CHECK(stale.marked == 0);
+  CHECK(stale.retried == 0);
+  CHECK(stale.fenced == 3);
+  CHECK(stale.fenced_ids == Ids{1, 2, 3});
+  for (std::int64_t id : Ids{1, 2, 3}) {
+    INFO("row " << id);
+    CHECK_FALSE(IsPublished(f.store, id));
+    CHECK(IntColumn(f.store, "attempts", id) == 0);
+  }
+  // The stale settle did not renew the new leader's lease either.
+  CHECK(f.store.ReadLease() ==
+        LeaderLease{"relay-b", 2, kNowMs + 2 * kLeaseMs + 1, kNowMs + kLeaseMs + 1});
+
+  const SettleReport current = f.store.SettleUnderLease(2, {1, 2, 3}, {}, SettlePolicy{},
+                                                        kNowMs + kLeaseMs + 3, kLeaseMs);
+  CHECK_FALSE(current.fenced_out);
+  CHECK(current.marked_ids == Ids{1, 2, 3});
+  CHECK(f.store.Count().unpublished == 0);
+  // The settle renewed the term: now + lease.
+  CHECK(f.store.ReadLease().until_ms == kNowMs + 2 * kLeaseMs + 3);
+}
+
+TEST_CASE("SettleUnderLease backs off and then parks a failing row like SettleBatch", "[store]") {
+  LeaderFixture f;
+  EnqueueRange(f.store, 1, 1);
+  REQUIRE(f.store.AcquireLease("relay-a", kLeaseMs, kNowMs).acquired);
+  SettlePolicy policy;
+  policy.max_attempts = 2;
+  policy.backoff_base_ms = 100;
+
+  const SettleReport first =
+      f.store.SettleUnderLease(1, {}, {{1, "timed out"}}, policy, kNowMs, kLeaseMs);
+  CHECK(first.retried == 1);
+  CHECK(IntColumn(f.store, "attempts", 1) == 1);
+  CHECK(IntColumn(f.store, "next_attempt_at", 1) == kNowMs + 100);
+  CHECK(f.Page().empty());  // in backoff until kNowMs + 100
+
+  f.clock.AdvanceMs(100);
+  REQUIRE(IdsOf(f.Page()) == Ids{1});
+  const SettleReport second =
+      f.store.SettleUnderLease(1, {}, {{1, "timed out"}}, policy, kNowMs + 100, kLeaseMs);
+  CHECK(second.parked_ids == Ids{1});
+  CHECK(IntColumn(f.store, "parked_at", 1) == kNowMs + 100);
+}
+
+TEST_CASE("ReadPage holds back the rows behind a failed row of their aggregate and not those "
+          "behind rows never tried",
+          "[store]") {
+  LeaderFixture f;
+  EnqueueAll(f.store, {EventOn(1, "L-a"), EventOn(2, "L-a"), EventOn(3, "L-b"), EventOn(4, "L-a"),
+                       EventOn(5, "L-b")});
+  // Never tried: every row of an aggregate may go in one page.
+  CHECK(IdsOf(f.Page()) == Ids{1, 2, 3, 4, 5});
+
+  REQUIRE(f.store.AcquireLease("relay-a", kLeaseMs, kNowMs).acquired);
+  SettlePolicy policy;
+  policy.backoff_base_ms = 100;
+  REQUIRE(f.store.SettleUnderLease(1, {}, {{1, "timed out"}}, policy, kNowMs, kLeaseMs).retried == 1);
+
+  CHECK(IdsOf(f.Page()) == Ids{3, 5});
+  f.clock.AdvanceMs(100);
+  CHECK(IdsOf(f.Page()) == Ids{1, 3, 5});  // row 1 due again; 2 and 4 still wait for it
+  PageRequest skip;
+  skip.limit = 100;
+  skip.now_ms = f.clock.EpochMs();
+  skip.hold_back_failed = false;
+  CHECK(IdsOf(f.store.ReadPage(skip)) == Ids{1, 2, 3, 4, 5});
+}
+
+TEST_CASE("In leader mode one relay leads and a second stands by and reports the leader until "
+          "the lease lapses",
+          "[relay]") {
+  LeaderFixture f;
+  EnqueueRange(f.store, 1, 4);
+  FakePublisher publisher_a;
+  FakePublisher publisher_b;
+  std::vector<LeaseEvent> events_a;
+  std::vector<LeaseEvent> events_b;
+  RelayOptions options_a = f.LeaderOptions("relay-a");
+  options_a.on_lease = [&](const LeaseEvent& e) { events_a.push_back(e); };
+  RelayOptions options_b = f.LeaderOptions("relay-b");
+  options_b.on_lease = [&](const LeaseEvent& e) { events_b.push_back(e); };
+  Relay a(f.store, publisher_a, options_a);
+  Relay b(f.store, publisher_b, options_b);
+
+  const outbox::BatchReport first = a.RunBatch();
+  CHECK(first.token == 1);
+  CHECK(first.settle.marked == 4);
+  CHECK(a.LeaseToken() == 1);
+
+  EnqueueRange(f.store, 5, 6);
+  CHECK_FALSE(b.HasClaimable());
+  CHECK(b.RunBatch().claimed == 0);
+  CHECK(publisher_b.calls.empty());
+  const outbox::WaitReport wait = b.Waits();
+  CHECK(wait.leader.owner == "relay-a");
+  CHECK(wait.leader.token == 1);
+  CHECK(wait.leader.until_ms == kNowMs + kLeaseMs);
+  CHECK(wait.leader.rows == 2);
+  CHECK_FALSE(b.CanOnlyWaitForever());
+
+  // relay-a says nothing for a whole lease: relay-b takes over with token 2.
+  f.clock.AdvanceMs(kLeaseMs);
+  const outbox::BatchReport taken = b.RunBatch();
+  CHECK(taken.token == 2);
+  CHECK(taken.settle.marked == 2);
+  REQUIRE(publisher_b.calls.size() == 1);
+  CHECK(IdsOf(publisher_b.calls[0]) == Ids{5, 6});
+  CHECK(Kinds(events_b) == std::vector<std::string>{"acquired 2"});
+  REQUIRE(events_b.size() == 1);
+  CHECK(events_b[0].previous.owner == "relay-a");
+
+  // relay-a finds out at its next batch that it no longer leads, and sends nothing.
+  EnqueueRange(f.store, 7, 7);
+  CHECK(a.RunBatch().claimed == 0);
+  CHECK(a.LeaseToken() == 0);
+  CHECK(publisher_a.calls.size() == 1);
+  CHECK(Kinds(events_a) == std::vector<std::string>{"acquired 1", "lost 1"});
+}
+
+TEST_CASE("A leader that renews within its lease keeps it while a standby polls", "[relay]") {
+  LeaderFixture f;
+  FakePublisher publisher_a;
+  FakePublisher publisher_b;
+  Relay a(f.store, publisher_a, f.LeaderOptions("relay-a"));
+  Relay b(f.store, publisher_b, f.LeaderOptions("relay-b"));
+  REQUIRE(a.Lead());
+
+  for (int i = 0; i < 10; ++i) {
+    f.clock.AdvanceMs(kLeaseMs / 2);  // idle polls: a renews once half its lease is gone
+    CHECK(a.Lead());
+    CHECK_FALSE(b.Lead());
+  }
+  CHECK(f.store.ReadLease().token == 1);
+  CHECK(f.store.ReadLease().until_ms == kNowMs + 5 * kLeaseMs + kLeaseMs);
+}
+
+TEST_CASE("A leader paused past its lease is fenced out at its settle and the new leader sends "
+          "its rows again",
+          "[relay]") {
+  LeaderFixture f;
+  EnqueueRange(f.store, 1, 3);
+  PipelineFakePublisher publisher_a;
+  FakePublisher publisher_b;
+  Relay a(f.store, publisher_a, f.LeaderOptions("relay-a"));
+  Relay b(f.store, publisher_b, f.LeaderOptions("relay-b"));
+
+  REQUIRE(a.StartBatch());  // rows 1..3 sent; a stops before its settle (SIGSTOP)
+  f.clock.AdvanceMs(kLeaseMs + 1);
+  const outbox::BatchReport taken = b.RunBatch();
+  CHECK(taken.token == 2);
+  CHECK(taken.settle.marked_ids == Ids{1, 2, 3});
+
+  const outbox::BatchReport stale = a.FinishBatch();  // SIGCONT
+  CHECK(stale.token == 1);
+  CHECK(stale.acked == 3);
+  CHECK(stale.settle.fenced_out);
+  CHECK(stale.settle.marked == 0);
+  CHECK(stale.settle.fenced_ids == Ids{1, 2, 3});
+  CHECK(a.LeaseToken() == 0);
+  CHECK(f.store.ReadLease().owner == "relay-b");
+  CHECK(f.store.Count().unpublished == 0);
+}
+
+TEST_CASE("In leader mode a new pass of the cursor skips the rows still in flight", "[relay]") {
+  LeaderFixture f;
+  EnqueueRange(f.store, 1, 3);
+  PipelineFakePublisher publisher;
+  RelayOptions options = f.LeaderOptions("relay-a");
+  options.batch_size = 2;
+  Relay relay(f.store, publisher, options);
+
+  CHECK(relay.StartBatch());        // 1, 2
+  CHECK(relay.StartBatch());        // 3
+  CHECK_FALSE(relay.StartBatch());  // the end: a new pass finds only rows in flight
+  EnqueueRange(f.store, 4, 4);
+  CHECK(relay.StartBatch());        // 4, found on the new pass past the rows in flight
+  CHECK(publisher.log == std::vector<std::string>{"send 1", "send 3", "send 4"});
+  for (int i = 0; i < 3; ++i) CHECK(relay.FinishBatch().settle.marked > 0);
+  CHECK(f.store.Count().unpublished == 0);
+}
+
+TEST_CASE("In leader mode block-key sends several rows of one aggregate together and holds back "
+          "only the rows behind a failure",
+          "[relay]") {
+  LeaderFixture f;
+  EnqueueAll(f.store, {EventOn(1, "L-a"), EventOn(2, "L-b")});
+  RowFailingPublisher publisher;
+  publisher.failing = {1};
+  RelayOptions options = f.LeaderOptions("relay-a");
+  options.on_failure = FailureMode::kBlockKey;
+  Relay relay(f.store, publisher, options);
+
+  const outbox::BatchReport first = relay.RunBatch();
+  CHECK(first.acked == 1);
+  CHECK(first.settle.retried == 1);  // row 1 in backoff for 100 ms
+
+  EnqueueAll(f.store, {EventOn(3, "L-a"), EventOn(4, "L-a"), EventOn(5, "L-b"), EventOn(6, "L-b")});
+  const outbox::BatchReport second = relay.RunBatch();
+  REQUIRE(publisher.calls.size() == 2);
+  CHECK(IdsOf(publisher.calls[1]) == Ids{5, 6});  // both of L-b; L-a waits behind row 1
+
+  publisher.failing.clear();
+  f.clock.AdvanceMs(100);
+  CHECK(relay.RunBatch().settle.marked_ids == Ids{1});  // the retry, alone of its aggregate
+  CHECK(relay.RunBatch().settle.marked_ids == Ids{3, 4});
+  CHECK(f.store.Count().unpublished == 0);
+  CHECK(second.settle.marked == 2);
+}
+
+TEST_CASE("Resign releases the lease so a standby takes over at once with the next token",
+          "[relay]") {
+  LeaderFixture f;
+  FakePublisher publisher_a;
+  FakePublisher publisher_b;
+  std::vector<LeaseEvent> events;
+  RelayOptions options_a = f.LeaderOptions("relay-a");
+  options_a.on_lease = [&](const LeaseEvent& e) { events.push_back(e); };
+  Relay a(f.store, publisher_a, options_a);
+  Relay b(f.store, publisher_b, f.LeaderOptions("relay-b"));
+  REQUIRE(a.Lead());
+  REQUIRE_FALSE(b.Lead());
+
+  a.Resign();
+
+  CHECK(Kinds(events) == std::vector<std::string>{"acquired 1", "released 1"});
+  CHECK(b.Lead());
+  CHECK(b.LeaseToken() == 2);
+}
+
+TEST_CASE("In claims mode Lead is false and the lease row is never touched", "[relay]") {
+  LeaderFixture f;
+  EnqueueRange(f.store, 1, 2);
+  FakePublisher publisher;
+  RelayOptions options = f.LeaderOptions("relay-a");
+  options.coordination = Coordination::kClaims;
+  Relay relay(f.store, publisher, options);
+
+  CHECK_FALSE(relay.Lead());
+  CHECK(relay.RunBatch().settle.marked == 2);
+  CHECK(f.store.ReadLease() == LeaderLease{"", 0, 0, 0});
+  CHECK(outbox::ParseCoordination("leader") == Coordination::kLeader);
+  CHECK(outbox::ParseCoordination("claims") == Coordination::kClaims);
+  CHECK_THROWS_AS(outbox::ParseCoordination("elected"), outbox::ConfigError);
+}
+
+TEST_CASE("In leader mode the loop drains with two batches in flight and sends each row once",
+          "[relay]") {
+  LeaderFixture f;
+  EnqueueRange(f.store, 1, 7);
+  PipelineFakePublisher publisher;
+  RelayOptions options = f.LeaderOptions("relay-a");
+  options.batch_size = 2;
+  Relay relay(f.store, publisher, options);
+  outbox::testing::FakeWaiter waiter;
+  outbox::LoopOptions loop;
+  loop.mode = outbox::LoopMode::kUntilEmpty;
+  loop.pipeline_depth = 2;
+
+  const outbox::LoopReport report = outbox::RunRelayLoop(relay, waiter, loop, nullptr);
+
+  CHECK(report.batches == 4);
+  CHECK(report.marked == 7);
+  CHECK(report.fenced == 0);
+  CHECK(publisher.max_in_flight == 2);
+  CHECK(publisher.log == std::vector<std::string>{"send 1", "send 3", "ack 1", "send 5", "ack 3",
+                                                  "send 7", "ack 5", "ack 7"});
+  CHECK(f.store.Count().unpublished == 0);
+}
+
+TEST_CASE("A standby loop reports the leader once and takes over when the lease lapses",
+          "[relay]") {
+  LeaderFixture f;
+  EnqueueRange(f.store, 1, 3);
+  FakePublisher publisher_a;
+  FakePublisher publisher_b;
+  Relay a(f.store, publisher_a, f.LeaderOptions("relay-a"));
+  REQUIRE(a.Lead());  // relay-a leads, then dies without a word
+  std::vector<LeaseEvent> events;
+  RelayOptions options_b = f.LeaderOptions("relay-b");
+  options_b.on_lease = [&](const LeaseEvent& e) { events.push_back(e); };
+  Relay b(f.store, publisher_b, options_b);
+  outbox::testing::FakeWaiter waiter;
+  waiter.on_wait = [&](int) { f.clock.AdvanceMs(1000); };
+  std::vector<outbox::WaitReport> waits;
+  outbox::LoopOptions loop;
+  loop.mode = outbox::LoopMode::kUntilEmpty;
+  loop.on_wait = [&](const outbox::WaitReport& wait) { waits.push_back(wait); };
+
+  const outbox::LoopReport report = outbox::RunRelayLoop(b, waiter, loop, nullptr);
+
+  CHECK(report.marked == 3);
+  CHECK(waiter.waits == 3);  // at 1000, 2000 and 3000 ms past relay-a's acquisition
+  REQUIRE(waits.size() == 1);
+  CHECK(waits[0].leader.owner == "relay-a");
+  CHECK(waits[0].leader.token == 1);
+  CHECK(waits[0].leader.rows == 3);
+  CHECK(Kinds(events) == std::vector<std::string>{"acquired 2"});
+  REQUIRE(publisher_b.calls.size() == 1);
+  CHECK(IdsOf(publisher_b.calls[0]) == Ids{1, 2, 3});
+}
