@@ -343,6 +343,44 @@ TEST_CASE("PostgreSQL reset starts a run whose id is epoch ms and 32 random bits
   CHECK(store.RunId() != first);
 }
 
+TEST_CASE("PostgreSQL reset counts the outbox and archive rows it drops", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  const ResetCounts empty = store.ResetSchema();
+  CHECK(empty.outbox_rows == 0);
+  CHECK(empty.published == 0);
+  CHECK(empty.archived == 0);
+  CHECK(empty.lab_table);
+  const std::int64_t first = EnqueueOne(store, Event("evt-1001"));
+  EnqueueOne(store, Event("evt-1002"));
+  EnqueueOne(store, Event("evt-1003"));
+  REQUIRE(store.MarkPublished(first));
+  const ResetCounts counts = store.ResetSchema();
+  CHECK(counts.outbox_rows == 3);
+  CHECK(counts.published == 1);
+  CHECK(counts.archived == 0);
+  CHECK(counts.lab_table);
+  CHECK(store.Count().total == 0);
+}
+
+TEST_CASE("PostgreSQL has no leader lease yet and says so instead of pretending", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  OutboxStore& outbox = store;
+  CHECK(outbox.ReadLease() == LeaderLease{});
+  CHECK_FALSE(outbox.ReleaseLease(1));
+  CHECK_THROWS_WITH(outbox.AcquireLease("relay-a", 30000, 0),
+                    Catch::Contains("not on PostgreSQL yet; use relay --coordination claims"));
+  CHECK_THROWS_AS(outbox.RenewLease(1, 30000, 0), ConfigError);
+  CHECK_THROWS_AS(outbox.ReadPage(PageRequest{}), ConfigError);
+  CHECK_THROWS_AS(outbox.SettleUnderLease(1, {}, {}, SettlePolicy{}, 0, 30000), ConfigError);
+  // No WAL file of the lab's on a server: nothing checkpointed, nothing measured.
+  const CheckpointReport checkpoint = outbox.CheckpointPassive();
+  CHECK_FALSE(checkpoint.busy);
+  CHECK(checkpoint.wal_frames == -1);
+  CHECK(outbox.WalSizeBytes() == 0);
+}
+
 TEST_CASE("PostgreSQL next id continues after rolled back inserts and never goes back", "[postgres]") {
   Schema schema;
   PgStore store(schema.url());
