@@ -70,6 +70,17 @@ _cleanup() {
   local rc=$? pid
   trap - EXIT INT TERM
   for pid in "${PIDS[@]}"; do _stop_pid "$pid"; done
+  # start_own_postgres's cluster is this scenario's alone: stopped and deleted.
+  if [ -n "${PG_OWN_DIR:-}" ]; then
+    OUTBOX_PG_DIR=$PG_OWN_DIR OUTBOX_PG_PORT=$PG_OWN_PORT "$REPO_DIR/scripts/postgres.sh" destroy >/dev/null 2>&1 ||
+      echo "note: could not destroy the scenario's PostgreSQL cluster in $PG_OWN_DIR"
+    PG_SCHEMA=
+  fi
+  # use_postgres's schema goes with the temp dir (and stays with it under OUTBOX_LAB_KEEP_TMP=1).
+  if [ -n "${PG_SCHEMA:-}" ] && [ "${OUTBOX_LAB_KEEP_TMP:-0}" != 1 ]; then
+    psql "$PG_BASE_URL" -qc "DROP SCHEMA IF EXISTS $PG_SCHEMA CASCADE" >/dev/null 2>&1 ||
+      echo "note: could not drop PostgreSQL schema $PG_SCHEMA"
+  fi
   if [ "$FINISHED" -eq 0 ]; then
     echo "FAIL $SCENARIO: exited (code $rc) without reaching finish"
     rc=1
@@ -451,4 +462,53 @@ cell_report() {
   else
     echo "report: none for $name ($(tail -n 1 "$TMP/cell-report.out"))"
   fi
+}
+
+# --- PostgreSQL ----------------------------------------------------------------------------------
+
+# require_postgres: skip this scenario (print "SKIP <name>: ...", exit 77) when OUTBOX_PG_URL is
+# unset: the only reason a PostgreSQL scenario may skip.
+require_postgres() {
+  if [ -z "${OUTBOX_PG_URL:-}" ]; then
+    echo "SKIP $SCENARIO: OUTBOX_PG_URL is not set (export OUTBOX_PG_URL=\$(scripts/postgres.sh start); scripts/test.sh does)"
+    FINISHED=1
+    exit 77
+  fi
+}
+
+# use_postgres: this scenario's database becomes a schema of its own on the PostgreSQL server at
+# $OUTBOX_PG_URL (scripts/postgres.sh start prints it; scripts/test.sh exports it): DB is that URL
+# with search_path set to the schema, so scenarios and unit tests running at once never see each
+# other's rows. The schema is dropped at exit. Without OUTBOX_PG_URL the scenario is skipped: it
+# prints "SKIP <name>: ..." and exits 77 (ctest's SKIP_RETURN_CODE), never a PASS.
+use_postgres() {
+  require_postgres
+  command -v psql >/dev/null 2>&1 || die "psql not installed (scripts/install-deps.sh installs postgresql-15)"
+  PG_BASE_URL=$OUTBOX_PG_URL
+  PG_SCHEMA=s_${SCENARIO//-/_}_$$
+  psql "$PG_BASE_URL" -v ON_ERROR_STOP=1 -qc "SET client_min_messages = warning; DROP SCHEMA IF EXISTS $PG_SCHEMA CASCADE; CREATE SCHEMA $PG_SCHEMA" ||
+    die "cannot create schema $PG_SCHEMA on $PG_BASE_URL (is the server running? scripts/postgres.sh start)"
+  local sep='?'
+  case $PG_BASE_URL in *\?*) sep='&' ;; esac
+  DB="$PG_BASE_URL${sep}options=-csearch_path%3D$PG_SCHEMA"
+  echo "# PostgreSQL: $PG_BASE_URL, schema $PG_SCHEMA"
+}
+
+# start_own_postgres PORT: a PostgreSQL cluster of this scenario's own (scripts/postgres.sh with
+# OUTBOX_PG_DIR and OUTBOX_PG_PORT=PORT), for scenarios that crash the server: the shared one on
+# 55432 serves other tests meanwhile. Exports OUTBOX_PG_URL for use_postgres; pg_own ARGS... runs
+# postgres.sh on it (crash, start). Deleted at exit.
+start_own_postgres() {
+  PG_OWN_PORT=$1
+  # Not under $TMP: as root, the cluster belongs to the postgres user, who cannot enter a 0700
+  # directory of root's.
+  PG_OWN_DIR=${TMPDIR:-/tmp}/outbox-lab-pg-$SCENARIO-$$
+  OUTBOX_PG_URL=$(pg_own start) || die "could not start a PostgreSQL cluster on port $PG_OWN_PORT in $PG_OWN_DIR"
+  export OUTBOX_PG_URL
+  echo "# own PostgreSQL cluster: $OUTBOX_PG_URL ($PG_OWN_DIR)"
+}
+
+pg_own() {
+  echo "\$ scripts/postgres.sh $* (port $PG_OWN_PORT)" >&2
+  OUTBOX_PG_DIR=$PG_OWN_DIR OUTBOX_PG_PORT=$PG_OWN_PORT "$REPO_DIR/scripts/postgres.sh" "$@"
 }

@@ -51,7 +51,7 @@ OutboundMessage MessageForRow(const OutboxRow& row);
 // Throws ConfigError when options.limit <= 0 (SQLite would read a negative
 // LIMIT as "no limit"), DbError when reading or marking fails (the row then stays
 // unpublished and will be re-sent: a duplicate, never a loss).
-PerRowRelayReport RunPerRowRelay(Store& store, Publisher& publisher,
+PerRowRelayReport RunPerRowRelay(OutboxStore& store, Publisher& publisher,
                                    const PerRowRelayOptions& options,
                                    const std::function<void(const PerRowRelayStep&)>& on_step,
                                    const std::function<bool()>& stop_requested = {});

@@ -10,10 +10,11 @@
 // - Ids come from a sequence, so transactions commit out of id order. A relay that keeps a
 //   keyset cursor ("claim ids above the last one I saw") skips forever a row whose transaction
 //   took a smaller id and committed later. The claim therefore keeps no cursor: it scans the
-//   unpublished rows (a partial index) every time. ClaimMode::kNaiveCursor keeps the cursor on
+//   unpublished rows (a partial index) every time. PgClaimMode::kNaiveCursor keeps the cursor on
 //   purpose, so a class can watch the bug lose an event.
 // - Schema changes run under an advisory lock, so two processes that start together do not race
 //   to create the tables.
+// Implements OutboxStore (outbox_store.h), so the relay and the lab run on it unchanged.
 // Not thread-safe: one PgStore (one connection) per thread.
 #pragma once
 
@@ -29,57 +30,140 @@ namespace outbox {
 
 // How ClaimBatch finds rows.
 enum class PgClaimMode {
-  kScan,         // every unpublished row, whatever its id: late commits are never skipped
-  kNaiveCursor,  // only ids above the highest id this store has claimed: the classic bug
+  kScan,  // every unpublished row, whatever its id: late commits are never skipped
+  // The classic bug, kept for the lesson: the relay keeps an offset (table outbox_offset, the
+  // highest id it has claimed) and claims only ids above it, like a poller that stores its
+  // position. A row whose transaction took a smaller id and committed after the offset passed it
+  // is never claimed, and Snapshot() counts every row at or below the offset as published (that
+  // is what the offset says), so `check` reports it lost.
+  kNaiveCursor,
 };
 
-class PgStore {
+class PgStore : public OutboxStore {
  public:
   // Connects and, when a table of the schema is missing, creates it under
   // pg_advisory_lock(kMigrationLockKey). An existing schema is not touched: no DDL, so no wait
-  // behind the writers' open transactions.
+  // behind the writers' open transactions. clock (not owned, must outlive the store; null: the
+  // system clock) is what clock() returns; leases and backoffs never read it (the server's now()).
+  // mode: how ClaimBatch(request) finds rows.
   // Throws pg::PgError: the server is unreachable, refuses the login, or the database does not
   // exist (sqlstate "3D000").
-  explicit PgStore(const std::string& url);
+  explicit PgStore(const std::string& url, Clock* clock = nullptr,
+                   PgClaimMode mode = PgClaimMode::kScan);
+
+  Backend backend() const noexcept override { return Backend::kPostgres; }
 
   // The advisory lock key that serializes schema changes (any fixed bigint; "outbox" in ASCII).
   static constexpr std::int64_t kMigrationLockKey = 0x6f7574626f78;
 
-  // Drops and recreates the outbox, its archive and the lab's business table, empty.
-  // Throws pg::PgError.
-  void ResetSchema();
+  // Drops and recreates the outbox, its archive, the fencing sequence, the naive offset and the
+  // run table, empty, and starts a new run (RunId). The lab's business table is the lab's
+  // (lab/loans.h, ResetLabStore). Returns what it dropped, counted in the drop's transaction
+  // (lab_table false: the table named outbox has no boolean published column, so published is
+  // 0). Throws pg::PgError.
+  ResetCounts ResetSchema();
+  // True when every table of the outbox schema exists. Throws pg::PgError.
+  bool HasSchema() { return SchemaCurrent(); }
+
+  // Closes the connection and opens a new one to the same URL: after the server crashed or
+  // restarted. Throws pg::PgError while the server is still down (ConnectionLost is then true).
+  void Reconnect() override;
+  // e is a pg::PgError whose connection_lost() is true: no SQLSTATE (the socket broke), class 08
+  // (connection exception) or 57P01..57P03 (admin shutdown, crash shutdown, cannot connect now).
+  bool ConnectionLost(const std::exception& e) const noexcept override;
 
   // Begins a transaction for a business write and its outbox rows. Throws pg::PgError.
   pg::Transaction BeginWrite() { return pg::Transaction(connection_); }
+  // Begins a REPEATABLE READ transaction: the caller's reads of its own tables through
+  // txn.connection() and Snapshot(txn) see one snapshot of the database. Throws pg::PgError.
+  pg::Transaction BeginRead();
 
   // Inserts one outbox row inside txn (the business row's transaction: they commit or roll back
   // together, chapter 7.1). created_at is the server's clock when event.created_at_ms is 0.
-  // Returns the row's id (from the sequence: committed rows are NOT in id order). Throws
-  // pg::PgError: sqlstate "23505" when event_id exists already.
+  // event.headers is not stored on PostgreSQL yet (README). Returns the row's id (from the
+  // sequence: committed rows are NOT in id order). Throws pg::PgError: sqlstate "23505" when
+  // event_id exists already.
   std::int64_t Enqueue(pg::Transaction& txn, const OutboxEvent& event);
+
+  // OutboxStore. RunId: empty before the first ResetSchema. NextId: from the id sequence.
+  // Snapshot: in one REPEATABLE READ transaction. Every one throws pg::PgError.
+  std::string RunId() override;
+  std::int64_t NextId() override;
+  OutboxCounts Count() override;
+  OutboxSnapshot Snapshot() override;
+  // Every outbox and archive row, read in txn (from BeginRead()). Throws pg::PgError.
+  OutboxSnapshot Snapshot(pg::Transaction& txn);
+  std::vector<OutboxRow> FetchUnpublished(std::int64_t after_id, std::int64_t limit) override;
+  bool MarkPublished(std::int64_t id) override;
 
   // Claims up to request.limit claimable rows (unpublished, not parked, no live lease, backoff
   // over; with block_key only the oldest unpublished row of each aggregate) for lease_ms of the
-  // server's clock. request.now_ms and request.after_id are ignored: the server's clock and the
+  // server's clock. request.now_ms, after_id and up_to_id are ignored: the server's clock and the
   // mode decide. Rows come back in id order with a fencing token greater than every earlier
   // claim's (a sequence). Throws pg::PgError.
-  Claim ClaimBatch(const ClaimRequest& request, PgClaimMode mode = PgClaimMode::kScan);
+  Claim ClaimBatch(const ClaimRequest& request, PgClaimMode mode);
+  // The same in the mode given to the constructor.
+  Claim ClaimBatch(const ClaimRequest& request) override { return ClaimBatch(request, mode_); }
+  // Whether ClaimBatch(request) in the constructor's mode would claim a row now (no lock taken,
+  // so a row another relay is claiming this instant may still answer true). Throws pg::PgError.
+  bool HasClaimable(const ClaimRequest& request) override;
 
   // Marks acked rows published and records failed ones (backoff on the server's clock, parked at
   // max_attempts), each only while token still owns the row; rows claimed since by another relay
   // are counted as fenced and left untouched. One transaction. Throws pg::PgError.
   SettleReport SettleBatch(std::int64_t token, const std::vector<std::int64_t>& acked,
                            const std::vector<FailedDelivery>& failed, const SettlePolicy& policy);
+  // OutboxStore's settle: now_ms is ignored (the server's clock).
+  SettleReport SettleBatch(std::int64_t token, const std::vector<std::int64_t>& acked,
+                           const std::vector<FailedDelivery>& failed, const SettlePolicy& policy,
+                           std::int64_t /*now_ms*/) override {
+    return SettleBatch(token, acked, failed, policy);
+  }
 
-  // Rows in the outbox: total, published, unpublished. Throws pg::PgError.
-  OutboxCounts Count();
+  // The OutboxStore reads on the server's clock (now_ms is ignored). Status leaves
+  // bad_created_at 0: the column is a bigint with a default, there is no text to misread.
+  // Each throws pg::PgError.
+  std::int64_t WaitingCount(std::int64_t now_ms) override;
+  std::int64_t PendingCount() override;
+  BackoffWait Backoffs(std::int64_t now_ms) override;
+  std::vector<ClaimOwner> ClaimOwners(std::int64_t now_ms) override;
+  std::int64_t ReleaseClaimsOf(const std::string& owner) override;
+  OutboxStatus Status(std::int64_t now_ms) override;
+
+  // Leader mode is not on PostgreSQL yet (OutboxStore, "Leader mode"): ReadLease returns a lease
+  // never held, ReleaseLease false; the other four throw ConfigError naming relay
+  // --coordination claims. None touches the database.
+  LeaderLease ReadLease() override { return LeaderLease{}; }
+  LeaseAcquisition AcquireLease(const std::string& owner, std::int64_t lease_ms,
+                                std::int64_t now_ms) override;
+  bool RenewLease(std::int64_t token, std::int64_t lease_ms, std::int64_t now_ms) override;
+  bool ReleaseLease(std::int64_t /*token*/) override { return false; }
+  std::vector<OutboxRow> ReadPage(const PageRequest& request) override;
+  SettleReport SettleUnderLease(std::int64_t token, const std::vector<std::int64_t>& acked,
+                                const std::vector<FailedDelivery>& failed,
+                                const SettlePolicy& policy, std::int64_t now_ms,
+                                std::int64_t lease_ms) override;
+
+  // No WAL file of the lab's on PostgreSQL (OutboxStore): nothing done, -1 frames; 0 bytes.
+  CheckpointReport CheckpointPassive() override { return CheckpointReport{}; }
+  std::int64_t WalSizeBytes() const override { return 0; }
+
+  Clock& clock() const noexcept override { return *clock_; }
+  PgClaimMode mode() const noexcept { return mode_; }
+  // The server process of this store's connection (pg_stat_activity.pid, PQbackendPID).
+  int backend_pid() const noexcept { return PQbackendPID(connection_.get()); }
+  // The URL without its password, for messages.
+  const std::string& display_url() const noexcept { return connection_.display_url(); }
 
  private:
   void Migrate();
   bool SchemaCurrent();  // every table of the schema exists
 
+  std::string url_;
+  SystemClock system_clock_;  // used when no clock is given
+  Clock* clock_;              // not owned
+  PgClaimMode mode_;
   pg::Connection connection_;
-  std::int64_t naive_cursor_ = 0;  // PgClaimMode::kNaiveCursor only
 };
 
 }  // namespace outbox

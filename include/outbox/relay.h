@@ -178,7 +178,7 @@ class Relay {
  public:
   // Throws ConfigError for batch_size <= 0, lease_ms <= 0 or above kMaxHoldMs (a day), or
   // max_attempts <= 0.
-  Relay(Store& store, Publisher& publisher, RelayOptions options);
+  Relay(OutboxStore& store, Publisher& publisher, RelayOptions options);
 
   // True when a row could be claimed now (read-only: no write while idle).
   // Leader mode: when this relay leads and a row may be sent now. On the way
@@ -234,6 +234,8 @@ class Relay {
   BatchReport FinishBatch();
   // Batches started and not yet finished.
   std::size_t InFlight() const noexcept { return in_flight_.size(); }
+  // The store it claims from (to reconnect it, say).
+  OutboxStore& store() noexcept { return store_; }
 
  private:
   std::int64_t Now() const;
@@ -247,7 +249,7 @@ class Relay {
   void Phase(std::string_view phase, std::int64_t token) const;  // options_.on_phase, if any
   void CheckpointAfterSettle();  // options_.checkpoint_after_settle
 
-  Store& store_;
+  OutboxStore& store_;
   Publisher& publisher_;
   RelayOptions options_;
   Clock& clock_;
@@ -314,6 +316,11 @@ struct LoopOptions {
   // of the next claim and the last settle. A kill -9 re-sends at most this
   // many batches. kOnce always runs one batch.
   int pipeline_depth = 2;
+  // RunRelayLoopReconnecting only: called while the database server is unreachable
+  // (OutboxStore::ConnectionLost: a PostgreSQL server crashed or restarting), before each wait
+  // of wait_ms (ms) and reconnect attempt
+  // (attempt 1, 2, ...), with the error's message. May be empty; must not throw.
+  std::function<void(const std::string& error, int attempt, int wait_ms)> on_connection_lost;
 };
 
 struct LoopReport {
@@ -325,6 +332,7 @@ struct LoopReport {
   std::int64_t fenced = 0;
   bool stopped = false;  // ended by a stop request
   std::int64_t io_errors = 0;  // batches that failed with an I/O error and were retried
+  std::int64_t reconnects = 0;  // times the connection to the database server was re-opened
 };
 
 // Runs batches per mode, up to options.pipeline_depth in flight. A stop
@@ -338,5 +346,19 @@ struct LoopReport {
 LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter,
                         const LoopOptions& options,
                         const std::function<void(const BatchReport&)>& on_batch);
+
+// RunRelayLoop that outlives a database server's crash or restart: when the
+// loop throws an error for which relay.store().ConnectionLost() is true (never
+// on SQLite), it waits and calls OutboxStore::Reconnect until the server
+// answers (waits of 100 ms doubling to options.idle_max_ms, each announced
+// through on_connection_lost; a stop request ends the wait with stopped set),
+// then runs the loop again, in every mode. The batch whose database call
+// failed is dropped unsettled: its rows are claimed again after their lease
+// (duplicates, never losses); batches still in flight are settled by the next
+// run. Returns the runs' reports summed, with reconnects counted. Throws what
+// RunRelayLoop throws otherwise, and what Reconnect throws when it is not a
+// lost connection (a refused login, say).
+LoopReport RunRelayLoopReconnecting(Relay& relay, IdleWaiter& waiter, const LoopOptions& options,
+                                    const std::function<void(const BatchReport&)>& on_batch);
 
 }  // namespace outbox

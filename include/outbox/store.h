@@ -18,6 +18,7 @@
 
 #include "outbox/clock.h"
 #include "outbox/event.h"
+#include "outbox/outbox_store.h"
 #include "outbox/sqlite/connection.h"
 
 namespace outbox {
@@ -274,8 +275,12 @@ struct PurgeReport {
   std::int64_t batches = 0;
 };
 
-class Store {
+// Implements OutboxStore (outbox_store.h): the functions of the same name there override the
+// interface's (a signature that drifted would leave Store abstract and fail to compile).
+class Store : public OutboxStore {
  public:
+  Backend backend() const noexcept override { return Backend::kSqlite; }
+
   // Opens the database at path in WAL mode with options applied.
   // An existing outbox of an older schema version is migrated (kSchemaVersion).
   // kExisting: throws SchemaMissingError when the file does not exist or has

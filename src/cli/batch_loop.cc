@@ -29,6 +29,7 @@ Command AddBatchLoopCommand(CLI::App& app, const GlobalOptions& global) {
   AddDurationOption(*sub, "--delivery-timeout", o->delivery_timeout_ms,
                     "librdkafka message.timeout.ms", 1, kMaxDeliveryTimeoutMs);
   return {sub, [&global, o]() -> ExitCode {
+            RejectPostgres(global, "batch-loop");
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
             lab::BatchedLoopOptions options;
             options.brokers = global.RequireBrokers();

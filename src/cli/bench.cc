@@ -346,6 +346,7 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
                   "put it on the disk to measure");
   return {sub, [&global, o, chapter, events, write, history, polls, rss, drain, latency,
                 idle]() -> ExitCode {
+            RejectPostgres(global, "bench");
             const auto scaled = [&o](const CLI::Option* option, std::int64_t value) {
               return o->quick && option->count() == 0 ? std::max<std::int64_t>(1, value / kQuickDivisor)
                                                       : value;

@@ -237,10 +237,10 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                     // The database opens first: a missing file, no schema or a locked or
                     // unreadable database is reported as such (exit 4-7, 11) before the topic
                     // read costs time or a missing broker hides it.
-                    std::unique_ptr<Store> store;
+                    std::unique_ptr<OutboxStore> store;
                     try {
-                      store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions(),
-                                                   OpenMode::kReadOnly);
+                      store = lab::OpenLabStore(global.db, global.MakeStoreOptions(),
+                                                OpenMode::kReadOnly);
                       run_id = store->RunId();
                     } catch (const DbError& e) {
                       // Damage that stops the reads is a finding, not a failure to check. A

@@ -76,6 +76,11 @@ class CommandError : public outbox::Error {
   ExitCode code_;
 };
 
+// Throws CommandError kUnsupportedOnPostgres ("<command> does not run on PostgreSQL yet ...")
+// when global.db is a postgresql:// URL: for the commands not yet ported to the PostgreSQL store
+// (README, "PostgreSQL"), so they fail at once instead of treating the URL as a file name.
+void RejectPostgres(const GlobalOptions& global, std::string_view command);
+
 // One per file under src/cli/.
 Command AddResetCommand(CLI::App& app, const GlobalOptions& global);
 Command AddNaiveHoldCommand(CLI::App& app, const GlobalOptions& global);

@@ -6,13 +6,17 @@
 #include "lab/history.h"
 #include "lab/recording_publisher.h"
 #include "lab/relay_owner.h"
+#include "lab/loans.h"
 #include "outbox/change_watcher.h"
+#include "outbox/timed_waiter.h"
 #include "outbox/kafka/kafka_publisher.h"
 
 namespace outbox::cli {
 
 LoopReport DrainOutbox(const GlobalOptions& global, std::int64_t delivery_timeout_ms) {
-  Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
+  const std::unique_ptr<OutboxStore> owned_store =
+      lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
+  OutboxStore& store = *owned_store;
   kafka::KafkaPublisherOptions publisher_options;
   publisher_options.brokers = global.RequireBrokers();
   publisher_options.topic = global.topic;
@@ -31,9 +35,13 @@ LoopReport DrainOutbox(const GlobalOptions& global, std::int64_t delivery_timeou
     };
   ReleaseDeadOwners(store, relay_options.owner, /*default_owner=*/true);
   Relay relay(store, recording, relay_options);
-  ChangeWatcher watcher(global.db, /*stop_fd=*/-1);
   LoopOptions loop_options;
   loop_options.mode = LoopMode::kUntilEmpty;
+  if (store.backend() == Backend::kPostgres) {
+    TimedWaiter waiter(/*stop_fd=*/-1);
+    return RunRelayLoopReconnecting(relay, waiter, loop_options, [](const BatchReport&) {});
+  }
+  ChangeWatcher watcher(global.db, /*stop_fd=*/-1);
   return RunRelayLoop(relay, watcher, loop_options, [](const BatchReport&) {});
 }
 

@@ -15,7 +15,7 @@ namespace outbox::cli {
 // their rows go out now instead of after the lease. With default_owner, claims
 // under self are a previous relay that had our pid and are released too.
 // Prints one "[relay] released ..." line per owner. Throws DbError.
-void ReleaseDeadOwners(Store& store, const std::string& self, bool default_owner);
+void ReleaseDeadOwners(OutboxStore& store, const std::string& self, bool default_owner);
 
 // check --drain: the production relay with its defaults (batches of 1000,
 // acks=all, delivery timeout delivery_timeout_ms, lease 30 s, this run's id

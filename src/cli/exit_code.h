@@ -22,6 +22,7 @@ enum class ExitCode : int {
   kNotDrained = 15,        // check: nothing lost so far, but outbox rows are still unpublished
   kCannotJudge = 16,       // check: the broker dropped records (retention): some events unjudgeable
   kDbReadOnly = 17,        // a command that writes met a read-only database file or directory
+  kUnsupportedOnPostgres = 18,  // the command does not run on a postgresql:// --db yet
   kInternal = 70,          // a bug: an unexpected exception
 };
 

@@ -7,11 +7,13 @@
 #include "cli/option_values.h"
 #include "outbox/parse_integer.h"
 #include "outbox/error.h"
+#include "outbox/pg/connection.h"
 
 namespace outbox::cli {
 
 void AddGlobalOptions(CLI::App& app, GlobalOptions& global) {
-  app.add_option("--db", global.db, "SQLite database file (the chapter's -Doutbox.db)")
+  app.add_option("--db", global.db, "SQLite database file (the chapter's -Doutbox.db), or a postgresql:// URL "
+                 "(README, \"PostgreSQL\")")
       ->envname("OUTBOX_DB")
       ->check(CLI::Validator([](std::string& db) { return DbPathProblem(db); }, "PATH", "DbPath"))
       ->capture_default_str();
@@ -57,6 +59,14 @@ void AddGlobalOptions(CLI::App& app, GlobalOptions& global) {
       }
     }
   });
+}
+
+void RejectPostgres(const GlobalOptions& global, std::string_view command) {
+  if (!pg::IsPostgresUrl(global.db)) return;
+  throw CommandError(ExitCode::kUnsupportedOnPostgres,
+                     fmt::format("{} does not run on PostgreSQL yet (--db {}); give an SQLite "
+                                 "file path instead",
+                                 command, pg::RedactPassword(global.db)));
 }
 
 CLI::Validator PositiveInteger() { return IntegerInRange(1, std::numeric_limits<int>::max()); }

@@ -16,6 +16,7 @@
 #include "lab/lab_failpoints.h"
 #include "lab/powerloss_vfs.h"
 #include "outbox/failpoint.h"
+#include "outbox/pg/connection.h"
 
 namespace {
 
@@ -34,6 +35,17 @@ ExitCode ForDbError(const outbox::DbError& e) {
   }
 }
 
+// SQLSTATE classes: https://www.postgresql.org/docs/15/errcodes-appendix.html
+ExitCode ForPgError(const outbox::pg::PgError& e) {
+  const std::string& state = e.sqlstate();
+  if (e.connection_lost() || state == "3D000" || state == "28000" || state == "28P01")
+    return ExitCode::kDbUnavailable;  // unreachable, gone, no such database, login refused
+  if (state == "42P01" || state == "3F000") return ExitCode::kSchemaMissing;  // no table / schema
+  if (state == "55P03" || state == "40P01" || state == "40001") return ExitCode::kDbBusy;
+  if (state == "25006") return ExitCode::kDbReadOnly;  // read_only_sql_transaction (a standby)
+  return ExitCode::kDbError;
+}
+
 int Fail(ExitCode code, const char* message) {
   fmt::print(stderr, "outbox-lab: error: {}\n", message);
   return static_cast<int>(code);
@@ -48,6 +60,24 @@ std::string WithFault(const outbox::DbError& e,
   return fmt::format("{}: {}", e.what(), fault);
 }
 
+// --vfs powerloss and --synchronous are SQLite's: on a postgresql:// --db they would change
+// nothing, so they fail instead of being ignored (exit 18). --synchronous full is the default and
+// passes. The server's own setting goes in the URL: options=-csynchronous_commit%3Doff.
+void RejectSqliteOnlyOptions(const outbox::cli::GlobalOptions& global) {
+  if (!outbox::pg::IsPostgresUrl(global.db)) return;
+  if (global.vfs != "unix")
+    throw outbox::cli::CommandError(ExitCode::kUnsupportedOnPostgres,
+                                    fmt::format("--vfs {} is SQLite's I/O layer; it does not apply "
+                                                "to a PostgreSQL --db",
+                                                global.vfs));
+  if (global.synchronous != "full")
+    throw outbox::cli::CommandError(
+        ExitCode::kUnsupportedOnPostgres,
+        fmt::format("--synchronous {} is SQLite's PRAGMA; on PostgreSQL put the server's setting "
+                    "in the URL (options=-csynchronous_commit%3Doff)",
+                    global.synchronous));
+}
+
 int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOptions& global) {
   // The default VFS while the command runs, so every connection opens through it.
   std::optional<outbox::lab::PowerlossVfs> powerloss;
@@ -56,6 +86,7 @@ int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOpt
     outbox::kafka::MakeConf(global.ParsedProperties());
     outbox::lab::RegisterLabFailpoints();
     outbox::ConfigureFailpointsFromEnv();
+    RejectSqliteOnlyOptions(global);
     if (global.vfs == outbox::lab::PowerlossVfs::kName) powerloss.emplace();
     else outbox::lab::RequireNoVfsFailpoints();
     return static_cast<int>(command.run());
@@ -68,6 +99,8 @@ int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOpt
                     .c_str());
   } catch (const outbox::DbError& e) {
     return Fail(ForDbError(e), WithFault(e, powerloss).c_str());
+  } catch (const outbox::pg::PgError& e) {
+    return Fail(ForPgError(e), e.what());
   } catch (const outbox::KafkaError& e) {
     return Fail(ExitCode::kBrokerUnavailable, e.what());
   } catch (const outbox::FailpointError& e) {

@@ -18,7 +18,7 @@ Command AddNaiveSendFirstHoldCommand(CLI::App& app, const GlobalOptions& global)
   AddDeliveryTimeoutOption(*sub, options->delivery_timeout_ms);
   return {sub, [&global, options]() -> ExitCode {
             // The schema must exist, as for every command, although nothing is written.
-            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+            auto store = lab::OpenLabStore(global.db, global.MakeStoreOptions());
             lab::Loan loan = lab::ChapterLoan(3001, store->clock().EpochMs());  // L-4001
             loan.book_id = "B-401";
             const OutboxEvent event = lab::LoanCreatedEvent(loan, 3001);  // evt-4001

@@ -22,6 +22,7 @@ Command AddParkedCommand(CLI::App& app, const GlobalOptions& global) {
       ->check(PositiveInteger())
       ->capture_default_str();
   return {sub, [&global, o]() -> ExitCode {
+            RejectPostgres(global, "parked");
             Store store(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
             const std::int64_t now_ms = store.clock().EpochMs();
             const TroubledRows troubled = store.ListTroubled(now_ms, o->limit);

@@ -25,6 +25,7 @@ Command AddPowerCutCommand(CLI::App& app, const GlobalOptions& global) {
                   "Keep a random subset of unsynced writes, drawn from this seed (replayable)")
       ->check(IntegerInRange(0, std::numeric_limits<std::int64_t>::max()));
   return {sub, [&global, o] {
+            RejectPostgres(global, "power-cut");
             lab::PowerCutReport r;
             try {
               r = lab::PowerCut(global.db, {o->torn, o->seed});

@@ -20,7 +20,7 @@ Command AddPublishCommand(CLI::App& app, const GlobalOptions& global) {
   return {sub, [&global, options]() -> ExitCode {
             // Ctrl-C or SIGTERM: the row in flight is acknowledged and marked, then the summary.
             StopSignalFd stop;  // before any librdkafka thread exists
-            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+            auto store = lab::OpenLabStore(global.db, global.MakeStoreOptions());
             auto publisher = MakePublisher(global, *options, store->RunId());
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(*publisher, history.get());

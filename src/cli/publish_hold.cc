@@ -20,7 +20,7 @@ Command AddPublishHoldCommand(CLI::App& app, const GlobalOptions& global) {
   AddPublishOptions(*sub, *options);
   return {sub, [&global, options]() -> ExitCode {
             lab::ArmHoldUnlessConfigured(lab::kPublishHoldBeforeMark);
-            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+            auto store = lab::OpenLabStore(global.db, global.MakeStoreOptions());
             auto publisher = MakePublisher(global, *options, store->RunId());
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(*publisher, history.get());

@@ -28,6 +28,7 @@ Command AddPurgeCommand(CLI::App& app, const GlobalOptions& global) {
       ->check(PositiveInteger())
       ->capture_default_str();
   return {sub, [&global, o]() -> ExitCode {
+            RejectPostgres(global, "purge");
             Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
             const PurgeReport r = store.PurgePublished(store.clock().EpochMs() - o->older_than_ms, o->batch_size, o->archive);
             fmt::print("[purge] deleted={} archived={} batches={}\n", r.deleted, r.archived, r.batches);
@@ -46,6 +47,7 @@ Command AddUnparkCommand(CLI::App& app, const GlobalOptions& global) {
   auto* id = sub->add_option("ID", o->id, "Outbox id of the parked row")->check(PositiveInteger());
   sub->add_flag("--all", o->all, "Unpark every parked row")->excludes(id);
   return {sub, [&global, o, id]() -> ExitCode {
+            RejectPostgres(global, "unpark");
             if (!o->all && id->count() == 0)
               throw CommandError(ExitCode::kUsage, "unpark: give an outbox id or --all");
             Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);

@@ -19,7 +19,10 @@
 #include "cli/stop_signal.h"
 #include "lab/recording_publisher.h"
 #include "lab/relay_owner.h"
+#include "lab/loans.h"
 #include "outbox/change_watcher.h"
+#include "outbox/pg/connection.h"
+#include "outbox/timed_waiter.h"
 #include "outbox/duration.h"
 #include "outbox/error.h"
 #include "outbox/kafka/kafka_publisher.h"
@@ -36,8 +39,9 @@ struct RelayCliOptions {
   std::int64_t delivery_timeout_ms = 10000;
   std::string key = "event-id";
   std::string on_failure = "block-key";
-  // leader on SQLite: every write is serialized there anyway, so one sender loses nothing.
-  std::string coordination = "leader";
+  // Empty: by backend (DefaultCoordination). leader on SQLite: every write is serialized there
+  // anyway, so one sender loses nothing; claims on PostgreSQL, which has no leader lease yet.
+  std::string coordination;
   int max_attempts = 5;
   std::int64_t lease_ms = 30000;
   std::int64_t backoff_base_ms = 200;
@@ -47,6 +51,7 @@ struct RelayCliOptions {
   bool quiet = false;
   bool fail_on_parked = false;
   bool json = false;
+  std::string pg_claim = "scan";  // PostgreSQL: scan | naive-cursor (PgClaimMode)
 };
 
 }  // namespace
@@ -56,7 +61,7 @@ struct RelayCliOptions {
 // their rows go out now instead of after the lease. With the default owner
 // name, claims under our own name are a previous relay that had our pid (a
 // container's PID 1) and are released too.
-void ReleaseDeadOwners(Store& store, const std::string& self, bool default_owner) {
+void ReleaseDeadOwners(OutboxStore& store, const std::string& self, bool default_owner) {
   // The leader lease of a dead relay too: a standby or a restart takes over now.
   const LeaderLease lease = store.ReadLease();
   if (lease.Live(store.clock().EpochMs()) &&
@@ -199,9 +204,10 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--coordination", o->coordination,
                   "leader: one relay holds a lease row with a growing fencing token and sends "
                   "everything, the others stand by and take over when it lapses; claims: every "
-                  "batch is claimed (per-row lease and token), several relays share the work")
-      ->check(CLI::IsMember({"leader", "claims"}))
-      ->capture_default_str();
+                  "batch is claimed (per-row lease and token), several relays share the work. "
+                  "Default: leader on an SQLite file, claims on a postgresql:// --db (leader is "
+                  "not on PostgreSQL yet)")
+      ->check(CLI::IsMember({"leader", "claims"}));
   sub->add_option("--max-attempts", o->max_attempts, "Failed attempts before a row is parked")
       ->check(PositiveInteger())
       ->capture_default_str();
@@ -229,6 +235,12 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_flag("--fail-on-parked", o->fail_on_parked,
                 "Exit 14 instead of 0 when parked rows are left in the outbox at the end (for CI "
                 "that asserts every event was delivered; list them with `parked`)");
+  sub->add_option("--pg-claim", o->pg_claim,
+                  "PostgreSQL only: scan (every unpublished row, whatever its id) or naive-cursor "
+                  "(the classic bug: claim only ids above the highest claimed; a transaction that "
+                  "took a smaller id and committed later is skipped, and check reports it lost)")
+      ->check(CLI::IsMember({"scan", "naive-cursor"}))
+      ->capture_default_str();
   sub->add_flag("--json", o->json,
                 "Print JSON lines instead: {\"report\":\"batch\",...} per batch (unless --quiet), "
                 "then {\"report\":\"final\",\"stopped\":...,\"batches\":...,...}");
@@ -241,7 +253,13 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             relay_options.settle.backoff_base_ms = o->backoff_base_ms;
             relay_options.settle.backoff_max_ms = o->backoff_max_ms;
             relay_options.lease_ms = o->lease_ms;
-            relay_options.coordination = ParseCoordination(o->coordination);
+            const bool on_postgres = pg::IsPostgresUrl(global.db);
+            if (on_postgres && o->coordination == "leader")
+              throw CommandError(ExitCode::kUnsupportedOnPostgres,
+                                 "--coordination leader is not on PostgreSQL yet; use "
+                                 "--coordination claims");
+            relay_options.coordination = ParseCoordination(
+                !o->coordination.empty() ? o->coordination : on_postgres ? "claims" : "leader");
             const bool leader = relay_options.coordination == Coordination::kLeader;
             if (!o->quiet)
               relay_options.on_lease = [o](const LeaseEvent& event) { PrintLease(event, o->json); };
@@ -261,7 +279,15 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                               FormatDuration(o->lease_ms), FormatDuration(o->delivery_timeout_ms)));
 
             StopSignalFd stop;  // before any librdkafka thread exists
-            Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
+            const PgClaimMode pg_mode =
+                o->pg_claim == "naive-cursor" ? PgClaimMode::kNaiveCursor : PgClaimMode::kScan;
+            if (pg_mode != PgClaimMode::kScan && !pg::IsPostgresUrl(global.db))
+              throw CommandError(ExitCode::kUsage,
+                                 "--pg-claim naive-cursor needs a postgresql:// --db (the SQLite "
+                                 "store has one writer at a time: its ids commit in order)");
+            const std::unique_ptr<OutboxStore> owned_store =
+                lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kExisting, pg_mode);
+            OutboxStore& store = *owned_store;
             kafka::KafkaPublisherOptions publisher_options;
             publisher_options.brokers = global.RequireBrokers();
             publisher_options.topic = global.topic;
@@ -286,7 +312,13 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
               };
             ReleaseDeadOwners(store, relay_options.owner, o->owner.empty());
             Relay relay(store, recording, relay_options);
-            ChangeWatcher watcher(global.db, stop.get());
+            // An SQLite file's commits wake the relay through inotify; a PostgreSQL server is
+            // polled (the idle backoff, up to --idle-max).
+            std::unique_ptr<IdleWaiter> watcher;
+            if (store.backend() == Backend::kSqlite)
+              watcher = std::make_unique<ChangeWatcher>(global.db, stop.get());
+            else
+              watcher = std::make_unique<TimedWaiter>(stop.get());
 
             LoopOptions loop_options;
             loop_options.mode = o->once ? LoopMode::kOnce
@@ -316,8 +348,23 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
               std::fflush(stdout);
             };
             loop_options.pipeline_depth = o->pipeline;
-            const LoopReport report = RunRelayLoop(
-                relay, watcher, loop_options, [&](const BatchReport& batch) {
+            // Printed even under --quiet: an operator must see why the relay stands still.
+            loop_options.on_connection_lost = [o](const std::string& error, int attempt,
+                                                  int wait_ms) {
+              if (o->json)
+                fmt::print("{}\n", lab::DumpJson(nlohmann::ordered_json{{"report", "wait"},
+                                                                        {"on", "database"},
+                                                                        {"error", error},
+                                                                        {"attempt", attempt},
+                                                                        {"wait_ms", wait_ms}}));
+              else
+                fmt::print("[relay] waiting: database connection lost ({}); reconnect attempt {} "
+                           "in {}\n",
+                           error, attempt, FormatDuration(wait_ms));
+              std::fflush(stdout);
+            };
+            const LoopReport report = RunRelayLoopReconnecting(
+                relay, *watcher, loop_options, [&](const BatchReport& batch) {
                   if (o->quiet) return;
                   if (o->json) {
                     const nlohmann::ordered_json line = {
@@ -354,6 +401,9 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             }
             if (report.io_errors > 0)
               fmt::print("[relay] retried {} batches after an I/O error\n", report.io_errors);
+            if (report.reconnects > 0)
+              fmt::print("[relay] reconnected {} times after a lost database connection\n",
+                         report.reconnects);
             fmt::print("[relay] {} batches={} acked={} marked={} failed={} parked={} fenced={} "
                        "pending={}\n",
                        report.stopped ? "stopped on signal:" : "done:", report.batches,

@@ -31,6 +31,7 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--title", o->title, "The page's heading")->capture_default_str();
   AddReadTimeoutOption(*sub, o->timeout_ms);
   return {sub, [&global, o]() -> ExitCode {
+            RejectPostgres(global, "report");
             lab::RequireWritableFile(o->html);  // before the topic read, not after it
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
             // Only this run's records (header run_id), as verify and check count them.

@@ -4,6 +4,7 @@
 
 #include "cli/command.h"
 #include "lab/loans.h"
+#include "outbox/pg/connection.h"
 
 namespace outbox::cli {
 
@@ -14,7 +15,7 @@ Command AddResetCommand(CLI::App& app, const GlobalOptions& global) {
       "database with rows, say how many it removed");
   return {sub, [&global] {
             lab::ResetRemoved removed;
-            lab::ResetLabDatabase(global.db, global.MakeStoreOptions(), &removed);
+            lab::ResetLabStore(global.db, global.MakeStoreOptions(), &removed);
             const ResetCounts& outbox = removed.outbox;
             if (removed.loans > 0 || outbox.outbox_rows > 0 || outbox.archived > 0)
               fmt::print("[reset] removed business_loan={} outbox={} ({}) archived={}\n",
@@ -24,7 +25,7 @@ Command AddResetCommand(CLI::App& app, const GlobalOptions& global) {
                                            outbox.outbox_rows - outbox.published)
                              : std::string("a table of another design, not the lab's"),
                          outbox.archived);
-            fmt::print("[reset] schema ready db={}\n", global.db);
+            fmt::print("[reset] schema ready db={}\n", pg::RedactPassword(global.db));
             std::fflush(stdout);
             return ExitCode::kOk;
           }};

@@ -14,7 +14,7 @@ Command AddRollbackCommand(CLI::App& app, const GlobalOptions& global) {
       "Shared fate: insert loan L-3001 and an outbox row reusing an existing event_id in one "
       "transaction; the unique constraint fails and both roll back");
   return {sub, [&global] {
-            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+            auto store = lab::OpenLabStore(global.db, global.MakeStoreOptions());
             const OutboxSnapshot snapshot = store->Snapshot();
             const auto first = std::find_if(snapshot.rows.begin(), snapshot.rows.end(),
                                             [](const SnapshotRow& row) { return !row.archived; });
@@ -28,23 +28,14 @@ Command AddRollbackCommand(CLI::App& app, const GlobalOptions& global) {
             loan.book_id = "B-301";
             OutboxEvent event = lab::LoanCreatedEvent(loan, 2001);
             event.event_id = existing_event_id;
-            {
-              auto txn = store->BeginWrite();
-              lab::InsertLoan(txn.connection(), loan);
-              try {
-                store->Enqueue(txn, event);
-                // Unreachable with the UNIQUE constraint; never commit a collision.
-                fmt::print("[rollback] outbox insert unexpectedly succeeded; rolling back\n");
-              } catch (const DbError& e) {
-                fmt::print("[rollback] outbox insert failed: {} (event_id '{}')\n", e.what(),
-                           existing_event_id);
-              }
-            }  // no Commit(): the destructor rolls back the loan too
-            bool present = false;
-            {
-              auto txn = store->BeginRead();
-              present = lab::LoanExists(txn.connection(), loan.loan_id);
-            }
+            // Never committed: the loan rolls back with the failed outbox insert.
+            const std::string failure = lab::InsertLoanWithCollidingEvent(*store, loan, event);
+            if (failure.empty())  // unreachable with the UNIQUE constraint
+              fmt::print("[rollback] outbox insert unexpectedly succeeded; rolled back\n");
+            else
+              fmt::print("[rollback] outbox insert failed: {} (event_id '{}')\n", failure,
+                         existing_event_id);
+            const bool present = lab::LoanExists(*store, loan.loan_id);
             fmt::print("[rollback] business_loan has {} = {}\n", loan.loan_id, present);
             return present ? ExitCode::kExpectationFailed : ExitCode::kOk;
           }};

@@ -21,14 +21,15 @@ struct StatusView {
   std::vector<ClaimOwner> owners;
   LeaderLease lease;       // relay --coordination leader: the lease as it stands
   std::int64_t now_ms = 0; // when read
-  std::int64_t wal_bytes = 0;  // Store::WalSizeBytes
+  std::int64_t wal_bytes = 0;  // OutboxStore::WalSizeBytes; not measured on PostgreSQL
+  Backend backend = Backend::kSqlite;
 };
 
 StatusView ReadStatusView(const GlobalOptions& global) {
-  Store store(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
-  const std::int64_t now_ms = store.clock().EpochMs();
-  return {store.Status(now_ms), store.ClaimOwners(now_ms), store.ReadLease(), now_ms,
-          store.WalSizeBytes()};
+  auto store = lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
+  const std::int64_t now_ms = store->clock().EpochMs();
+  return {store->Status(now_ms), store->ClaimOwners(now_ms), store->ReadLease(), now_ms,
+          store->WalSizeBytes(), store->backend()};
 }
 
 // Prometheus text exposition format, version 0.0.4.
@@ -89,7 +90,9 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
               out["archived"] = s.archived;
               out["bad_created_at"] = s.bad_created_at;
               out["bad_created_at_ids"] = s.bad_created_at_ids;
-              out["wal_bytes"] = view.wal_bytes;
+              // null on PostgreSQL: the server's WAL is not a file next to --db.
+              if (view.backend == Backend::kSqlite) out["wal_bytes"] = view.wal_bytes;
+              else out["wal_bytes"] = nullptr;
               out["claims"] = nlohmann::ordered_json::array();
               for (const ClaimOwner& c : view.owners)
                 out["claims"].push_back(
@@ -109,7 +112,11 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                          "in-backoff={} parked={} claimed={} published={} archived={}\n",
                          s.unpublished, s.pending, s.oldest_pending_age_ms, s.in_backoff,
                          s.parked, s.claimed, s.published, s.archived);
-              fmt::print("[status] wal-bytes={}\n", view.wal_bytes);
+              if (view.backend == Backend::kSqlite)
+                fmt::print("[status] wal-bytes={}\n", view.wal_bytes);
+              else
+                fmt::print("[status] wal-bytes not measured: on PostgreSQL the WAL is the "
+                           "server's, not a file next to --db\n");
               if (s.bad_created_at > 0)
                 fmt::print("[status] bad-created-at={} ids={}{}: created_at is not epoch ms; "
                            "left out of the oldest age\n",

@@ -138,7 +138,7 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
             std::map<std::string, std::int64_t> expected;
             if (!options->expect.empty()) expected = lab::ParseExpectations(options->expect);
             const lab::Lang lang = lab::ParseLang(options->lang);
-            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
+            auto store = lab::OpenLabStore(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
             const lab::DbSnapshot db = lab::TakeDbSnapshot(*store);
             if (!options->json)
               fmt::print("[verify] business_loan={} outbox={} published={} unpublished={}\n",

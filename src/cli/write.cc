@@ -37,7 +37,7 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
   AddRowLineOptions(*sub, *lines);
   return {sub, [&global, count, lines, workload, rate]() -> ExitCode {
             const bool row_lines = PrintsRowLines(*lines, *count);
-            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+            auto store = lab::OpenLabStore(global.db, global.MakeStoreOptions());
             const auto history = global.OpenHistory();
             const std::int64_t start = lab::NextLoanIndex(*store) - 1;
             const lab::Workload spread = lab::ParseWorkload(*workload);

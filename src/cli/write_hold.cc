@@ -22,7 +22,7 @@ Command AddWriteHoldCommand(CLI::App& app, const GlobalOptions& global) {
   return {sub, [&global, count, lines]() -> ExitCode {
             const bool row_lines = PrintsRowLines(*lines, *count);
             lab::ArmHoldUnlessConfigured(lab::kWriteHoldBeforePublish);
-            auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions());
+            auto store = lab::OpenLabStore(global.db, global.MakeStoreOptions());
             const auto history = global.OpenHistory();
             // Numbering continues after the rows a previous run left.
             const std::int64_t start = lab::NextLoanIndex(*store) - 1;
@@ -30,16 +30,14 @@ Command AddWriteHoldCommand(CLI::App& app, const GlobalOptions& global) {
               const std::int64_t i = start + k;
               const lab::WrittenLoan w = lab::WriteLoanWithEvent(*store, i, history.get());
               if (!row_lines) continue;
-              auto read = store->BeginRead();
               fmt::print("[write] txn i={} loan={} event={} committed business={} outbox={}\n", i,
-                         w.loan.loan_id, w.event.event_id, lab::CountLoans(read.connection()),
+                         w.loan.loan_id, w.event.event_id, lab::CountLoans(*store),
                          store->Count().total);
               std::fflush(stdout);
             }
             if (!row_lines) {
-              auto read = store->BeginRead();
               fmt::print("[write] committed={} business={} outbox={}\n", *count,
-                         lab::CountLoans(read.connection()), store->Count().total);
+                         lab::CountLoans(*store), store->Count().total);
               std::fflush(stdout);
             }
             lab::Note(history.get(), "info", "hold", "before publish");

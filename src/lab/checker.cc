@@ -73,14 +73,16 @@ void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, co
 
 }  // namespace
 
-CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
+CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records,
                      const std::vector<HistoryOp>* history,
                      const std::vector<PartitionExtent>& partitions) {
   CheckResult result;
   result.partitions = partitions;
   for (const PartitionExtent& p : partitions) result.dropped_offsets += p.log_start;
-  {
-    const std::string answer = store.IntegrityCheck();
+  // PRAGMA integrity_check exists on SQLite only; a PostgreSQL server checks its own pages
+  // (and reports damage as errors on the reads below).
+  if (store.backend() == Backend::kSqlite) {
+    const std::string answer = static_cast<Store&>(store).IntegrityCheck();
     if (answer != "ok") result.corrupt = answer;
   }
   std::unordered_map<std::string, OutboxEntry> outbox;
@@ -88,13 +90,13 @@ CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
   std::set<std::string> loans;
   {
     // One read transaction: the loans and the outbox rows of one instant.
-    auto txn = store.BeginRead();
+    LabSnapshot lab = ReadLabSnapshot(store);
     // Archived rows (purge --archive) were published: they still count.
-    for (const SnapshotRow& row : store.Snapshot(txn).rows) {
+    for (const SnapshotRow& row : lab.outbox.rows) {
       outbox[row.event_id] = {row.id, row.event_id, row.aggregate_id, row.published, row.parked};
       outbox_order.push_back(row.event_id);
     }
-    for (std::string& loan : LoanIds(txn.connection())) loans.insert(std::move(loan));
+    for (std::string& loan : lab.loan_ids) loans.insert(std::move(loan));
   }
   result.outbox_rows = static_cast<std::int64_t>(outbox_order.size());
   result.kafka_records = static_cast<std::int64_t>(records.size());

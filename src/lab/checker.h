@@ -154,10 +154,10 @@ std::map<std::string, std::int64_t> CheckValues(const CheckResult& r);
 // run on the topic, see RecordsOfRun) and, when history is not null, with what
 // the writers were told. partitions (from ReadTopicLog) tell whether the
 // broker dropped records: when a log start is above 0, a published event not
-// in records is retention_unknown instead of lost. Runs PRAGMA
+// in records is retention_unknown instead of lost. On SQLite runs PRAGMA
 // integrity_check first. Throws DbError (SQLITE_CORRUPT when the damage stops
-// the reads).
-CheckResult CheckRun(Store& store, const std::vector<TopicRecord>& records,
+// the reads) or, on PostgreSQL, pg::PgError.
+CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records,
                      const std::vector<HistoryOp>* history = nullptr,
                      const std::vector<PartitionExtent>& partitions = {});
 

@@ -6,6 +6,7 @@
 
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
+#include "outbox/pg/connection.h"
 
 namespace outbox::lab {
 namespace {
@@ -21,6 +22,52 @@ CREATE TABLE business_loan (
   created_at INTEGER NOT NULL
 );
 )sql";
+
+// The same table in PostgreSQL's types.
+constexpr const char* kPgLoanSchema = R"sql(
+CREATE TABLE business_loan (
+  loan_id    TEXT   PRIMARY KEY,
+  book_id    TEXT   NOT NULL,
+  member_id  TEXT   NOT NULL,
+  status     TEXT   NOT NULL,
+  created_at BIGINT NOT NULL
+);
+)sql";
+
+void InsertLoan(pg::Connection& connection, const Loan& loan) {
+  connection.Query(
+      "INSERT INTO business_loan(loan_id, book_id, member_id, status, created_at) "
+      "VALUES($1, $2, $3, $4, $5)",
+      {pg::Param::Text(loan.loan_id), pg::Param::Text(loan.book_id),
+       pg::Param::Text(loan.member_id), pg::Param::Text(loan.status),
+       pg::Param::Int(loan.created_at_ms)},
+      fmt::format("insert loan '{}'", loan.loan_id));
+}
+
+void RenewLoan(pg::Connection& connection, const std::string& loan_id) {
+  connection.Query("UPDATE business_loan SET status = $2 WHERE loan_id = $1",
+                   {pg::Param::Text(loan_id), pg::Param::Text(kRenewedStatus)},
+                   fmt::format("renew loan '{}'", loan_id));
+}
+
+bool LoanExists(pg::Connection& connection, const std::string& loan_id) {
+  return connection.QueryInt("SELECT COUNT(*) FROM business_loan WHERE loan_id = $1",
+                             {pg::Param::Text(loan_id)}, "look for a loan") > 0;
+}
+
+std::vector<std::string> LoanIds(pg::Connection& connection) {
+  const pg::Result rows =
+      connection.Query("SELECT loan_id FROM business_loan ORDER BY loan_id", {}, "read the loans");
+  std::vector<std::string> ids;
+  for (int i = 0; i < rows.rows(); ++i) ids.push_back(rows.Text(i, 0));
+  return ids;
+}
+
+// The backend's own store: backend() tells which class it is.
+Store* AsSqlite(OutboxStore& store) {
+  return store.backend() == Backend::kSqlite ? static_cast<Store*>(&store) : nullptr;
+}
+PgStore& AsPostgres(OutboxStore& store) { return static_cast<PgStore&>(store); }
 
 bool HasLoanTable(sqlite::Connection& connection) {
   return connection.QueryInt64(
@@ -95,7 +142,131 @@ OutboxEvent LoanCreatedEvent(const Loan& loan, std::int64_t index) {
   return OutboxEvent{event_id, loan.loan_id, "LoanCreated", payload.dump(), loan.created_at_ms};
 }
 
-WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* history,
+std::unique_ptr<OutboxStore> OpenOutboxStore(const std::string& db, const StoreOptions& options,
+                                             OpenMode mode, PgClaimMode pg_mode) {
+  if (!pg::IsPostgresUrl(db)) return std::make_unique<Store>(db, options, mode);
+  if (mode == OpenMode::kCreate)
+    throw ConfigError(fmt::format("open database '{}': use ResetLabStore to create it",
+                                  pg::RedactPassword(db)));
+  return std::make_unique<PgStore>(db, options.clock, pg_mode);
+}
+
+std::unique_ptr<OutboxStore> OpenLabStore(const std::string& db, const StoreOptions& options,
+                                          OpenMode mode) {
+  if (!pg::IsPostgresUrl(db)) return OpenLabDatabase(db, options, mode);
+  {
+    // Look before PgStore's constructor would create the outbox tables.
+    pg::Connection probe(db);
+    if (probe.QueryInt("SELECT (to_regclass('business_loan') IS NOT NULL)::int", {},
+                       "look for the lab schema") != 1)
+      throw SchemaMissingError(fmt::format("open database '{}': no business_loan table",
+                                           probe.display_url()));
+  }
+  return std::make_unique<PgStore>(db, options.clock);
+}
+
+std::unique_ptr<OutboxStore> ResetLabStore(const std::string& db, const StoreOptions& options,
+                                           ResetRemoved* removed) {
+  if (!pg::IsPostgresUrl(db)) return ResetLabDatabase(db, options, removed);
+  auto store = std::make_unique<PgStore>(db, options.clock);
+  std::int64_t loans = 0;
+  {
+    auto read = store->BeginRead();
+    if (read.connection().QueryInt("SELECT (to_regclass('business_loan') IS NOT NULL)::int", {},
+                                   "look for the business table") == 1)
+      loans = read.connection().QueryInt("SELECT COUNT(*) FROM business_loan", {},
+                                         "count the loans");
+    read.Commit();
+  }
+  const ResetCounts outbox = store->ResetSchema();
+  if (removed) *removed = ResetRemoved{loans, outbox};
+  auto txn = store->BeginWrite();
+  txn.connection().Exec("DROP TABLE IF EXISTS business_loan", "drop the business table");
+  txn.connection().Exec(kPgLoanSchema, "create the business table");
+  txn.Commit();
+  return store;
+}
+
+bool InsertLoanWithoutEvent(OutboxStore& store, const Loan& loan) {
+  if (Store* sqlite = AsSqlite(store)) {
+    auto txn = sqlite->BeginWrite();
+    if (LoanExists(txn.connection(), loan.loan_id)) return false;
+    InsertLoan(txn.connection(), loan);
+    txn.Commit();
+    return true;
+  }
+  auto txn = AsPostgres(store).BeginWrite();
+  if (LoanExists(txn.connection(), loan.loan_id)) return false;
+  InsertLoan(txn.connection(), loan);
+  txn.Commit();
+  return true;
+}
+
+std::string InsertLoanWithCollidingEvent(OutboxStore& store, const Loan& loan,
+                                         const OutboxEvent& event) {
+  // No Commit() on either path: the destructor rolls the loan back too.
+  if (Store* sqlite = AsSqlite(store)) {
+    auto txn = sqlite->BeginWrite();
+    InsertLoan(txn.connection(), loan);
+    try {
+      sqlite->Enqueue(txn, event);
+    } catch (const DbError& e) {
+      return e.what();
+    }
+    return {};
+  }
+  PgStore& pg_store = AsPostgres(store);
+  auto txn = pg_store.BeginWrite();
+  InsertLoan(txn.connection(), loan);
+  try {
+    pg_store.Enqueue(txn, event);
+  } catch (const pg::PgError& e) {
+    if (e.sqlstate() != "23505") throw;  // unique_violation
+    return e.what();
+  }
+  return {};
+}
+
+bool LoanExists(OutboxStore& store, const std::string& loan_id) {
+  if (Store* sqlite = AsSqlite(store)) {
+    auto txn = sqlite->BeginRead();
+    return LoanExists(txn.connection(), loan_id);
+  }
+  auto txn = AsPostgres(store).BeginRead();
+  const bool exists = LoanExists(txn.connection(), loan_id);
+  txn.Commit();
+  return exists;
+}
+
+std::int64_t CountLoans(OutboxStore& store) {
+  if (Store* sqlite = AsSqlite(store)) {
+    auto txn = sqlite->BeginRead();
+    return CountLoans(txn.connection());
+  }
+  auto txn = AsPostgres(store).BeginRead();
+  const std::int64_t count =
+      txn.connection().QueryInt("SELECT COUNT(*) FROM business_loan", {}, "count the loans");
+  txn.Commit();
+  return count;
+}
+
+LabSnapshot ReadLabSnapshot(OutboxStore& store) {
+  LabSnapshot snapshot;
+  if (Store* sqlite = AsSqlite(store)) {
+    auto txn = sqlite->BeginRead();
+    snapshot.outbox = sqlite->Snapshot(txn);
+    snapshot.loan_ids = LoanIds(txn.connection());
+    return snapshot;
+  }
+  PgStore& pg_store = AsPostgres(store);
+  auto txn = pg_store.BeginRead();
+  snapshot.outbox = pg_store.Snapshot(txn);
+  snapshot.loan_ids = LoanIds(txn.connection());
+  txn.Commit();
+  return snapshot;
+}
+
+WrittenLoan WriteLoanWithEvent(OutboxStore& store, std::int64_t index, History* history,
                                std::int64_t loan_number) {
   const std::int64_t number = loan_number > 0 ? loan_number : index;
   WrittenLoan written{ChapterLoan(number, store.clock().EpochMs()), {}};
@@ -103,18 +274,23 @@ WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* histor
   NotePhase(history, "begin");
   Note(history, "invoke", "txn", written.event.event_id);
   try {
-    auto txn = store.BeginWrite();
-    // A later write of the same loan (a workload with shared aggregates) renews it.
-    if (number != index && LoanExists(txn.connection(), written.loan.loan_id)) {
-      RenewLoan(txn.connection(), written.loan.loan_id);
-      written.loan.status = kRenewedStatus;
-      written.event.event_type = "LoanRenewed";
-    } else {
-      InsertLoan(txn.connection(), written.loan);
-    }
-    store.Enqueue(txn, written.event);
-    HitFailpoint("write.before_commit");
-    txn.Commit();
+    // One body for both backends: the transaction types differ, the steps do not.
+    const auto write = [&](auto& backend_store) {
+      auto txn = backend_store.BeginWrite();
+      // A later write of the same loan (a workload with shared aggregates) renews it.
+      if (number != index && LoanExists(txn.connection(), written.loan.loan_id)) {
+        RenewLoan(txn.connection(), written.loan.loan_id);
+        written.loan.status = kRenewedStatus;
+        written.event.event_type = "LoanRenewed";
+      } else {
+        InsertLoan(txn.connection(), written.loan);
+      }
+      backend_store.Enqueue(txn, written.event);
+      HitFailpoint("write.before_commit");
+      txn.Commit();
+    };
+    if (Store* sqlite = AsSqlite(store)) write(*sqlite);
+    else write(AsPostgres(store));
   } catch (const std::exception& e) {
     Note(history, "fail", "txn", written.event.event_id, e.what());
     throw;
@@ -142,7 +318,7 @@ void InsertLoan(sqlite::Connection& connection, const Loan& loan) {
       .Run();
 }
 
-std::int64_t NextLoanIndex(Store& store) { return store.NextId(); }
+std::int64_t NextLoanIndex(OutboxStore& store) { return store.NextId(); }
 
 bool LoanExists(sqlite::Connection& connection, const std::string& loan_id) {
   auto select = connection.Prepare("SELECT COUNT(*) FROM business_loan WHERE loan_id = ?1");

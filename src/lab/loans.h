@@ -9,6 +9,8 @@
 
 #include "lab/history.h"
 #include "outbox/event.h"
+#include "outbox/outbox_store.h"
+#include "outbox/pg_store.h"
 #include "outbox/store.h"
 
 namespace outbox::lab {
@@ -28,11 +30,36 @@ struct Loan {
 std::unique_ptr<Store> OpenLabDatabase(const std::string& path, const StoreOptions& options,
                                        OpenMode mode = OpenMode::kExisting);
 
-// What a reset removed: business_loan rows, and the outbox's (Store::ResetSchema).
+// What a reset removed: business_loan rows, and the outbox's (Store::ResetSchema or
+// PgStore::ResetSchema).
 struct ResetRemoved {
   std::int64_t loans = 0;
   ResetCounts outbox;
 };
+
+// The outbox named by db, whatever the backend (issue 12): a postgresql:// or postgres:// URL
+// (pg::IsPostgresUrl) opens a PgStore on that server with pg_mode and options.clock; anything
+// else is an SQLite path opened as Store(db, options, mode). Does not look for the business
+// table (the relay needs only the outbox). Throws what Store or PgStore throws; on PostgreSQL,
+// ConfigError for mode kCreate (use ResetLabStore).
+std::unique_ptr<OutboxStore> OpenOutboxStore(const std::string& db, const StoreOptions& options,
+                                             OpenMode mode = OpenMode::kExisting,
+                                             PgClaimMode pg_mode = PgClaimMode::kScan);
+
+// OpenLabDatabase for either backend: the outbox and the business_loan table must both exist.
+// On PostgreSQL the tables are looked for before anything is created: throws
+// SchemaMissingError ("no business_loan table"), having created nothing, when reset never ran
+// there; pg::PgError when the server cannot be reached. kReadOnly changes nothing on
+// PostgreSQL: the commands that pass it only read.
+std::unique_ptr<OutboxStore> OpenLabStore(const std::string& db, const StoreOptions& options,
+                                          OpenMode mode = OpenMode::kExisting);
+
+// ResetLabDatabase for either backend. On PostgreSQL: drops and recreates the outbox tables
+// (PgStore::ResetSchema) and business_loan in the URL's database and search_path schema, which
+// must exist. When removed is given, it receives what was dropped (on PostgreSQL too: counted
+// in the reset's transactions). Throws DbError or pg::PgError.
+std::unique_ptr<OutboxStore> ResetLabStore(const std::string& db, const StoreOptions& options,
+                                           ResetRemoved* removed = nullptr);
 
 // reset: creates parent directories and the file, then drops and recreates
 // both tables (whatever tables carry those names). When removed is given, it
@@ -60,12 +87,37 @@ struct WrittenLoan {
 // created_at is store.clock().EpochMs().
 // history (may be null) gets a "begin" phase and an invoke before BEGIN, ok/fail
 // after, and a "commit" phase after the commit (History::RecordPhase).
+// Either backend: on PostgreSQL one READ COMMITTED transaction, the loan and the event's row
+// commit together (pg::PgError instead of DbError).
 // loan_number (>= 1, lab/workload.h) picks the loan, the event's aggregate;
 // 0 means index (every event its own loan). When it differs from index and
 // that loan exists, the transaction renews it (status RENEWED) and the event
 // is LoanRenewed, with event id evt-(1000+index) all the same.
-WrittenLoan WriteLoanWithEvent(Store& store, std::int64_t index, History* history = nullptr,
+WrittenLoan WriteLoanWithEvent(OutboxStore& store, std::int64_t index, History* history = nullptr,
                                std::int64_t loan_number = 0);
+
+// naive-hold's dual write done wrong: commits loan alone, with no outbox row. Returns false, having
+// written nothing, when the loan exists already. Throws DbError or pg::PgError.
+bool InsertLoanWithoutEvent(OutboxStore& store, const Loan& loan);
+
+// rollback's shared fate: inserts loan, then event, in ONE transaction that is never committed.
+// Returns the enqueue's error message (event_id collides with an existing row: a unique
+// violation), or empty when the enqueue unexpectedly succeeded; the transaction is rolled back
+// either way. Throws DbError or pg::PgError for any other failure.
+std::string InsertLoanWithCollidingEvent(OutboxStore& store, const Loan& loan,
+                                         const OutboxEvent& event);
+
+// Either backend, each in a transaction of its own. Throw DbError or pg::PgError.
+bool LoanExists(OutboxStore& store, const std::string& loan_id);
+std::int64_t CountLoans(OutboxStore& store);
+
+// The loans and the outbox rows of one instant (one read transaction; REPEATABLE READ on
+// PostgreSQL), for reconciliation and the checker. Throws DbError or pg::PgError.
+struct LabSnapshot {
+  std::vector<std::string> loan_ids;  // sorted
+  OutboxSnapshot outbox;
+};
+LabSnapshot ReadLabSnapshot(OutboxStore& store);
 
 // The lab's own SQL on business_loan: call with the connection of a
 // transaction from Store::BeginWrite() (InsertLoan) or Store::BeginRead().
@@ -77,7 +129,7 @@ void InsertLoan(sqlite::Connection& connection, const Loan& loan);
 // The next chapter index for write/write-hold: Store::NextId(), one past the
 // highest outbox id ever assigned, so numbering continues after earlier runs,
 // killed ones and purges alike. Throws DbError.
-std::int64_t NextLoanIndex(Store& store);
+std::int64_t NextLoanIndex(OutboxStore& store);
 
 // Sets the loan's status to RENEWED. Call inside a transaction from
 // Store::BeginWrite(). Throws DbError. A loan that does not exist is left alone.

@@ -22,11 +22,11 @@ constexpr std::array<const char*, 9> kExpectationKeys = {
 
 }  // namespace
 
-DbSnapshot TakeDbSnapshot(Store& store) {
+DbSnapshot TakeDbSnapshot(OutboxStore& store) {
   DbSnapshot snapshot;
-  auto txn = store.BeginRead();  // business and outbox counts of one instant
-  snapshot.business_loans = CountLoans(txn.connection());
-  const OutboxSnapshot outbox = store.Snapshot(txn);
+  const LabSnapshot lab = ReadLabSnapshot(store);  // business and outbox rows of one instant
+  snapshot.business_loans = static_cast<std::int64_t>(lab.loan_ids.size());
+  const OutboxSnapshot& outbox = lab.outbox;
   snapshot.outbox = outbox.Counts();
   for (const SnapshotRow& row : outbox.rows) {
     if (row.archived) continue;

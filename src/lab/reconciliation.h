@@ -40,8 +40,8 @@ struct KafkaReconciliation {
 };
 
 // Reads the counts, the outbox's event ids and the run id in one read
-// transaction. Archived rows (purge --archive) are not counted. Throws DbError.
-DbSnapshot TakeDbSnapshot(Store& store);
+// transaction (either backend). Archived rows (purge --archive) are not counted. Throws DbError.
+DbSnapshot TakeDbSnapshot(OutboxStore& store);
 
 KafkaReconciliation Reconcile(const std::vector<std::string>& outbox_event_ids,
                               const std::vector<TopicRecord>& records);

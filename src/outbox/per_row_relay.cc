@@ -18,7 +18,7 @@ OutboundMessage MessageForRow(const OutboxRow& row) {
   return message;
 }
 
-PerRowRelayReport RunPerRowRelay(Store& store, Publisher& publisher,
+PerRowRelayReport RunPerRowRelay(OutboxStore& store, Publisher& publisher,
                                    const PerRowRelayOptions& options,
                                    const std::function<void(const PerRowRelayStep&)>& on_step,
                                    const std::function<bool()>& stop_requested) {

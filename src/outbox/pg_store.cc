@@ -34,34 +34,74 @@ CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox(id) WHERE NOT published;
 CREATE INDEX IF NOT EXISTS outbox_pending_by_aggregate ON outbox(aggregate_id, id) WHERE NOT published;
 CREATE SEQUENCE IF NOT EXISTS outbox_fence;
 CREATE TABLE IF NOT EXISTS outbox_archive (LIKE outbox INCLUDING DEFAULTS, archived_at BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox_run (run_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox_offset (last_id BIGINT NOT NULL);
 )sql";
 
-// Claimable: unpublished, not parked, backoff over, no live lease; with $3 (block key) only the
-// oldest unpublished row of its aggregate (a parked row blocks its aggregate, as on SQLite).
-// SKIP LOCKED passes over rows another relay's claim transaction holds right now.
-constexpr const char* kClaimSql = R"sql(
-WITH picked AS (
-  SELECT o.id FROM outbox o
-  WHERE NOT o.published AND o.parked_at IS NULL AND o.id > $4
+// The claimable rows' condition, shared by the claim and HasClaimable. $1: block key (boolean),
+// $2: the naive mode (boolean): only ids above the stored offset.
+constexpr const char* kClaimableWhere = R"sql(
+  NOT o.published AND o.parked_at IS NULL
+    AND (NOT $2::boolean OR o.id > COALESCE((SELECT max(last_id) FROM outbox_offset), 0))
     AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now())
-    AND (NOT $3::boolean OR NOT EXISTS (
+    AND (NOT $1::boolean OR NOT EXISTS (
       SELECT 1 FROM outbox e WHERE e.aggregate_id = o.aggregate_id AND e.id < o.id AND NOT e.published))
+)sql";
+
+// epoch ms of a timestamptz, on the server.
+constexpr const char* kEpochMsNow = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+// SKIP LOCKED passes over rows another relay's claim transaction holds right now. $1 block key,
+// $2 naive mode, $3 token, $4 owner, $5 limit, $6 lease ms.
+std::string ClaimSql() {
+  return std::string(R"sql(
+WITH picked AS (
+  SELECT o.id FROM outbox o WHERE )sql") + kClaimableWhere + R"sql(
   ORDER BY o.id LIMIT $5
   FOR UPDATE SKIP LOCKED)
-UPDATE outbox u SET claim_token = $1, claim_owner = $2,
+UPDATE outbox u SET claim_token = $3, claim_owner = $4,
   claim_until = now() + $6::bigint * interval '1 millisecond', claimed_at = now()
 FROM picked WHERE u.id = picked.id
 RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_at, u.attempts
 )sql";
+}
+
+pg::Param Bool(bool value) { return pg::Param::Text(value ? "true" : "false"); }
+
+OutboxRow ReadRow(const pg::Result& rows, int i) {
+  OutboxRow row;
+  row.id = rows.Int(i, 0);
+  row.event.event_id = rows.Text(i, 1);
+  row.event.aggregate_id = rows.Text(i, 2);
+  row.event.event_type = rows.Text(i, 3);
+  row.event.payload = rows.Bytes(i, 4);
+  row.event.created_at_ms = rows.Int(i, 5);
+  return row;
+}
 
 }  // namespace
 
-PgStore::PgStore(const std::string& url) : connection_(url) { Migrate(); }
+PgStore::PgStore(const std::string& url, Clock* clock, PgClaimMode mode)
+    : url_(url), clock_(clock ? clock : &system_clock_), mode_(mode), connection_(url) {
+  Migrate();
+}
+
+void PgStore::Reconnect() { connection_ = pg::Connection(url_); }
+
+bool PgStore::ConnectionLost(const std::exception& e) const noexcept {
+  const auto* pg_error = dynamic_cast<const pg::PgError*>(&e);
+  return pg_error != nullptr && pg_error->connection_lost();
+}
+
+pg::Transaction PgStore::BeginRead() {
+  return pg::Transaction(connection_, pg::Isolation::kRepeatableRead);
+}
 
 bool PgStore::SchemaCurrent() {
   return connection_.QueryInt(
              "SELECT (to_regclass('outbox') IS NOT NULL AND to_regclass('outbox_archive') IS NOT NULL "
-             "AND to_regclass('outbox_fence') IS NOT NULL)::int",
+             "AND to_regclass('outbox_fence') IS NOT NULL AND to_regclass('outbox_run') IS NOT NULL "
+             "AND to_regclass('outbox_offset') IS NOT NULL)::int",
              {}, "read the outbox schema") == 1;
 }
 
@@ -85,16 +125,45 @@ void PgStore::Migrate() {
                     "unlock the schema");
 }
 
-void PgStore::ResetSchema() {
+ResetCounts PgStore::ResetSchema() {
+  ResetCounts counts;
   {
     pg::Transaction txn(connection_);
+    // What the drop removes, counted in its own transaction (as Store::ResetSchema does).
+    const auto exists = [this](const char* table) {
+      return connection_.QueryInt(
+                 "SELECT (to_regclass($1) IS NOT NULL)::int", {pg::Param::Text(table)},
+                 "look for a table") == 1;
+    };
+    if (exists("outbox")) {
+      counts.outbox_rows =
+          connection_.QueryInt("SELECT COUNT(*) FROM outbox", {}, "count the outbox rows");
+      // The lab's table has a boolean published column; a table of another design may not.
+      counts.lab_table =
+          connection_.QueryInt(
+              "SELECT COUNT(*) FROM pg_attribute WHERE attrelid = to_regclass('outbox') "
+              "AND attname = 'published' AND atttypid = 'boolean'::regtype AND NOT attisdropped",
+              {}, "look at the outbox table") == 1;
+      if (counts.lab_table)
+        counts.published = connection_.QueryInt("SELECT COUNT(*) FROM outbox WHERE published", {},
+                                                "count the published rows");
+    }
+    if (exists("outbox_archive"))
+      counts.archived = connection_.QueryInt("SELECT COUNT(*) FROM outbox_archive", {},
+                                             "count the archived rows");
     connection_.Exec("DROP TABLE IF EXISTS outbox_archive; DROP TABLE IF EXISTS outbox; "
-                     "DROP SEQUENCE IF EXISTS outbox_fence;",
+                     "DROP SEQUENCE IF EXISTS outbox_fence; DROP TABLE IF EXISTS outbox_run; "
+                     "DROP TABLE IF EXISTS outbox_offset;",
                      "drop the outbox schema");
     txn.Commit();
   }
   Migrate();
-  naive_cursor_ = 0;
+  // The run id is the server's: epoch ms and 32 random bits, as on SQLite.
+  connection_.Exec(
+      "INSERT INTO outbox_run(run_id) SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint "
+      "|| '-' || lpad(to_hex(floor(random() * 4294967296)::bigint), 8, '0')",
+      "start a new run");
+  return counts;
 }
 
 std::int64_t PgStore::Enqueue(pg::Transaction& txn, const OutboxEvent& event) {
@@ -111,36 +180,39 @@ std::int64_t PgStore::Enqueue(pg::Transaction& txn, const OutboxEvent& event) {
 
 Claim PgStore::ClaimBatch(const ClaimRequest& request, PgClaimMode mode) {
   Claim claim;
+  const bool naive = mode == PgClaimMode::kNaiveCursor;
   pg::Transaction txn(connection_);
   claim.token = connection_.QueryInt("SELECT nextval('outbox_fence')", {}, "take a fencing token");
-  const std::int64_t after_id = mode == PgClaimMode::kNaiveCursor ? naive_cursor_ : 0;
   pg::Result rows = connection_.Query(
-      kClaimSql,
-      {pg::Param::Int(claim.token), pg::Param::Text(request.owner),
-       pg::Param::Text(request.block_key ? "true" : "false"), pg::Param::Int(after_id),
-       pg::Param::Int(request.limit), pg::Param::Int(request.lease_ms)},
+      ClaimSql(),
+      {Bool(request.block_key), Bool(naive), pg::Param::Int(claim.token),
+       pg::Param::Text(request.owner), pg::Param::Int(request.limit),
+       pg::Param::Int(request.lease_ms)},
       "claim a batch");
-  txn.Commit();
   std::vector<std::pair<OutboxRow, std::int64_t>> claimed;
-  for (int i = 0; i < rows.rows(); ++i) {
-    OutboxRow row;
-    row.id = rows.Int(i, 0);
-    row.event.event_id = rows.Text(i, 1);
-    row.event.aggregate_id = rows.Text(i, 2);
-    row.event.event_type = rows.Text(i, 3);
-    row.event.payload = rows.Bytes(i, 4);
-    row.event.created_at_ms = rows.Int(i, 5);
-    claimed.emplace_back(std::move(row), rows.Int(i, 6));
-  }
+  for (int i = 0; i < rows.rows(); ++i) claimed.emplace_back(ReadRow(rows, i), rows.Int(i, 6));
   // RETURNING keeps no order.
   std::sort(claimed.begin(), claimed.end(),
             [](const auto& a, const auto& b) { return a.first.id < b.first.id; });
+  if (naive && !claimed.empty()) {
+    // The naive relay's position moves past what it has read, in the claim's transaction.
+    connection_.Query("DELETE FROM outbox_offset", {}, "move the naive offset");
+    connection_.Query("INSERT INTO outbox_offset(last_id) VALUES($1)",
+                      {pg::Param::Int(claimed.back().first.id)}, "move the naive offset");
+  }
+  txn.Commit();
   for (auto& [row, attempts] : claimed) {
-    if (mode == PgClaimMode::kNaiveCursor) naive_cursor_ = std::max(naive_cursor_, row.id);
     claim.rows.push_back(std::move(row));
     claim.attempts.push_back(attempts);
   }
   return claim;
+}
+
+bool PgStore::HasClaimable(const ClaimRequest& request) {
+  return connection_.QueryInt(std::string("SELECT EXISTS (SELECT 1 FROM outbox o WHERE ") +
+                                  kClaimableWhere + ")::int",
+                              {Bool(request.block_key), Bool(mode_ == PgClaimMode::kNaiveCursor)},
+                              "look for claimable rows") == 1;
 }
 
 SettleReport PgStore::SettleBatch(std::int64_t token, const std::vector<std::int64_t>& acked,
@@ -153,7 +225,7 @@ SettleReport PgStore::SettleBatch(std::int64_t token, const std::vector<std::int
         "UPDATE outbox SET published = true, "
         "published_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint, "
         "claim_token = NULL, claim_owner = NULL, claim_until = NULL "
-        "WHERE id = $1 AND claim_token = $2",
+        "WHERE id = $1 AND claim_token = $2 AND NOT published",
         {pg::Param::Int(id), pg::Param::Int(token)}, "mark a row published");
     if (marked.Affected() == 1) {
       ++report.marked;
@@ -201,6 +273,167 @@ OutboxCounts PgStore::Count() {
       "FROM outbox",
       {}, "count the outbox");
   return OutboxCounts{counts.Int(0, 0), counts.Int(0, 1), counts.Int(0, 2)};
+}
+
+std::string PgStore::RunId() {
+  const pg::Result run = connection_.Query("SELECT run_id FROM outbox_run LIMIT 1", {}, "read the run id");
+  return run.rows() == 0 ? std::string() : run.Text(0, 0);
+}
+
+std::int64_t PgStore::NextId() {
+  // last_value is the last id handed out once is_called; before the first nextval it is the first.
+  return connection_.QueryInt(
+      "SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM outbox_id_seq", {},
+      "read the next outbox id");
+}
+
+OutboxSnapshot PgStore::Snapshot() {
+  pg::Transaction txn = BeginRead();
+  OutboxSnapshot snapshot = Snapshot(txn);
+  txn.Commit();
+  return snapshot;
+}
+
+OutboxSnapshot PgStore::Snapshot(pg::Transaction& txn) {
+  // A row at or below the naive offset counts as published: that is what the naive relay's
+  // offset claims (PgClaimMode::kNaiveCursor). Without a naive relay there is no offset row.
+  const pg::Result rows = txn.connection().Query(
+      "SELECT id, event_id, aggregate_id, "
+      "(published OR id <= COALESCE((SELECT max(last_id) FROM outbox_offset), 0))::int, "
+      "(parked_at IS NOT NULL)::int, 0 FROM outbox "
+      "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 1 FROM outbox_archive ORDER BY 1",
+      {}, "read the outbox snapshot");
+  OutboxSnapshot snapshot;
+  for (int i = 0; i < rows.rows(); ++i) {
+    SnapshotRow row;
+    row.id = rows.Int(i, 0);
+    row.event_id = rows.Text(i, 1);
+    row.aggregate_id = rows.Text(i, 2);
+    row.published = rows.Int(i, 3) == 1;
+    row.parked = !row.published && rows.Int(i, 4) == 1;
+    row.archived = rows.Int(i, 5) == 1;
+    snapshot.rows.push_back(std::move(row));
+  }
+  return snapshot;
+}
+
+std::vector<OutboxRow> PgStore::FetchUnpublished(std::int64_t after_id, std::int64_t limit) {
+  const pg::Result rows = connection_.Query(
+      "SELECT id, event_id, aggregate_id, event_type, payload, created_at FROM outbox "
+      "WHERE NOT published AND id > $1 ORDER BY id LIMIT $2",
+      {pg::Param::Int(after_id), pg::Param::Int(limit)}, "read unpublished rows");
+  std::vector<OutboxRow> out;
+  for (int i = 0; i < rows.rows(); ++i) out.push_back(ReadRow(rows, i));
+  return out;
+}
+
+bool PgStore::MarkPublished(std::int64_t id) {
+  return connection_
+             .Query(std::string("UPDATE outbox SET published = true, published_at = ") + kEpochMsNow +
+                        " WHERE id = $1 AND NOT published",
+                    {pg::Param::Int(id)}, "mark a row published")
+             .Affected() == 1;
+}
+
+std::int64_t PgStore::WaitingCount(std::int64_t /*now_ms*/) {
+  return connection_.QueryInt(
+      "SELECT COUNT(*) FROM outbox WHERE NOT published AND parked_at IS NULL "
+      "AND (next_attempt_at > now() OR claim_until > now())",
+      {}, "count waiting rows");
+}
+
+std::int64_t PgStore::PendingCount() {
+  return connection_.QueryInt("SELECT COUNT(*) FROM outbox WHERE NOT published AND parked_at IS NULL",
+                              {}, "count pending rows");
+}
+
+BackoffWait PgStore::Backoffs(std::int64_t /*now_ms*/) {
+  const pg::Result row = connection_.Query(
+      "SELECT COUNT(*), COALESCE((extract(epoch FROM min(next_attempt_at)) * 1000)::bigint, 0) "
+      "FROM outbox WHERE NOT published AND parked_at IS NULL AND next_attempt_at > now() "
+      "AND (claim_until IS NULL OR claim_until <= now())",
+      {}, "read the backoffs");
+  return BackoffWait{row.Int(0, 0), row.Int(0, 1)};
+}
+
+std::vector<ClaimOwner> PgStore::ClaimOwners(std::int64_t /*now_ms*/) {
+  const pg::Result rows = connection_.Query(
+      "SELECT claim_owner, COUNT(*), "
+      "GREATEST(0, (extract(epoch FROM now() - min(claimed_at)) * 1000)::bigint), "
+      "GREATEST(0, (extract(epoch FROM max(claim_until) - now()) * 1000)::bigint) "
+      "FROM outbox WHERE NOT published AND claim_until > now() "
+      "GROUP BY claim_owner ORDER BY claim_owner",
+      {}, "read the claim owners");
+  std::vector<ClaimOwner> owners;
+  for (int i = 0; i < rows.rows(); ++i)
+    owners.push_back({rows.Text(i, 0), rows.Int(i, 1), rows.Int(i, 2), rows.Int(i, 3)});
+  return owners;
+}
+
+std::int64_t PgStore::ReleaseClaimsOf(const std::string& owner) {
+  return connection_
+      .Query("UPDATE outbox SET claim_token = NULL, claim_owner = NULL, claim_until = NULL "
+             "WHERE claim_owner = $1 AND NOT published",
+             {pg::Param::Text(owner)}, "release a dead relay's claims")
+      .Affected();
+}
+
+OutboxStatus PgStore::Status(std::int64_t /*now_ms*/) {
+  pg::Transaction txn = BeginRead();
+  const pg::Result row = connection_.Query(
+      std::string("SELECT COUNT(*) FILTER (WHERE NOT published), "
+                  "COUNT(*) FILTER (WHERE NOT published AND parked_at IS NULL), "
+                  "COALESCE(GREATEST(0, ") + kEpochMsNow +
+          " - min(created_at) FILTER (WHERE NOT published AND parked_at IS NULL)), 0), "
+          "COUNT(*) FILTER (WHERE NOT published AND parked_at IS NULL AND next_attempt_at > now()), "
+          "COUNT(*) FILTER (WHERE NOT published AND parked_at IS NOT NULL), "
+          "COUNT(*) FILTER (WHERE NOT published AND claim_until > now()), "
+          "COUNT(*) FILTER (WHERE published), "
+          "(SELECT COUNT(*) FROM outbox_archive) FROM outbox",
+      {}, "read the outbox status");
+  txn.Commit();
+  OutboxStatus status;
+  status.unpublished = row.Int(0, 0);
+  status.pending = row.Int(0, 1);
+  status.oldest_pending_age_ms = row.Int(0, 2);
+  status.in_backoff = row.Int(0, 3);
+  status.parked = row.Int(0, 4);
+  status.claimed = row.Int(0, 5);
+  status.published = row.Int(0, 6);
+  status.archived = row.Int(0, 7);
+  return status;
+}
+
+namespace {
+
+[[noreturn]] void ThrowNoLeaderMode(std::string_view what) {
+  throw ConfigError(fmt::format("{}: the leader lease is not on PostgreSQL yet; use relay "
+                                "--coordination claims",
+                                what));
+}
+
+}  // namespace
+
+LeaseAcquisition PgStore::AcquireLease(const std::string& /*owner*/, std::int64_t /*lease_ms*/,
+                                       std::int64_t /*now_ms*/) {
+  ThrowNoLeaderMode("acquire the leader lease");
+}
+
+bool PgStore::RenewLease(std::int64_t /*token*/, std::int64_t /*lease_ms*/,
+                         std::int64_t /*now_ms*/) {
+  ThrowNoLeaderMode("renew the leader lease");
+}
+
+std::vector<OutboxRow> PgStore::ReadPage(const PageRequest& /*request*/) {
+  ThrowNoLeaderMode("read a leader's page");
+}
+
+SettleReport PgStore::SettleUnderLease(std::int64_t /*token*/,
+                                       const std::vector<std::int64_t>& /*acked*/,
+                                       const std::vector<FailedDelivery>& /*failed*/,
+                                       const SettlePolicy& /*policy*/, std::int64_t /*now_ms*/,
+                                       std::int64_t /*lease_ms*/) {
+  ThrowNoLeaderMode("settle under the leader lease");
 }
 
 }  // namespace outbox

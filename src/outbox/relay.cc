@@ -31,7 +31,7 @@ FailureMode ParseFailureMode(const std::string& text) {
   throw ConfigError(fmt::format("on-failure '{}': expected block-key or skip", text));
 }
 
-Relay::Relay(Store& store, Publisher& publisher, RelayOptions options)
+Relay::Relay(OutboxStore& store, Publisher& publisher, RelayOptions options)
     : store_(store),
       publisher_(publisher),
       options_(std::move(options)),
@@ -429,6 +429,56 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
   }
   loop.stopped = waiter.StopRequested();
   return loop;
+}
+
+LoopReport RunRelayLoopReconnecting(Relay& relay, IdleWaiter& waiter, const LoopOptions& options,
+                                    const std::function<void(const BatchReport&)>& on_batch) {
+  LoopReport total;
+  const auto add = [&total](const LoopReport& part) {
+    total.batches += part.batches;
+    total.acked += part.acked;
+    total.marked += part.marked;
+    total.failed += part.failed;
+    total.parked += part.parked;
+    total.fenced += part.fenced;
+    total.io_errors += part.io_errors;
+    total.stopped = part.stopped;
+  };
+  OutboxStore& store = relay.store();
+  for (;;) {
+    std::string error;
+    try {
+      // Batches still in flight from before a lost connection are finished first: the loop
+      // settles whatever the relay holds before it claims more.
+      add(RunRelayLoop(relay, waiter, options, on_batch));
+      return total;
+    } catch (const DbError&) {
+      throw;
+    } catch (const Error& e) {
+      if (!store.ConnectionLost(e)) throw;
+      error = e.what();
+    }
+    // A restart takes seconds, not ms: start at 100 ms, double up to idle_max_ms.
+    int wait_ms = std::max(options.idle_min_ms, 100);
+    for (int attempt = 1;; ++attempt) {
+      if (options.on_connection_lost) options.on_connection_lost(error, attempt, wait_ms);
+      if (waiter.Wait(wait_ms) == IdleWaiter::Wake::kStop || waiter.StopRequested()) {
+        total.stopped = true;
+        return total;
+      }
+      wait_ms = std::min(wait_ms * 2, std::max(options.idle_max_ms, wait_ms));
+      try {
+        store.Reconnect();
+        ++total.reconnects;
+        break;
+      } catch (const DbError&) {
+        throw;
+      } catch (const Error& again) {
+        if (!store.ConnectionLost(again)) throw;
+        error = again.what();
+      }
+    }
+  }
 }
 
 }  // namespace outbox

@@ -131,8 +131,10 @@ std::int64_t Connection::QueryInt(std::string_view sql, const std::vector<Param>
   return result.Int(0, 0);
 }
 
-Transaction::Transaction(Connection& connection) : connection_(connection) {
-  connection_.Exec("BEGIN", "begin a transaction");
+Transaction::Transaction(Connection& connection, Isolation isolation) : connection_(connection) {
+  connection_.Exec(isolation == Isolation::kRepeatableRead ? "BEGIN ISOLATION LEVEL REPEATABLE READ"
+                                                           : "BEGIN",
+                   "begin a transaction");
 }
 
 Transaction::~Transaction() {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -299,4 +300,168 @@ TEST_CASE("PostgreSQL URLs are told apart from SQLite paths", "[postgres]") {
   CHECK_FALSE(pg::IsPostgresUrl("/tmp/postgresql://x"));
   CHECK(pg::RedactPassword("postgresql://u:pw@h:5432/db") == "postgresql://u@h:5432/db");
   CHECK(pg::RedactPassword("postgresql://u@h/db") == "postgresql://u@h/db");
+}
+
+TEST_CASE("PostgreSQL naive offset survives a new store and makes the skipped row look published", "[postgres]") {
+  Schema schema;
+  PgStore writer_a(schema.url());
+  PgStore writer_b(schema.url());
+  auto held = writer_a.BeginWrite();
+  writer_a.Enqueue(held, Event("evt-1001"));
+  EnqueueOne(writer_b, Event("evt-1002"));
+  {
+    PgStore naive(schema.url(), nullptr, PgClaimMode::kNaiveCursor);
+    const Claim first = naive.ClaimBatch(Request("naive"));
+    REQUIRE(EventIds(first) == std::vector<std::string>{"evt-1002"});
+    naive.SettleBatch(first.token, {first.rows[0].id}, {}, SettlePolicy{});
+  }
+  held.Commit();
+  // A relay restarted in naive mode reads the stored offset: the late row stays behind it.
+  PgStore restarted(schema.url(), nullptr, PgClaimMode::kNaiveCursor);
+  CHECK_FALSE(restarted.HasClaimable(Request("naive")));
+  CHECK(restarted.ClaimBatch(Request("naive")).rows.empty());
+  const OutboxSnapshot snapshot = restarted.Snapshot();
+  REQUIRE(snapshot.rows.size() == 2);
+  CHECK(snapshot.rows[0].event_id == "evt-1001");
+  CHECK(snapshot.rows[0].published);  // by the offset's word, never sent
+  CHECK(restarted.Count().unpublished == 1);  // the row's own flag says otherwise
+  // The scan mode still sees it.
+  PgStore scanning(schema.url());
+  CHECK(scanning.HasClaimable(Request("scan")));
+}
+
+TEST_CASE("PostgreSQL reset starts a run whose id is epoch ms and 32 random bits", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  CHECK(store.RunId().empty());
+  store.ResetSchema();
+  const std::string first = store.RunId();
+  REQUIRE(first.size() == 13 + 1 + 8);
+  CHECK(first[13] == '-');
+  CHECK(std::stoll(first.substr(0, 13)) > 1700000000000);
+  store.ResetSchema();
+  CHECK(store.RunId() != first);
+}
+
+TEST_CASE("PostgreSQL reset counts the outbox and archive rows it drops", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  const ResetCounts empty = store.ResetSchema();
+  CHECK(empty.outbox_rows == 0);
+  CHECK(empty.published == 0);
+  CHECK(empty.archived == 0);
+  CHECK(empty.lab_table);
+  const std::int64_t first = EnqueueOne(store, Event("evt-1001"));
+  EnqueueOne(store, Event("evt-1002"));
+  EnqueueOne(store, Event("evt-1003"));
+  REQUIRE(store.MarkPublished(first));
+  const ResetCounts counts = store.ResetSchema();
+  CHECK(counts.outbox_rows == 3);
+  CHECK(counts.published == 1);
+  CHECK(counts.archived == 0);
+  CHECK(counts.lab_table);
+  CHECK(store.Count().total == 0);
+}
+
+TEST_CASE("PostgreSQL has no leader lease yet and says so instead of pretending", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  OutboxStore& outbox = store;
+  CHECK(outbox.ReadLease() == LeaderLease{});
+  CHECK_FALSE(outbox.ReleaseLease(1));
+  CHECK_THROWS_WITH(outbox.AcquireLease("relay-a", 30000, 0),
+                    Catch::Contains("not on PostgreSQL yet; use relay --coordination claims"));
+  CHECK_THROWS_AS(outbox.RenewLease(1, 30000, 0), ConfigError);
+  CHECK_THROWS_AS(outbox.ReadPage(PageRequest{}), ConfigError);
+  CHECK_THROWS_AS(outbox.SettleUnderLease(1, {}, {}, SettlePolicy{}, 0, 30000), ConfigError);
+  // No WAL file of the lab's on a server: nothing checkpointed, nothing measured.
+  const CheckpointReport checkpoint = outbox.CheckpointPassive();
+  CHECK_FALSE(checkpoint.busy);
+  CHECK(checkpoint.wal_frames == -1);
+  CHECK(outbox.WalSizeBytes() == 0);
+}
+
+TEST_CASE("PostgreSQL next id continues after rolled back inserts and never goes back", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  CHECK(store.NextId() == 1);
+  EnqueueOne(store, Event("evt-1001"));
+  CHECK(store.NextId() == 2);
+  {
+    auto txn = store.BeginWrite();
+    CHECK(store.Enqueue(txn, Event("evt-1002")) == 2);
+  }  // rolled back: the sequence keeps its value
+  CHECK(store.NextId() == 3);
+  CHECK(EnqueueOne(store, Event("evt-1003")) == 3);
+}
+
+TEST_CASE("PostgreSQL status counts pending claimed parked and published rows on the server clock", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  for (const char* id : {"evt-1001", "evt-1002", "evt-1003", "evt-1004"}) EnqueueOne(store, Event(id));
+  SettlePolicy park_at_once;
+  park_at_once.max_attempts = 1;
+  const Claim claim = store.ClaimBatch(Request("relay-a", 2));
+  REQUIRE(claim.rows.size() == 2);
+  store.SettleBatch(claim.token, {claim.rows[0].id}, {{claim.rows[1].id, "bad row", true}}, park_at_once);
+  const Claim held = store.ClaimBatch(Request("relay-b", 1));
+  REQUIRE(held.rows.size() == 1);
+
+  const OutboxStatus status = store.Status(0);
+  CHECK(status.published == 1);
+  CHECK(status.parked == 1);
+  CHECK(status.unpublished == 3);
+  CHECK(status.pending == 2);
+  CHECK(status.claimed == 1);
+  CHECK(status.archived == 0);
+  CHECK(status.in_backoff == 0);  // the parked row waits on an unpark, not a backoff
+  CHECK(status.oldest_pending_age_ms >= 0);
+  CHECK(store.PendingCount() == 2);
+  CHECK(store.WaitingCount(0) == 1);  // under relay-b's live lease
+
+  const std::vector<ClaimOwner> owners = store.ClaimOwners(0);
+  REQUIRE(owners.size() == 1);
+  CHECK(owners[0].owner == "relay-b");
+  CHECK(owners[0].rows == 1);
+  CHECK(owners[0].expires_in_ms > 25000);
+  CHECK(owners[0].expires_in_ms <= 30000);
+  CHECK(store.ReleaseClaimsOf("relay-b") == 1);
+  CHECK(store.ClaimOwners(0).empty());
+}
+
+TEST_CASE("PostgreSQL fetch and mark serve the chapter's per-row relay in id order", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  const std::int64_t first = EnqueueOne(store, Event("evt-1001"));
+  const std::int64_t second = EnqueueOne(store, Event("evt-1002"));
+  std::vector<OutboxRow> rows = store.FetchUnpublished(0, 10);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].id == first);
+  CHECK(rows[1].event.event_id == "evt-1002");
+  CHECK(store.MarkPublished(first));
+  CHECK_FALSE(store.MarkPublished(first));  // already published
+  rows = store.FetchUnpublished(0, 10);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].id == second);
+  CHECK(store.FetchUnpublished(second, 10).empty());
+}
+
+TEST_CASE("PostgreSQL a terminated connection counts as lost and reconnect heals it", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  EnqueueOne(store, Event("evt-1001"));
+  // The server ends the store's backend, as a server crash or restart would.
+  pg::Connection admin(schema.url());
+  REQUIRE(admin.QueryInt("SELECT pg_terminate_backend($1)::int", {pg::Param::Int(store.backend_pid())},
+                         "terminate the store's backend") == 1);
+  bool lost = false;
+  try {
+    store.Count();
+  } catch (const pg::PgError& e) {
+    lost = store.ConnectionLost(e);
+  }
+  CHECK(lost);
+  store.Reconnect();
+  CHECK(store.Count().total == 1);
+  CHECK_FALSE(store.ConnectionLost(std::runtime_error("not a database error")));
 }

@@ -104,12 +104,19 @@ class Connection {
   std::unique_ptr<PGconn, ConnDeleter> conn_;
 };
 
-// A scoped transaction: BEGIN (READ COMMITTED, PostgreSQL's default), COMMIT on Commit(),
+// A scoped transaction: BEGIN (READ COMMITTED, PostgreSQL's default, or REPEATABLE READ), COMMIT on Commit(),
 // ROLLBACK in the destructor otherwise. A kill -9 of the client runs no destructor; the server
 // then rolls back the open transaction when it sees the connection close.
+// https://www.postgresql.org/docs/15/transaction-iso.html
+enum class Isolation {
+  kReadCommitted,   // each statement sees the commits before it began (PostgreSQL's default)
+  kRepeatableRead,  // every statement sees the snapshot of the transaction's first statement
+};
+
 class Transaction {
  public:
-  explicit Transaction(Connection& connection);  // throws PgError
+  // Throws PgError when BEGIN fails (the connection is gone).
+  explicit Transaction(Connection& connection, Isolation isolation = Isolation::kReadCommitted);
   Transaction(const Transaction&) = delete;
   Transaction& operator=(const Transaction&) = delete;
   ~Transaction();

@@ -1,0 +1,155 @@
+// OutboxStore: the outbox as the relay, the CLI and the lab's checker see it, whatever database
+// holds it (issue 12). Two implementations:
+//   - Store (outbox/store.h): an SQLite file, the lab's default;
+//   - PgStore (outbox/pg_store.h): a PostgreSQL server through libpq.
+// The choice by the --db value lives in the lab (lab/loans.h, OpenOutboxStore and OpenLabStore):
+// a path is SQLite, a postgresql:// or postgres:// URL is PostgreSQL (pg::IsPostgresUrl).
+//
+// The value types below (Claim, ClaimRequest, ...) are defined in outbox/store.h; include that
+// (or pg_store.h) to call these functions. The business write (BeginWrite, Enqueue) is not here:
+// its transaction belongs to one database's client library, so each implementation offers its own.
+//
+// An implementation owns one connection: one OutboxStore per thread. Errors are the
+// implementation's: DbError (SQLite, with the SQLite result code) or pg::PgError (PostgreSQL, with
+// the SQLSTATE). Times given as now_ms are epoch ms of the caller's clock; PgStore ignores them
+// and reads the server's clock (now()), so relays on hosts whose clocks disagree still agree on
+// leases and backoffs (issue 12).
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "outbox/clock.h"
+#include "outbox/event.h"
+
+namespace outbox {
+
+struct Claim;
+struct ClaimRequest;
+struct FailedDelivery;
+struct SettlePolicy;
+struct SettleReport;
+struct ClaimOwner;
+struct BackoffWait;
+struct OutboxStatus;
+struct OutboxCounts;
+struct OutboxSnapshot;
+struct LeaderLease;
+struct LeaseAcquisition;
+struct PageRequest;
+struct CheckpointReport;
+
+// Which database an OutboxStore talks to.
+enum class Backend { kSqlite, kPostgres };
+
+class OutboxStore {
+ public:
+  virtual ~OutboxStore() = default;
+
+  virtual Backend backend() const noexcept = 0;
+
+  // The run id of the last reset ("1764545856000-3f9a0c1b": epoch ms and 32 random bits), sent
+  // as the Kafka header "run_id" so check counts only this run's records (README, "Runs").
+  // Empty for an SQLite file reset before run ids existed.
+  virtual std::string RunId() = 0;
+
+  // The id the next enqueue gets when no other writer comes first (one past the highest id ever
+  // assigned; ids never go back).
+  virtual std::int64_t NextId() = 0;
+
+  // Rows in the outbox table: total, published, unpublished (archived rows excluded).
+  virtual OutboxCounts Count() = 0;
+
+  // Every outbox and archive row in id order, read in one transaction.
+  virtual OutboxSnapshot Snapshot() = 0;
+
+  // Unpublished rows with id > after_id in id order, at most limit (> 0) rows: the chapter's
+  // per-row relay (publish). No claim is taken.
+  virtual std::vector<OutboxRow> FetchUnpublished(std::int64_t after_id, std::int64_t limit) = 0;
+
+  // Marks row id published in its own transaction (chapter 7.1, decision 3: the mark follows the
+  // broker's ack). Returns false when the row does not exist or was already published.
+  virtual bool MarkPublished(std::int64_t id) = 0;
+
+  // --- The production relay: claims with leases and fencing tokens ---
+
+  // Claims up to request.limit claimable rows (unpublished, not parked, backoff over, no live
+  // lease) for request.lease_ms, in ONE short transaction; two relays never claim one row while a
+  // lease holds. Rows come back in id order. Empty: nothing claimable.
+  virtual Claim ClaimBatch(const ClaimRequest& request) = 0;
+
+  // True when ClaimBatch(request) would claim a row now. Read only.
+  virtual bool HasClaimable(const ClaimRequest& request) = 0;
+
+  // Unpublished, unparked rows that time alone will make claimable (in backoff or under a live
+  // lease) at now_ms. Read only.
+  virtual std::int64_t WaitingCount(std::int64_t now_ms) = 0;
+
+  // Rows not yet published and not parked.
+  virtual std::int64_t PendingCount() = 0;
+
+  // Rows waiting on a backoff (not under a claim) at now_ms, and when the first is due.
+  virtual BackoffWait Backoffs(std::int64_t now_ms) = 0;
+
+  // Settles a claimed batch in ONE transaction: marks acked rows published, records failures
+  // (backoff min(base * 2^(attempts-1), cap); parked at policy.max_attempts or park_now), only for
+  // rows token still owns; rows claimed since by another relay are counted fenced, untouched.
+  virtual SettleReport SettleBatch(std::int64_t token, const std::vector<std::int64_t>& acked,
+                                   const std::vector<FailedDelivery>& failed,
+                                   const SettlePolicy& policy, std::int64_t now_ms) = 0;
+
+  // Owners of live claims at now_ms, by owner name. Read only.
+  virtual std::vector<ClaimOwner> ClaimOwners(std::int64_t now_ms) = 0;
+
+  // Releases every claim of owner (a relay known dead) without recording an attempt. Returns the
+  // rows released.
+  virtual std::int64_t ReleaseClaimsOf(const std::string& owner) = 0;
+
+  // Counts for status and metrics at now_ms.
+  virtual OutboxStatus Status(std::int64_t now_ms) = 0;
+
+  // --- Leader mode (relay --coordination leader), on SQLite only so far ---
+  //
+  // Store implements these as outbox/store.h documents (table outbox_lease, a fencing token that
+  // only grows, the settle fenced by it). PgStore has no lease table yet: ReadLease returns a
+  // lease never held (owner "", token 0), ReleaseLease returns false, and AcquireLease,
+  // RenewLease, ReadPage and SettleUnderLease throw ConfigError ("... not on PostgreSQL yet").
+  // relay --coordination leader is refused on a postgresql:// --db before a Relay exists
+  // (exit 18, README "PostgreSQL"), so a PgStore never gets there through the CLI.
+  virtual LeaderLease ReadLease() = 0;
+  virtual LeaseAcquisition AcquireLease(const std::string& owner, std::int64_t lease_ms,
+                                        std::int64_t now_ms) = 0;
+  virtual bool RenewLease(std::int64_t token, std::int64_t lease_ms, std::int64_t now_ms) = 0;
+  virtual bool ReleaseLease(std::int64_t token) = 0;
+  virtual std::vector<OutboxRow> ReadPage(const PageRequest& request) = 0;
+  virtual SettleReport SettleUnderLease(std::int64_t token, const std::vector<std::int64_t>& acked,
+                                        const std::vector<FailedDelivery>& failed,
+                                        const SettlePolicy& policy, std::int64_t now_ms,
+                                        std::int64_t lease_ms) = 0;
+
+  // --- The SQLite write-ahead log (the relay's passive checkpoint, status wal-bytes) ---
+  //
+  // Store: sqlite3_wal_checkpoint_v2(PASSIVE) and the size of the -wal file (outbox/store.h).
+  // PgStore: the server's WAL is not a file next to --db and not the lab's to checkpoint (the
+  // server's checkpointer runs on its own), so CheckpointPassive does nothing and returns a
+  // report with busy false and wal_frames/checkpointed -1 (not measured), and WalSizeBytes
+  // returns 0 (status says it is not measured there). Neither throws on PostgreSQL.
+  virtual CheckpointReport CheckpointPassive() = 0;
+  virtual std::int64_t WalSizeBytes() const = 0;
+
+  // The clock relays and writers read unless given their own (never the lease clock on
+  // PostgreSQL: that is the server's).
+  virtual Clock& clock() const noexcept = 0;
+
+  // True when e, thrown by one of these functions, means the connection to a database server is
+  // gone (the server crashed or restarted) and Reconnect() may help. Always false for an SQLite
+  // file: there is no connection to lose.
+  virtual bool ConnectionLost(const std::exception& /*e*/) const noexcept { return false; }
+  // Opens a new connection in place of a lost one. Throws what the connect throws (while the
+  // server is still down, an error for which ConnectionLost is true). Nothing to do on SQLite.
+  virtual void Reconnect() {}
+};
+
+}  // namespace outbox

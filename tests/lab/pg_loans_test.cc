@@ -1,0 +1,135 @@
+// The chapter's business transaction on PostgreSQL (issue 12): the loan and its outbox row share
+// one PostgreSQL transaction, and the lab picks the backend by the --db value. Needs a server in
+// OUTBOX_PG_URL (scripts/postgres.sh start; scripts/test.sh exports it): without it these tests
+// FAIL and say how to start one. Each test works in a schema of its own.
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "lab/checker.h"
+#include "lab/loans.h"
+#include "lab/reconciliation.h"
+#include "outbox/failpoint.h"
+#include "outbox/pg/connection.h"
+#include "outbox/pg_store.h"
+#include "relay_test_support.h"
+#include "test_support.h"
+
+namespace {
+
+using outbox::ConfigureFailpoints;
+using outbox::FailpointError;
+using outbox::testing::CaptureThrow;
+using outbox::testing::FailpointReset;
+
+std::string ServerUrl() {
+  const char* url = std::getenv("OUTBOX_PG_URL");
+  INFO("OUTBOX_PG_URL is not set: run `export OUTBOX_PG_URL=$(scripts/postgres.sh start)`");
+  REQUIRE(url != nullptr);
+  REQUIRE(std::string(url).size() > 0);
+  return url;
+}
+
+// A fresh schema, dropped at the end; url() names it as the search_path.
+class Schema {
+ public:
+  Schema() : admin_(ServerUrl()) {
+    static std::atomic<int> counter{0};
+    name_ = "lab_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+    admin_.Exec("DROP SCHEMA IF EXISTS " + name_ + " CASCADE; CREATE SCHEMA " + name_, "create a test schema");
+    const std::string base = ServerUrl();
+    url_ = base + (base.find('?') == std::string::npos ? "?" : "&") + "options=-csearch_path%3D" + name_;
+  }
+  ~Schema() {
+    try {
+      admin_.Exec("DROP SCHEMA IF EXISTS " + name_ + " CASCADE", "drop a test schema");
+    } catch (...) {
+    }
+  }
+  const std::string& url() const { return url_; }
+
+ private:
+  outbox::pg::Connection admin_;
+  std::string name_;
+  std::string url_;
+};
+
+}  // namespace
+
+TEST_CASE("A postgresql URL opens the PostgreSQL store and a path the SQLite one", "[postgres]") {
+  Schema schema;
+  CHECK(outbox::lab::ResetLabStore(schema.url(), {})->backend() == outbox::Backend::kPostgres);
+  CHECK(outbox::lab::OpenLabStore(schema.url(), {})->backend() == outbox::Backend::kPostgres);
+  outbox::testing::TempDir dir;
+  CHECK(outbox::lab::ResetLabStore(dir.File("lab.db"), {})->backend() == outbox::Backend::kSqlite);
+}
+
+TEST_CASE("OpenLabStore on a PostgreSQL schema never reset fails as schema missing and creates nothing", "[postgres]") {
+  Schema schema;
+  const auto error = CaptureThrow<outbox::SchemaMissingError>(
+      [&] { outbox::lab::OpenLabStore(schema.url(), {}); });
+  REQUIRE(error.has_value());
+  CHECK_THAT(error->what(), Catch::Contains("no business_loan table"));
+  outbox::pg::Connection look(schema.url());
+  CHECK(look.QueryInt("SELECT (to_regclass('outbox') IS NULL)::int", {}, "look") == 1);
+}
+
+TEST_CASE("WriteLoanWithEvent on PostgreSQL with an error before commit leaves neither the loan nor its outbox row", "[postgres][failpoint]") {
+  FailpointReset reset;
+  Schema schema;
+  auto store = outbox::lab::ResetLabStore(schema.url(), {});
+  ConfigureFailpoints("write.before_commit=1*off->error");
+  outbox::lab::WriteLoanWithEvent(*store, 1);
+
+  const auto error = CaptureThrow<FailpointError>([&] { outbox::lab::WriteLoanWithEvent(*store, 2); });
+
+  REQUIRE(error.has_value());
+  CHECK(outbox::lab::LoanExists(*store, "L-1001"));
+  CHECK_FALSE(outbox::lab::LoanExists(*store, "L-1002"));
+  const outbox::lab::LabSnapshot snapshot = outbox::lab::ReadLabSnapshot(*store);
+  CHECK(snapshot.loan_ids == std::vector<std::string>{"L-1001"});
+  REQUIRE(snapshot.outbox.rows.size() == 1);
+  CHECK(snapshot.outbox.rows[0].event_id == "evt-1001");
+  ConfigureFailpoints("");
+  outbox::lab::WriteLoanWithEvent(*store, 2);
+  CHECK(outbox::lab::CountLoans(*store) == 2);
+  CHECK(store->Count().total == 2);
+}
+
+TEST_CASE("Rollback on PostgreSQL takes the loan down with the colliding outbox insert", "[postgres]") {
+  Schema schema;
+  auto store = outbox::lab::ResetLabStore(schema.url(), {});
+  outbox::lab::WriteLoanWithEvent(*store, 1);
+  const outbox::lab::Loan loan = outbox::lab::ChapterLoan(2001, 0);
+  outbox::OutboxEvent event = outbox::lab::LoanCreatedEvent(loan, 2001);
+  event.event_id = "evt-1001";
+
+  const std::string failure = outbox::lab::InsertLoanWithCollidingEvent(*store, loan, event);
+
+  CHECK_THAT(failure, Catch::Contains("23505"));
+  CHECK_FALSE(outbox::lab::LoanExists(*store, loan.loan_id));
+  CHECK(outbox::lab::CountLoans(*store) == 1);
+  // The naive dual write commits the loan alone, once.
+  CHECK(outbox::lab::InsertLoanWithoutEvent(*store, loan));
+  CHECK_FALSE(outbox::lab::InsertLoanWithoutEvent(*store, loan));
+  const outbox::lab::DbSnapshot db = outbox::lab::TakeDbSnapshot(*store);
+  CHECK(db.business_loans == 2);
+  CHECK(db.outbox.total == 1);
+  CHECK(db.run_id.size() == 22);
+}
+
+TEST_CASE("The checker on PostgreSQL finds a loan without an outbox row", "[postgres]") {
+  Schema schema;
+  auto store = outbox::lab::ResetLabStore(schema.url(), {});
+  outbox::lab::WriteLoanWithEvent(*store, 1);
+  outbox::lab::InsertLoanWithoutEvent(*store, outbox::lab::ChapterLoan(1001, 0));
+  const outbox::lab::CheckResult result = outbox::lab::CheckRun(*store, {});
+  CHECK(result.business_rows == 2);
+  CHECK(result.outbox_rows == 1);
+  REQUIRE(result.atomicity.size() == 1);
+  CHECK(result.atomicity[0] == "loan L-2001 has no outbox row");
+  CHECK(result.pending == std::vector<std::string>{"evt-1001"});
+}
