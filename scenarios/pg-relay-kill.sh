@@ -51,7 +51,10 @@ for name in relay-b relay-c; do
   wait_exit "${!pid_var}" 60 "$name"
   expect_eq 0 "$BG_RC" "exit code of $name"
   log=${!log_var}
-  expect_json "$log" '.report == "final" and (.stopped | not) and .failed == 0 and .fenced == 0 and .pending == 0' "$name: final report"
+  # Not .pending == 0: a survivor may end while the other holds the dead relay's rows locked in
+  # its claim transaction (SKIP LOCKED hides them, their old lease has run out, so nothing is
+  # left for this relay to wait on); the status and check below prove every row published.
+  expect_json "$log" '.report == "final" and (.stopped | not) and .failed == 0 and .fenced == 0' "$name: final report"
   marked=$(relay_final "$log" marked)
   echo "$name: marked=${marked:-?} batches=$(relay_final "$log" batches)"
   [ "${marked:-0}" -gt 0 ] || fail "$name marked nothing"

@@ -65,7 +65,9 @@ total_claimed=0
 total_marked=0
 for name in "${RELAYS[@]}"; do
   log=${LOG[$name]}
-  expect_json "$log" '.report == "final" and (.stopped | not) and .failed == 0 and .parked == 0 and .fenced == 0 and .pending == 0 and .marked == .acked' \
+  # Not .pending == 0 per relay: one may end while another holds rows locked in its claim
+  # transaction (SKIP LOCKED hides them); the status and check below prove every row published.
+  expect_json "$log" '.report == "final" and (.stopped | not) and .failed == 0 and .parked == 0 and .fenced == 0 and .marked == .acked' \
     "$name: final report"
   expect_no_line '^outbox-lab: error:' "$log"
   marked=$(relay_final "$log" marked)
