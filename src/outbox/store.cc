@@ -890,6 +890,51 @@ void MarkAcked(sqlite::Connection& connection, MarkMethod method, std::int64_t t
   for (std::int64_t id : acked) count(id, marked.erase(id) == 1);
 }
 
+// Inside a settle's transaction: each failed delivery whose row is still this
+// settle's (still_ours, an SQL condition that may use the token as ?2) gets
+// attempts+1, its error, its next attempt after BackoffMs, and is parked past
+// max_attempts or when park_now; a row no longer ours is counted fenced. One
+// body for claims mode ("claim_token = ?2") and leader mode ("published = 0",
+// the lease already checked: token is bound only where still_ours uses ?2). Clearing the
+// claim columns is a no-op for a leader's rows, which carry no live claim.
+void RecordFailures(sqlite::Connection& connection, std::string_view still_ours,
+                    std::int64_t token, const std::vector<FailedDelivery>& failed,
+                    const SettlePolicy& policy, std::int64_t now_ms, SettleReport& report) {
+  if (failed.empty()) return;
+  const bool uses_token = still_ours.find("?2") != std::string_view::npos;
+  auto attempts_of = connection.Prepare(
+      fmt::format("SELECT attempts FROM outbox WHERE id = ?1 AND {}", still_ours));
+  auto record = connection.Prepare(fmt::format(
+      "UPDATE outbox SET attempts = ?3, last_error = ?4, next_attempt_at = ?5, parked_at = ?6, "
+      "claim_token = NULL, claim_owner = NULL, claim_until = NULL WHERE id = ?1 AND {}",
+      still_ours));
+  for (const FailedDelivery& failure : failed) {
+    attempts_of.Reset();
+    attempts_of.Bind(1, failure.id);
+    if (uses_token) attempts_of.Bind(2, token);
+    if (!attempts_of.Step()) {
+      ++report.fenced;
+      report.fenced_ids.push_back(failure.id);
+      continue;
+    }
+    const std::int64_t attempts = attempts_of.ColumnInt64(0) + 1;
+    attempts_of.Reset();
+    const bool park = failure.park_now || attempts >= policy.max_attempts;
+    record.Reset();
+    record.Bind(1, failure.id).Bind(3, attempts).Bind(4, failure.error)
+        .Bind(5, now_ms + BackoffMs(attempts, policy));
+    if (uses_token) record.Bind(2, token);
+    if (park) record.Bind(6, now_ms); else record.BindNull(6);
+    record.Run();
+    if (park) {
+      ++report.parked;
+      report.parked_ids.push_back(failure.id);
+    } else {
+      ++report.retried;
+    }
+  }
+}
+
 }  // namespace
 
 SettleReport Store::SettleBatch(std::int64_t token, const std::vector<std::int64_t>& acked,
@@ -899,34 +944,7 @@ SettleReport Store::SettleBatch(std::int64_t token, const std::vector<std::int64
     SettleReport report;
     sqlite::Transaction txn(connection_);
     MarkAcked(connection_, mark_, token, acked, now_ms, report);
-    auto attempts_of = connection_.Prepare("SELECT attempts FROM outbox WHERE id = ?1 AND claim_token = ?2");
-    auto record = connection_.Prepare(
-        "UPDATE outbox SET attempts = ?3, last_error = ?4, next_attempt_at = ?5, parked_at = ?6, "
-        "claim_token = NULL, claim_owner = NULL, claim_until = NULL "
-        "WHERE id = ?1 AND claim_token = ?2");
-    for (const FailedDelivery& failure : failed) {
-      attempts_of.Reset();
-      attempts_of.Bind(1, failure.id).Bind(2, token);
-      if (!attempts_of.Step()) {
-        ++report.fenced;
-        report.fenced_ids.push_back(failure.id);
-        continue;
-      }
-      const std::int64_t attempts = attempts_of.ColumnInt64(0) + 1;
-      attempts_of.Reset();
-      const bool park = failure.park_now || attempts >= policy.max_attempts;
-      record.Reset();
-      record.Bind(1, failure.id).Bind(2, token).Bind(3, attempts).Bind(4, failure.error)
-          .Bind(5, now_ms + BackoffMs(attempts, policy));
-      if (park) record.Bind(6, now_ms); else record.BindNull(6);
-      record.Run();
-      if (park) {
-        ++report.parked;
-        report.parked_ids.push_back(failure.id);
-      } else {
-        ++report.retried;
-      }
-    }
+    RecordFailures(connection_, "claim_token = ?2", token, failed, policy, now_ms, report);
     txn.Commit();
     return report;
   });
@@ -1111,34 +1129,7 @@ SettleReport Store::SettleUnderLease(std::int64_t token, const std::vector<std::
         report.fenced_ids.push_back(id);
       }
     }
-    auto attempts_of =
-        connection_.Prepare("SELECT attempts FROM outbox WHERE id = ?1 AND published = 0");
-    auto record = connection_.Prepare(
-        "UPDATE outbox SET attempts = ?2, last_error = ?3, next_attempt_at = ?4, parked_at = ?5 "
-        "WHERE id = ?1 AND published = 0");
-    for (const FailedDelivery& failure : failed) {
-      attempts_of.Reset();
-      attempts_of.Bind(1, failure.id);
-      if (!attempts_of.Step()) {
-        ++report.fenced;
-        report.fenced_ids.push_back(failure.id);
-        continue;
-      }
-      const std::int64_t attempts = attempts_of.ColumnInt64(0) + 1;
-      attempts_of.Reset();
-      const bool park = failure.park_now || attempts >= policy.max_attempts;
-      record.Reset();
-      record.Bind(1, failure.id).Bind(2, attempts).Bind(3, failure.error)
-          .Bind(4, now_ms + BackoffMs(attempts, policy));
-      if (park) record.Bind(5, now_ms); else record.BindNull(5);
-      record.Run();
-      if (park) {
-        ++report.parked;
-        report.parked_ids.push_back(failure.id);
-      } else {
-        ++report.retried;
-      }
-    }
+    RecordFailures(connection_, "published = 0", 0, failed, policy, now_ms, report);
     txn.Commit();
     return report;
   });
