@@ -28,13 +28,13 @@
 #          its HTML report (`report: FILE` in its log): in --report DIR, else
 #          <build>/artifacts/failures/crash-sweep-<failpoint>-<hit>.html.
 # OUTBOX_SWEEP_ONLY=ERE sweeps only the failpoints whose names match (for debugging one point).
-# --postgres (issue 12, crash kinds on PostgreSQL; scenarios/pg-crash-sweep.sh passes it): the same sweep
-# with the outbox on the PostgreSQL server at $OUTBOX_PG_URL, in a schema of its own (lib.sh
-# use_postgres; exit 77, skipped, without OUTBOX_PG_URL), named pg-crash-sweep. A kill -9 of the
-# client there is the server's to clean up: it rolls back the dead session's open transaction. The
-# purge phase and the purge.* points run only if `purge` runs on that backend: exit 18 (not on
-# PostgreSQL yet) takes them out of the sweep, and the summary line names them; any other failure
-# of that first purge fails the sweep.
+# --postgres (issue 12, crash kinds on PostgreSQL; scenarios/pg-crash-sweep.sh passes it): the
+# same sweep with the outbox on the PostgreSQL server at $OUTBOX_PG_URL, in a schema of its own
+# (lib.sh use_postgres; exit 77, skipped, without OUTBOX_PG_URL), named pg-crash-sweep. A kill -9
+# of the client there is the server's to clean up: it rolls back the dead session's open
+# transaction. The purge phase and the purge.* points run only if `purge` runs on that backend:
+# exit 18 (not on PostgreSQL yet) takes them out of the sweep, and the summary line names them;
+# any other failure of that first purge fails the sweep.
 # The check runs before the purge: `check` judges Kafka against the outbox table only, so a purged
 # (or archived) row's record would count as a phantom and its loan as an atomicity violation.
 # Purge never touches Kafka, so the check before it is the run's judgement of the Kafka side.
