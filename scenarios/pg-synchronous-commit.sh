@@ -20,9 +20,13 @@
 #          before the hold) undone, and business rows = 20 - undone. S=on: check --history H
 #          valid with 0 undone, 0 phantom, 0 lost and all 20 rows there: the same crash at the same
 #          instant undoes nothing.
-# Without the hold, the window is a race: measured with wal_writer_delay=10s and 10 commits, a
-# crash right after them kept 0, 0, 0, 3, 4 and 2 of 10 in six runs; at the default 200 ms, 10 of
-# 10 in three (README, "PostgreSQL"). Skipped (exit 77) only when OUTBOX_PG_URL is unset.
+# Nothing else may write the WAL out meanwhile: the cluster runs without autovacuum (its workers
+# commit with synchronous_commit=local, a flush of everything before) and with checkpoint_timeout
+# 1h. Without the hold the window is a race: the WAL writer is woken for every full 8 kB WAL page,
+# so only commits in the last, partly filled page are at risk; measured with the lab's writer
+# (20 loans) and relay, a crash right after the relay published them undid 0, 0, 1, 0, 0 at
+# wal_writer_delay=10s, 3, 0, 0, 0, 5 at 200 ms (README, "PostgreSQL").
+# Skipped (exit 77) only when OUTBOX_PG_URL is unset.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -37,9 +41,14 @@ start_broker
 DB_DURABLE=$DB  # synchronous_commit=on, the server's own setting (scripts/postgres.sh)
 TOPIC_BASE=$TOPIC
 PSQL_URL=$DB_DURABLE
-
 # _sql QUERY: one value from the own cluster (a read: no transaction id, so it flushes nothing).
 _sql() { psql "$PSQL_URL" -X -tA -v ON_ERROR_STOP=1 -c "$1"; }
+psql "$PSQL_URL" -X -q -v ON_ERROR_STOP=1 -c "ALTER SYSTEM SET autovacuum = off" \
+  -c "ALTER SYSTEM SET checkpoint_timeout = '1h'" -c "SELECT pg_reload_conf()" >/dev/null ||
+  die "cannot turn autovacuum off on the scenario's cluster"
+_no_autovacuum() { [ "$(_sql "SELECT count(*) FROM pg_stat_activity WHERE backend_type LIKE 'autovacuum%'")" = 0 ]; }
+wait_until 30 "the autovacuum launcher gone after the reload" _no_autovacuum || die "autovacuum still runs"
+
 _wal_flushed_to() { [ "$(_sql "SELECT pg_current_wal_flush_lsn() >= '$1'::pg_lsn")" = t ]; }
 _published() {
   "$LAB_BIN" --db "$DB" status --json 2>/dev/null | jq -e ".published == $1" >/dev/null
