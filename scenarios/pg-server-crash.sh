@@ -16,10 +16,11 @@
 #          inserted and not committed (write.before_commit=200*off->1*pause->off); writer-b writes
 #          loans as fast as it can (a burst of 1,000,000 that cannot end before the crash); once
 #          writer-b has 100 commits acknowledged and the relay has published 100 rows, the server
-#          is crashed; writer-a is released while it is down; then the server restarts.
+#          is crashed; writer-a is released while it is down; then the server restarts, and
+#          writer-c writes one loan.
 # Expects: both writers end by themselves (no hang) with exit 4 (database unavailable) and one
-#          `outbox-lab: error: ...` line; the relay reconnects and publishes everything, and stops
-#          cleanly on SIGTERM (exit 0). check --history of both writers: valid, lost=0, phantom=0,
+#          `outbox-lab: error: ...` line; the relay reconnects and publishes everything, writer-c's
+#          loan included, and stops cleanly on SIGTERM (exit 0). check --history of both writers: valid, lost=0, phantom=0,
 #          atomicity=0, undone=0 (every commit a writer was told succeeded is there:
 #          synchronous_commit=on), every business row has its event, and at most the one
 #          transaction whose COMMIT was in flight at the crash is there without an "ok" (the
@@ -118,7 +119,11 @@ ACKED=$(($(_history_oks "$TMP/writer-a.history") + $(_history_oks "$TMP/writer-b
 echo "acknowledged commits: writer-a $(_history_oks "$TMP/writer-a.history"), writer-b $(_history_oks "$TMP/writer-b.history")"
 expect_eq 200 "$(_history_oks "$TMP/writer-a.history")" "writer-a's acknowledged commits (its 201st stood uncommitted)"
 
-step "the relay reconnects by itself and publishes every row"
+step "the relay reconnects by itself and publishes every row, and a loan written after the restart"
+# The relay's own evidence of its reconnect: a row that did not exist before the restart.
+run write 1 --quiet --history "$TMP/writer-c.history"
+expect_rc 0 "write 1 after the restart"
+ACKED=$((ACKED + 1))
 wait_for 60 "$relay_pid" "every row published" _published_at_least "$ACKED" 0
 echo "\$ kill -TERM $relay_pid"
 kill -TERM "$relay_pid" || fail "kill -TERM $relay_pid: no such process"
@@ -128,7 +133,8 @@ expect_eq 0 "$BG_RC" "exit code of the relay after SIGTERM"
 expect_line '^\[relay\] reconnected [1-9][0-9]* times after a lost database connection$' "$relay_log"
 
 step "check with both writers' histories: every acknowledged commit is there, nothing lost"
-run check --json --history "$TMP/writer-a.history" --history "$TMP/writer-b.history"
+run check --json --history "$TMP/writer-a.history" --history "$TMP/writer-b.history" \
+  --history "$TMP/writer-c.history"
 expect_rc 0 "check"
 expect_json "$OUT" '.valid and (.lost | length) == 0 and (.phantom | length) == 0 and (.atomicity | length) == 0 and (.stuck | length) == 0' "check: valid, lost=0, phantom=0, atomicity=0, stuck=0"
 expect_json "$OUT" '(.undone | length) == 0' "check: undone=0 (synchronous_commit=on)"
