@@ -132,7 +132,7 @@ grep -v '^\[relay\] waiting: ' "$relay_log" | sed 's/^/  | /'
 expect_eq 0 "$BG_RC" "exit code of the relay after SIGTERM"
 expect_line '^\[relay\] reconnected [1-9][0-9]* times after a lost database connection$' "$relay_log"
 
-step "check with both writers' histories: every acknowledged commit is there, nothing lost"
+step "check with every writer's history: each acknowledged commit is there, nothing lost"
 run check --json --history "$TMP/writer-a.history" --history "$TMP/writer-b.history" \
   --history "$TMP/writer-c.history"
 expect_rc 0 "check"
