@@ -195,7 +195,9 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
           "KEY=N,...", "Expectations"));
   sub->add_option("--synchronous-used", o->synchronous_used,
                   "The synchronous level the run's processes used: below full, commits undone by "
-                  "a power cut (and events the relay published from them) are reported but allowed")
+                  "a power cut (and events the relay published from them) are reported but allowed. "
+                  "On PostgreSQL: off for synchronous_commit=off (a server crash can undo "
+                  "acknowledged commits), full for on")
       ->check(CLI::IsMember({"off", "normal", "full", "extra"}))
       ->capture_default_str();
   sub->add_flag("--ids", o->ids,

@@ -1,12 +1,13 @@
 // History: a JSON-lines log of operations, one object a line, in the style of
-// Jepsen histories: {"process":PID,"time_ms":T,"type":"invoke|ok|fail","f":"txn|send|mark|park","value":"evt-1001"}.
+// Jepsen histories: {"process":PID,"time_ms":T,"type":"invoke|ok|fail|info","f":"txn|send|mark|park","value":"evt-1001"}.
 // "txn" is a business transaction (loan + outbox row), "send" a produce and
 // its delivery report, "mark" the published mark ("ok"; "fail" with error
 // "fenced" when the relay's claim had been taken over), "park" a row parked.
 // The production relay's settle records carry "token": the claim's fencing
 // token. A process killed between
 // invoke and completion leaves the invoke open; the checker reads it as
-// "info" (indeterminate).
+// "info" (indeterminate). A writer records "info" itself for a transaction whose COMMIT lost its
+// PostgreSQL connection: the server may or may not have made it durable.
 //
 // A History opened with a process name also records the process itself as an
 // operation: {"type":"invoke","f":"process","value":"write-hold"} when it is

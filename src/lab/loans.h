@@ -88,7 +88,9 @@ struct WrittenLoan {
 // history (may be null) gets a "begin" phase and an invoke before BEGIN, ok/fail
 // after, and a "commit" phase after the commit (History::RecordPhase).
 // Either backend: on PostgreSQL one READ COMMITTED transaction, the loan and the event's row
-// commit together (pg::PgError instead of DbError).
+// commit together (pg::PgError instead of DbError). A pg::PgError with connection_lost() from
+// the COMMIT itself (a server crash) leaves the outcome unknown, the loan possibly committed:
+// history gets "info" for it instead of "fail" (Jepsen's indeterminate).
 // loan_number (>= 1, lab/workload.h) picks the loan, the event's aggregate;
 // 0 means index (every event its own loan). When it differs from index and
 // that loan exists, the transaction renews it (status RENEWED) and the event

@@ -8,8 +8,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "lab/checker.h"
+#include "lab/history.h"
 #include "lab/loans.h"
 #include "lab/reconciliation.h"
 #include "outbox/failpoint.h"
@@ -132,4 +134,58 @@ TEST_CASE("The checker on PostgreSQL finds a loan without an outbox row", "[post
   REQUIRE(result.atomicity.size() == 1);
   CHECK(result.atomicity[0] == "loan L-2001 has no outbox row");
   CHECK(result.pending == std::vector<std::string>{"evt-1001"});
+}
+
+namespace {
+
+// The txn records ("invoke", "ok", "fail", "info") of event_id in the history at path.
+std::vector<std::string> TxnTypes(const std::string& path, const std::string& event_id) {
+  std::int64_t malformed = 0;
+  std::vector<std::string> types;
+  for (const outbox::lab::HistoryOp& op : outbox::lab::ReadHistories({path}, &malformed))
+    if (op.f == "txn" && op.value == event_id) types.push_back(op.type);
+  CHECK(malformed == 0);
+  return types;
+}
+
+// Writes loan 1, then makes business_loan end its own session (pg_terminate_backend: 57P01, the
+// connection is gone) when a row goes in, at the INSERT or, with at_commit, at COMMIT (a deferred
+// constraint trigger), and writes loan 2. Returns the txn records of evt-1002.
+std::vector<std::string> WriteWithConnectionLost(bool at_commit) {
+  Schema schema;
+  outbox::testing::TempDir dir;
+  const std::string path = dir.File("history.jsonl");
+  auto store = outbox::lab::ResetLabStore(schema.url(), {});
+  outbox::lab::History history(path, store->clock());
+  outbox::lab::WriteLoanWithEvent(*store, 1, &history);
+  outbox::pg::Connection ddl(schema.url());
+  ddl.Exec("CREATE FUNCTION end_session() RETURNS trigger LANGUAGE plpgsql AS "
+           "$$ BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NULL; END $$",
+           "create end_session()");
+  ddl.Exec(std::string("CREATE CONSTRAINT TRIGGER end_session AFTER INSERT ON business_loan ") +
+               (at_commit ? "DEFERRABLE INITIALLY DEFERRED " : "NOT DEFERRABLE ") +
+               "FOR EACH ROW EXECUTE FUNCTION end_session()",
+           "create the trigger");
+
+  const auto error = CaptureThrow<outbox::pg::PgError>(
+      [&] { outbox::lab::WriteLoanWithEvent(*store, 2, &history); });
+
+  REQUIRE(error.has_value());
+  CHECK(error->connection_lost());
+  CHECK(TxnTypes(path, "evt-1001") == std::vector<std::string>{"invoke", "ok"});
+  // The session ended before its commit completed: the server rolled loan 2 back.
+  ddl.Exec("DROP TRIGGER end_session ON business_loan", "drop the trigger");
+  CHECK(ddl.QueryInt("SELECT COUNT(*) FROM business_loan", {}, "count the loans") == 1);
+  return TxnTypes(path, "evt-1002");
+}
+
+}  // namespace
+
+TEST_CASE("WriteLoanWithEvent on PostgreSQL records a COMMIT that lost its connection as indeterminate", "[postgres]") {
+  // The writer cannot tell whether the server made it durable before the connection went.
+  CHECK(WriteWithConnectionLost(true) == std::vector<std::string>{"invoke", "info"});
+}
+
+TEST_CASE("WriteLoanWithEvent on PostgreSQL records a connection lost before its COMMIT as failed", "[postgres]") {
+  CHECK(WriteWithConnectionLost(false) == std::vector<std::string>{"invoke", "fail"});
 }
