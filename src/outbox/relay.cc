@@ -307,12 +307,14 @@ BatchReport Relay::FinishBatch() {
   }
   Phase("mark", claim.token);
   HitFailpoint("relay.after_mark");
+  settled_since_checkpoint_ += report.claimed;
   if (report.claimed < options_.batch_size) CheckpointAfterSettle();
   return report;
 }
 
 void Relay::CheckpointAfterSettle() {
-  if (!options_.checkpoint_after_settle) return;
+  if (!options_.checkpoint_after_settle || settled_since_checkpoint_ < kCheckpointAfterRows) return;
+  settled_since_checkpoint_ = 0;
   try {
     store_.CheckpointPassive();
   } catch (const DbError&) {

@@ -333,10 +333,13 @@ Store::Store(const std::string& path, const StoreOptions& options, OpenMode mode
       mark_(options.mark),
       connection_(CheckPath(path, mode), OpenFlags(mode, path)) {
   try {
-    if (mode == OpenMode::kReadOnly)
+    if (mode == OpenMode::kReadOnly) {
       OpenReadOnly(options);
-    else
+    } else {
       Open(options, mode);
+      // Writers of this file take turns for the write lock (Connection::EnableWriterTurns).
+      if (path != ":memory:" && !path.empty()) connection_.EnableWriterTurns(path + "-turn");
+    }
   } catch (const PhrasedDbError&) {
     throw;
   } catch (const DbError& e) {

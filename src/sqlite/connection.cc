@@ -1,6 +1,15 @@
 #include "outbox/sqlite/connection.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <iterator>
+#include <thread>
 
 #include "outbox/error.h"
 
@@ -212,7 +221,84 @@ std::int64_t Connection::QueryInt64(std::string_view sql) {
   return stmt.ColumnInt64(0);
 }
 
-void Connection::SetBusyTimeout(int timeout_ms) { sqlite3_busy_timeout(db_.get(), timeout_ms); }
+Connection& Connection::operator=(Connection&& other) noexcept {
+  db_ = std::move(other.db_);
+  busy_ = std::move(other.busy_);
+  path_ = std::move(other.path_);
+  return *this;
+}
+
+void Connection::SetBusyTimeout(int timeout_ms) {
+  busy_->timeout_ms = std::max(timeout_ms, 0);
+  if (timeout_ms <= 0) {
+    sqlite3_busy_handler(db_.get(), nullptr, nullptr);  // fail with SQLITE_BUSY at once
+    return;
+  }
+  sqlite3_busy_handler(db_.get(), &Connection::OnBusy, busy_.get());
+}
+
+namespace {
+
+std::int64_t SteadyMicros() noexcept {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Connection::BusyWait::~BusyWait() {
+  if (turn_fd >= 0) ::close(turn_fd);  // drops the flock too
+}
+
+int Connection::OnBusy(void* state, int count) noexcept {
+  // The lock is a non-blocking fcntl(2) lock (this SQLite is built without
+  // SQLITE_ENABLE_SETLK_TIMEOUT), so the only way to wait for it is to try again.
+  // A lock wait, not an event time: the steady clock, as SQLite's own handler.
+  constexpr int kFirstSleepsUs[] = {20, 50, 100, 200};
+  auto* wait = static_cast<BusyWait*>(state);
+  const std::int64_t now_us = SteadyMicros();
+  if (count == 0) wait->started_us = now_us;
+  const std::int64_t left_us = std::int64_t{wait->timeout_ms} * 1000 - (now_us - wait->started_us);
+  if (left_us <= 0) return 0;  // SQLITE_BUSY to the caller
+  // Announce the wait (LOCK_NB: a connection checking for waiters holds LOCK_EX for an instant;
+  // then the next retry announces).
+  if (wait->turn_fd >= 0 && wait->may_announce && !wait->announced)
+    wait->announced = flock(wait->turn_fd, LOCK_SH | LOCK_NB) == 0;
+  int sleep_us =
+      count < static_cast<int>(std::size(kFirstSleepsUs)) ? kFirstSleepsUs[count] : kBusyRetryMaxUs;
+  // The holder lets an announced waiter through at its next transaction: be there soon.
+  if (wait->announced) sleep_us = std::min(sleep_us, kAnnouncedRetryUs);
+  std::this_thread::sleep_for(std::chrono::microseconds(std::min<std::int64_t>(sleep_us, left_us)));
+  return 1;
+}
+
+void Connection::EnableWriterTurns(const std::string& turn_file) noexcept {
+  if (!busy_ || busy_->turn_fd >= 0) return;
+  int fd = ::open(turn_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fd = ::open(turn_file.c_str(), O_RDONLY | O_CLOEXEC);
+  busy_->turn_fd = fd;  // -1: no turns
+}
+
+void Connection::YieldToWaiters() noexcept {
+  if (!busy_ || busy_->turn_fd < 0) return;
+  busy_->may_announce = true;
+  const std::int64_t until_us = SteadyMicros() + kTurnYieldMaxUs;
+  // LOCK_EX succeeds only when no connection holds LOCK_SH: no one announced a wait.
+  while (flock(busy_->turn_fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK || SteadyMicros() >= until_us) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  flock(busy_->turn_fd, LOCK_UN);
+}
+
+void Connection::EndBusyWait() noexcept {
+  if (!busy_) return;
+  busy_->may_announce = false;
+  if (!busy_->announced) return;
+  flock(busy_->turn_fd, LOCK_UN);
+  busy_->announced = false;
+}
 
 std::int64_t Connection::Changes() const noexcept { return sqlite3_changes64(db_.get()); }
 
@@ -221,7 +307,14 @@ std::int64_t Connection::LastInsertRowid() const noexcept {
 }
 
 Transaction::Transaction(Connection& connection) : connection_(connection) {
-  connection_.Exec("BEGIN IMMEDIATE");
+  connection_.YieldToWaiters();
+  try {
+    connection_.Exec("BEGIN IMMEDIATE");
+  } catch (...) {
+    connection_.EndBusyWait();
+    throw;
+  }
+  connection_.EndBusyWait();
 }
 
 Transaction::~Transaction() {

@@ -63,14 +63,43 @@ class Connection {
   // Opens uri (a "file:" URI; flags must include SQLITE_OPEN_URI) and names the
   // connection path in messages and path(). Throws DbError as above.
   Connection(const std::string& path, int flags, const std::string& uri);
+  Connection(Connection&&) noexcept = default;
+  // Closes this connection before it frees this connection's busy-handler state.
+  Connection& operator=(Connection&& other) noexcept;
 
   // Executes one or more statements without results. Throws DbError.
   void Exec(std::string_view sql);
   Statement Prepare(std::string_view sql) { return Statement(db_.get(), sql); }
   // Runs a query that yields one integer (e.g. COUNT(*)). Throws DbError.
   std::int64_t QueryInt64(std::string_view sql);
-  // sqlite3_busy_timeout: how long a statement waits for another writer's lock, ms.
+  // How long a statement waits for another connection's lock before it fails
+  // with SQLITE_BUSY, in ms (0: fail at once). Like sqlite3_busy_timeout, but
+  // it retries every kBusyRetryMaxUs at most: SQLite's own handler sleeps 1, 2,
+  // 5, ... then 100 ms between tries (sqlite3.c, sqliteDefaultBusyCallback), so
+  // against a writer that commits 1,000 times a second, which frees the lock
+  // for well under a millisecond each time, it loses nearly every race and
+  // waited up to 1.1 s for one mark (issue 8; README, "Latency").
   void SetBusyTimeout(int timeout_ms);
+  // Takes turns for the write lock with the other connections that call this
+  // with the same turn_file (the store passes "<database>-turn"): a connection
+  // that has waited for the lock once says so with flock(LOCK_SH) on the file,
+  // and a connection about to begin a write transaction (Transaction) first
+  // lets such a waiter through, for at most kTurnYieldMaxUs. Without it SQLite's
+  // lock is not a queue: a writer that commits back to back frees it for a few
+  // microseconds at a time, and another process retrying every
+  // kBusyRetryMaxUs almost never gets it (issue 8: a relay's mark waited 1.1 s
+  // behind a `write --rate 1000` child; README, "Latency"). flock(2), not
+  // fcntl(2): closing a descriptor would drop SQLite's own fcntl locks, never
+  // a flock; the kernel drops a killed process's flock. When the file cannot be
+  // opened (a read-only directory) turns are off and the busy timeout still holds.
+  void EnableWriterTurns(const std::string& turn_file) noexcept;
+  // Called by Transaction before BEGIN IMMEDIATE: waits (sleeping 20 us at a
+  // time, at most kTurnYieldMaxUs) while another connection announces a wait,
+  // then lets this connection's busy waits announce themselves.
+  void YieldToWaiters() noexcept;
+  // Called by Transaction after BEGIN IMMEDIATE: withdraws this connection's
+  // announcement, if any (it has the lock, or gave up).
+  void EndBusyWait() noexcept;
   // Rows changed by the last INSERT, UPDATE or DELETE on this connection (sqlite3_changes64).
   std::int64_t Changes() const noexcept;
   // Rowid of the last successful INSERT on this connection, 0 when none (sqlite3_last_insert_rowid).
@@ -80,9 +109,36 @@ class Connection {
   const std::string& path() const noexcept { return path_; }
 
  private:
+  // The busy handler's state; on the heap, so its address (given to SQLite) survives a move.
+  struct BusyWait {
+    BusyWait() = default;
+    BusyWait(const BusyWait&) = delete;
+    BusyWait& operator=(const BusyWait&) = delete;
+    ~BusyWait();
+    int timeout_ms = 0;
+    std::int64_t started_us = 0;  // steady clock, at the first retry of the current wait
+    int turn_fd = -1;             // the turn file (EnableWriterTurns), owned; -1: none
+    bool announced = false;       // this connection holds LOCK_SH on turn_fd: it waits
+    bool may_announce = false;    // in Transaction's BEGIN IMMEDIATE (only it ends the announcement)
+  };
+  static int OnBusy(void* wait, int count) noexcept;
+
   std::string path_;
+  std::unique_ptr<BusyWait> busy_ = std::make_unique<BusyWait>();
+  // Closed before busy_ is freed (members are destroyed in reverse order).
   std::unique_ptr<sqlite3, ConnectionDeleter> db_;
 };
+
+// The longest sleep between two tries for a lock, in microseconds (the first
+// tries come sooner: 20, 50, 100, 200 us). A try is two fcntl(2) calls, so
+// waiting out a 5 s lock costs about 10,000 tries.
+inline constexpr int kBusyRetryMaxUs = 500;
+// How long a connection starting a write transaction lets an announced waiter
+// go first, at most, in microseconds: a few of the waiter's retries on a loaded
+// machine, and the most a waiter that is stopped (SIGSTOP) costs each writer.
+inline constexpr int kTurnYieldMaxUs = 3000;
+// An announced waiter's sleep between tries, in microseconds.
+inline constexpr int kAnnouncedRetryUs = 50;
 
 // A scoped write transaction. BEGIN IMMEDIATE takes the write lock up front,
 // so a busy database fails here (after the busy timeout) and not at COMMIT
