@@ -82,6 +82,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
   BenchmarkOptions options = given;
   if (!options.store.clock) options.store.clock = &system_clock;
   kafka::MakeConf(options.properties);  // an invalid -X fails before minutes of work
+  if (!options.postgres_url.empty()) bench::RequirePostgresBenchUrl(options.postgres_url);
   auto progress = [&options](const std::string& line) {
     if (options.progress) options.progress(line);
   };

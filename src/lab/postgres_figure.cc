@@ -26,10 +26,12 @@ struct PqFree {
   void operator()(char* memory) const noexcept { PQfreemem(memory); }
 };
 
+}  // namespace
+
 // The bench puts its schemas first in search_path through the URL's options=, which would
 // replace the user's own options= (libpq keeps the last): refuse such a URL instead of silently
 // measuring under other settings. libpq parses the URL (PQconninfoParse).
-void RequireNoOptions(const std::string& url) {
+void RequirePostgresBenchUrl(const std::string& url) {
   char* error = nullptr;
   std::unique_ptr<PQconninfoOption, ConninfoFree> parsed(PQconninfoParse(url.c_str(), &error));
   std::unique_ptr<char, PqFree> error_owner(error);
@@ -44,7 +46,10 @@ void RequireNoOptions(const std::string& url) {
           "DATABASE ... SET instead)",
           pg::RedactPassword(url)));
   }
+  pg::Connection probe(url);  // an unreachable server fails now, not after the SQLite figures
 }
+
+namespace {
 
 // A schema of the bench's own in the URL's database, dropped with everything in it on scope exit;
 // url() connects with it as the search_path, so the lab's tables land there. The name is ours
@@ -224,7 +229,7 @@ WritePathFigure MeasurePgWritePath(const BenchmarkOptions& options, pg::Connecti
 
 PostgresFigures MeasurePostgres(const BenchmarkOptions& options, const std::string& brokers,
                                 const std::string& topic, const ThroughputFigure& raw) {
-  RequireNoOptions(options.postgres_url);
+  RequirePostgresBenchUrl(options.postgres_url);
   pg::Connection admin(options.postgres_url);
   PostgresFigures figures;
   figures.server = admin.display_url();
