@@ -61,6 +61,13 @@ match the chapter's (0, 1, 2, ...).
   ./run.sh stop-broker    stop the embedded broker (SIGTERM by PID) and remove its state files
   ./run.sh broker-status  print its address and PID, or "not running" (exit 3)
 
+PostgreSQL: with OUTBOX_BACKEND=postgres, run.sh starts the throwaway PostgreSQL 15 server of
+scripts/postgres.sh (127.0.0.1:\${OUTBOX_PG_PORT:-55432}, database outbox_lab) if it is not
+running, and gives the lab --db of its URL in place of -Doutbox.db=PATH or --db PATH (or of
+none): the chapter's commands then run on PostgreSQL, and \`./run.sh demo\` runs the chapter's
+experiment there (scenarios/pg-chapter.sh). A --db postgresql://... URL of that server's
+address starts it too; a URL of any other server is passed on untouched.
+
 run.sh's own failures exit $kRunShFailed; all other codes are the lab's.
 
 EOF
@@ -184,6 +191,28 @@ stop_broker() {
   STOPPED_PID=$pid
 }
 
+# --- PostgreSQL ----------------------------------------------------------------------------------------
+
+# OUTBOX_BACKEND: sqlite (the default, also when empty) or postgres; anything else is a typo
+# that would otherwise run the chapter on the wrong database.
+backend=${OUTBOX_BACKEND:-sqlite}
+case "$backend" in
+  sqlite | postgres) ;;
+  *) die "OUTBOX_BACKEND=$backend: must be sqlite or postgres" ;;
+esac
+
+# Starts scripts/postgres.sh's server unless it runs, and prints its URL.
+ensure_postgres() {
+  "$repo/scripts/postgres.sh" start ||
+    die "scripts/postgres.sh start failed (exit $?); scripts/install-deps.sh installs postgresql-15"
+}
+
+# True when URL $1 names the throwaway server's address (127.0.0.1 or localhost, its port).
+is_throwaway_postgres() {
+  local port=${OUTBOX_PG_PORT:-55432}
+  [[ $1 =~ ^postgres(ql)?://([^@/]*@)?(127\.0\.0\.1|localhost):$port(/|$) ]]
+}
+
 # --- run.sh's own commands ---------------------------------------------------------------------------
 
 case "${1:-}" in
@@ -216,6 +245,12 @@ case "${1:-}" in
     build
     export OUTBOX_LAB_BIN=$bin
     ensure_state_dir
+    if [ "$backend" = postgres ]; then
+      OUTBOX_PG_URL=$(ensure_postgres) || exit "$kRunShFailed"
+      export OUTBOX_PG_URL
+      say "OUTBOX_BACKEND=postgres: the chapter on $OUTBOX_PG_URL (a schema of its own, dropped at the end)"
+      exec bash "$repo/scenarios/pg-chapter.sh"
+    fi
     exec bash "$repo/scenarios/outbox-crash.sh" --report "$state/report"
     ;;
   report-screenshot)
@@ -235,14 +270,36 @@ has_brokers=0
 wants_help=0
 no_kafka=0
 expect_value=0
+db_given=0
+db_value_next=0
+db_values=()
 for arg in "$@"; do
   if [ "$expect_value" -eq 1 ]; then
     args+=("$arg")
     expect_value=0
+    if [ "$db_value_next" -eq 1 ]; then
+      db_values+=("$arg")
+      db_value_next=0
+    fi
     continue
   fi
   case "$arg" in
-    -Doutbox.db=*) args+=(--db "${arg#-Doutbox.db=}") ;;
+    -Doutbox.db=*)
+      args+=(--db "${arg#-Doutbox.db=}")
+      db_given=1
+      db_values+=("${arg#-Doutbox.db=}")
+      ;;
+    --db=*)
+      args+=("$arg")
+      db_given=1
+      db_values+=("${arg#--db=}")
+      ;;
+    --db)
+      args+=("$arg")
+      expect_value=1
+      db_given=1
+      db_value_next=1
+      ;;
     # With a space instead of '=': passed on as it is, so the lab names the fix; the path after
     # it is not the subcommand.
     -Doutbox.db)
@@ -266,7 +323,7 @@ for arg in "$@"; do
       args+=("$arg")
       ;;
     # Global options that take a value: their value is not the subcommand.
-    --db | --topic | -X | --synchronous | --busy-timeout | --busy-timeout-ms)
+    --topic | -X | --synchronous | --busy-timeout | --busy-timeout-ms)
       args+=("$arg")
       [ -n "$subcommand" ] || expect_value=1
       ;;
@@ -282,12 +339,49 @@ done
 
 build
 
+# OUTBOX_BACKEND=postgres: the throwaway server's URL in place of every --db value (the chapter's
+# -Doutbox.db=PATH included), or added when none was given. A --db postgresql:// URL of the
+# throwaway server's address starts that server whatever OUTBOX_BACKEND says. --help needs none.
+if [ "$wants_help" -eq 0 ]; then
+  pg_url=""
+  if [ "$backend" = postgres ]; then
+    pg_url=$(ensure_postgres) || exit "$kRunShFailed"
+    replaced=()
+    next_is_db=0
+    for arg in "${args[@]}"; do
+      if [ "$next_is_db" -eq 1 ]; then
+        [ "$arg" = "$pg_url" ] || say "OUTBOX_BACKEND=postgres: --db $arg becomes --db $pg_url"
+        replaced+=("$pg_url")
+        next_is_db=0
+        continue
+      fi
+      case "$arg" in
+        --db) replaced+=("$arg"); next_is_db=1 ;;
+        --db=*)
+          [ "${arg#--db=}" = "$pg_url" ] || say "OUTBOX_BACKEND=postgres: $arg becomes --db $pg_url"
+          replaced+=(--db "$pg_url")
+          ;;
+        *) replaced+=("$arg") ;;
+      esac
+    done
+    args=("${replaced[@]}")
+    [ "$db_given" -eq 1 ] || args=(--db "$pg_url" "${args[@]}")
+  else
+    for value in "${db_values[@]}"; do
+      if is_throwaway_postgres "$value"; then
+        ensure_postgres >/dev/null || exit "$kRunShFailed"
+        break
+      fi
+    done
+  fi
+fi
+
 # Those that never talk to Kafka; bench starts a broker of its own. Any other subcommand,
 # including ones added later, gets the embedded broker.
 needs_broker=1
 case "$subcommand" in
   "" | reset | naive-hold | write-hold | rollback | broker) needs_broker=0 ;;
-  broker-ctl | write | failpoints | status | metrics | purge | unpark | bench) needs_broker=0 ;;
+  broker-ctl | write | failpoints | status | metrics | purge | unpark | parked | bench) needs_broker=0 ;;
 esac
 if [ "$wants_help" -eq 1 ] || [ "$no_kafka" -eq 1 ] || [ "$has_brokers" -eq 1 ] ||
    [ -n "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then

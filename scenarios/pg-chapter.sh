@@ -98,11 +98,11 @@ expect_rc 0 "check (valid)"
 expect_line '^\[check\] ok=8 lost=0 duplicated=3 phantom=0 atomicity=0 lost-after-mark=0 stuck=0 order-violations=0$' "$OUT"
 expect_line '^\[check\] valid$' "$OUT"
 
-step "commands and SQLite options not ported to PostgreSQL fail with one line and exit 18"
-run purge --older-than 1h
-expect_rc 18 "purge on PostgreSQL"
-expect_error_line "purge on PostgreSQL"
-expect_line '^outbox-lab: error: purge does not run on PostgreSQL yet' "$ERR"
+step "commands and SQLite options not ported to PostgreSQL fail with one line and exit 18 (purge, unpark and parked run there: pg-park-purge.sh)"
+run batch-loop
+expect_rc 18 "batch-loop on PostgreSQL"
+expect_error_line "batch-loop on PostgreSQL"
+expect_line '^outbox-lab: error: batch-loop does not run on PostgreSQL yet' "$ERR"
 run --synchronous off status
 expect_rc 18 "--synchronous off on PostgreSQL"
 expect_error_line "--synchronous off on PostgreSQL"

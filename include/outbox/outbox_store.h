@@ -40,6 +40,8 @@ struct LeaderLease;
 struct LeaseAcquisition;
 struct PageRequest;
 struct CheckpointReport;
+struct TroubledRows;
+struct PurgeReport;
 
 // Which database an OutboxStore talks to.
 enum class Backend { kSqlite, kPostgres };
@@ -138,6 +140,35 @@ class OutboxStore {
   // returns 0 (status says it is not measured there). Neither throws on PostgreSQL.
   virtual CheckpointReport CheckpointPassive() = 0;
   virtual std::int64_t WalSizeBytes() const = 0;
+
+  // --- The operator's commands: parked, unpark, purge (README, "Parked rows" and "Purge") ---
+
+  // Parked rows and rows failing in backoff (unpublished, attempts > 0): counts over all of them
+  // and the first limit (> 0) rows, parked first, then in id order, for an operator deciding
+  // what to unpark. now_ms: the caller's clock, epoch ms. Store measures age_ms and
+  // next_attempt_at_ms against it; PgStore measures both on the server's clock (now()) and gives
+  // next_attempt_at_ms as now_ms plus the server's time left, so `parked` shows the right wait
+  // whatever the skew between the two hosts. Read only. Throws ConfigError for limit <= 0.
+  virtual TroubledRows ListTroubled(std::int64_t now_ms, std::int64_t limit) = 0;
+
+  // Makes parked row id claimable again at once (not parked, attempts 0, no backoff; last_error
+  // kept). Returns false when id does not exist, is published, or is not parked.
+  virtual bool Unpark(std::int64_t id) = 0;
+  // Unparks every parked row in one transaction; returns how many.
+  virtual std::int64_t UnparkAll() = 0;
+
+  // Deletes the published rows published more than older_than_ms (>= 0, ms) ago (published_at;
+  // created_at for SQLite rows published before schema 2), batch_size (> 0) rows per
+  // transaction so writers are never held for long; with archive, each batch first copies its
+  // rows into outbox_archive in the same transaction. Never touches an unpublished or parked
+  // row. The cutoff is fixed once, at the start: Store reads clock(); PgStore the server's now(),
+  // the clock that stamped published_at there. Batches committed before an error stay
+  // committed: the error's message says how many. Failpoint purge.mid_batch fires in each batch
+  // before its commit. Store then checkpoints its WAL (TRUNCATE); on PostgreSQL the server's
+  // autovacuum reclaims the space. Throws ConfigError for older_than_ms < 0 or batch_size <= 0,
+  // FailpointError.
+  virtual PurgeReport PurgeOlderThan(std::int64_t older_than_ms, std::int64_t batch_size,
+                                     bool archive) = 0;
 
   // The clock relays and writers read unless given their own (never the lease clock on
   // PostgreSQL: that is the server's).

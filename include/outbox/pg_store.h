@@ -96,6 +96,20 @@ class PgStore : public OutboxStore {
   std::vector<OutboxRow> FetchUnpublished(std::int64_t after_id, std::int64_t limit) override;
   bool MarkPublished(std::int64_t id) override;
 
+  // The operator's commands (OutboxStore): parked, unpark, purge, on the server's clock.
+  // ListTroubled reads in one REPEATABLE READ transaction; age_ms is the server's now() minus
+  // created_at, next_attempt_at_ms is now_ms plus the server's time left until next_attempt_at.
+  // PurgeOlderThan fixes its cutoff once from the server's now() and deletes (with archive:
+  // copies to outbox_archive, published true, archived_at the server's epoch ms, then deletes)
+  // in one statement per batch. Each throws ConfigError for a bad limit, age or batch size,
+  // FailpointError (purge.mid_batch), pg::PgError; a purge's PgError keeps the SQLSTATE and says
+  // how many batches and rows were committed before it.
+  TroubledRows ListTroubled(std::int64_t now_ms, std::int64_t limit) override;
+  bool Unpark(std::int64_t id) override;
+  std::int64_t UnparkAll() override;
+  PurgeReport PurgeOlderThan(std::int64_t older_than_ms, std::int64_t batch_size,
+                             bool archive) override;
+
   // Claims up to request.limit claimable rows (unpublished, not parked, no live lease, backoff
   // over; with block_key only the oldest unpublished row of each aggregate) for lease_ms of the
   // server's clock. request.now_ms, after_id and up_to_id are ignored: the server's clock and the

@@ -545,6 +545,10 @@ class Store : public OutboxStore {
   // parked rows. Checkpoints the WAL afterwards (wal_checkpoint(TRUNCATE)) so
   // it does not grow with purged history. Throws DbError.
   PurgeReport PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_size, bool archive);
+  // OutboxStore's purge: PurgePublished(clock().EpochMs() - older_than_ms, ...). Throws
+  // ConfigError for older_than_ms < 0, then as PurgePublished.
+  PurgeReport PurgeOlderThan(std::int64_t older_than_ms, std::int64_t batch_size,
+                             bool archive) override;
 
   // Copies what it can of the WAL into the database file without waiting for
   // any reader or writer (SQLITE_CHECKPOINT_PASSIVE,

@@ -13,6 +13,7 @@
 #include "lab/report.h"
 #include "lab/statistics.h"
 #include "outbox/error.h"
+#include "outbox/pg/connection.h"
 
 namespace outbox::cli {
 namespace {
@@ -80,30 +81,64 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
                 const std::vector<Check>& checks) {
   fmt::print("outbox-lab bench: synchronous={} broker={}{} topic={} batch-size={}\n",
              o.synchronous, r.embedded_broker ? "embedded " : "", r.brokers, r.topic, o.batch_size);
-  const auto row = [](const std::string& figure, const std::string& value,
-                      const std::string& target = "", const std::string& check = "") {
-    fmt::print("{:<48} {:>12}  {:<10} {}\n", figure, value, target, check);
+  // With --db postgresql://, a second column: the figures measured again on that server, n/a
+  // for those measured on SQLite only (benchmark.h).
+  const lab::PostgresFigures* pg = r.postgres ? &*r.postgres : nullptr;
+  if (pg)
+    fmt::print("postgresql: {} (server {}, synchronous_commit={}); the other figures are SQLite's "
+               "only (n/a)\n",
+               pg->server, pg->server_version, pg->synchronous_commit);
+  const auto row = [pg](const std::string& figure, const std::string& value,
+                        const std::string& target = "", const std::string& check = "",
+                        const std::string& pg_value = "n/a") {
+    if (pg)
+      fmt::print("{:<48} {:>12} {:>12}  {:<10} {}\n", figure, value, pg_value, target, check);
+    else
+      fmt::print("{:<48} {:>12}  {:<10} {}\n", figure, value, target, check);
   };
   const auto verdict = [&checks](std::size_t i) { return checks[i].pass() ? "PASS" : "MISS"; };
-  row("figure", "value", "target", "check");
+  // The three ratios compared on both backends: "SQLITE / POSTGRESQL" verdicts.
+  const auto both = [&checks, pg, &verdict](std::size_t i, double pg_value) {
+    if (!pg) return std::string(verdict(i));
+    Check on_pg = checks[i];
+    on_pg.value = pg_value;
+    return fmt::format("{} / {}", verdict(i), on_pg.pass() ? "PASS" : "MISS");
+  };
+  const auto pg_figure = [pg](auto field, const char* format) {
+    return pg ? fmt::format(fmt::runtime(format), field(*pg)) : std::string("n/a");
+  };
+  if (pg)
+    row("figure", "sqlite", "target", "check (sqlite / pg)", "postgresql");
+  else
+    row("figure", "value", "target", "check");
   row(fmt::format("chapter algorithm, {} events (events/s)", Grouped(r.chapter.events)),
-      fmt::format("{:.0f}", r.chapter.events_per_s));
+      fmt::format("{:.0f}", r.chapter.events_per_s), "", "",
+      pg_figure([](const lab::PostgresFigures& f) { return f.chapter.events_per_s; }, "{:.0f}"));
   row(fmt::format("relay, {} events (events/s)", Grouped(r.relay.events)),
-      fmt::format("{:.0f}", r.relay.events_per_s));
+      fmt::format("{:.0f}", r.relay.events_per_s), "", "",
+      pg_figure([](const lab::PostgresFigures& f) { return f.relay.events_per_s; }, "{:.0f}"));
+  // No database in this one: the same ceiling for both columns.
   row(fmt::format("raw produce, {} events (events/s)", Grouped(r.raw.events)),
-      fmt::format("{:.0f}", r.raw.events_per_s));
+      fmt::format("{:.0f}", r.raw.events_per_s), "", "", fmt::format("{:.0f}", r.raw.events_per_s));
   row("relay / chapter", fmt::format("{:.1f}x", r.relay_over_chapter),
-      fmt::format(">= {:g}x", checks[0].target), verdict(0));
+      fmt::format(">= {:g}x", checks[0].target), both(0, pg ? pg->relay_over_chapter : 0),
+      pg_figure([](const lab::PostgresFigures& f) { return f.relay_over_chapter; }, "{:.1f}x"));
   row("relay / raw", fmt::format("{:.2f}", r.relay_over_raw), fmt::format(">= {:g}", checks[1].target),
-      verdict(1));
+      both(1, pg ? pg->relay_over_raw : 0),
+      pg_figure([](const lab::PostgresFigures& f) { return f.relay_over_raw; }, "{:.2f}"));
   row(fmt::format("write business-only, {} txns x {} (txn/s)", Grouped(r.write.txns),
                   r.write.business_only_tps.size()),
-      fmt::format("{:.0f}", r.write.business_only_median_tps));
+      fmt::format("{:.0f}", r.write.business_only_median_tps), "", "",
+      pg_figure([](const lab::PostgresFigures& f) { return f.write.business_only_median_tps; },
+                "{:.0f}"));
   row(fmt::format("write business+outbox, {} txns x {} (txn/s)", Grouped(r.write.txns),
                   r.write.with_outbox_tps.size()),
-      fmt::format("{:.0f}", r.write.with_outbox_median_tps));
+      fmt::format("{:.0f}", r.write.with_outbox_median_tps), "", "",
+      pg_figure([](const lab::PostgresFigures& f) { return f.write.with_outbox_median_tps; },
+                "{:.0f}"));
   row("write ratio (business+outbox / business-only)", fmt::format("{:.3f}", r.write.ratio),
-      fmt::format(">= {:g}", checks[2].target), verdict(2));
+      fmt::format(">= {:g}", checks[2].target), both(2, pg ? pg->write.ratio : 0),
+      pg_figure([](const lab::PostgresFigures& f) { return f.write.ratio; }, "{:.3f}"));
   row(fmt::format("WAL frames per txn, business-only (over {} txns)", r.wal_frames.txns),
       fmt::format("{:.2f}", r.wal_frames.business_only_frames));
   row(fmt::format("WAL frames per txn, business+outbox (over {} txns)", r.wal_frames.txns),
@@ -286,6 +321,34 @@ void PrintJson(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
                            {check.at_least ? "min" : "max", check.target},
                            {"pass", check.pass()}};
   out["targets"] = targets;
+  if (r.postgres) {
+    // Only what was measured on the server; raw produce (no database) is the top-level "raw".
+    const lab::PostgresFigures& pg = *r.postgres;
+    nlohmann::ordered_json pg_targets = nlohmann::ordered_json::object();
+    for (std::size_t i : {0u, 1u, 2u}) {
+      Check check = checks[i];
+      check.value = i == 0 ? pg.relay_over_chapter : i == 1 ? pg.relay_over_raw : pg.write.ratio;
+      pg_targets[check.name] = {{"value", check.value},
+                                {check.at_least ? "min" : "max", check.target},
+                                {"pass", check.pass()}};
+    }
+    out["postgresql"] = {
+        {"server", pg.server},
+        {"server_version", pg.server_version},
+        {"synchronous_commit", pg.synchronous_commit},
+        {"chapter", ThroughputJson(pg.chapter)},
+        {"relay", ThroughputJson(pg.relay)},
+        {"relay_over_chapter", pg.relay_over_chapter},
+        {"relay_over_raw", pg.relay_over_raw},
+        {"write",
+         {{"txns", pg.write.txns},
+          {"business_only_tps", pg.write.business_only_tps},
+          {"with_outbox_tps", pg.write.with_outbox_tps},
+          {"business_only_median_tps", pg.write.business_only_median_tps},
+          {"with_outbox_median_tps", pg.write.with_outbox_median_tps},
+          {"ratio", pg.write.ratio}}},
+        {"targets", pg_targets}};
+  }
   fmt::print("{}\n", lab::DumpJson(out));
 }
 
@@ -299,7 +362,9 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
       "without 1,000,000 published rows, the chapter's relay vs the hand-written batched loop "
       "vs `relay` as whole processes, and the relay's peak RSS draining a large backlog. "
       "Starts the embedded broker unless --brokers is given; uses a fresh topic and temporary "
-      "databases; takes minutes (--quick: seconds)");
+      "databases; takes minutes (--quick: seconds). With --db postgresql://URL, also the "
+      "chapter and relay throughput and the write path on that server (in schemas "
+      "outbox_bench_PID_*, dropped at the end), in a second column");
   auto o = std::make_shared<BenchCliOptions>();
   sub->add_flag("--json", o->json, "Print one JSON object with every number and the parameters");
   sub->add_option("--html", o->html,
@@ -346,7 +411,6 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
                   "put it on the disk to measure");
   return {sub, [&global, o, chapter, events, write, history, polls, rss, drain, latency,
                 idle]() -> ExitCode {
-            RejectPostgres(global, "bench");
             const auto scaled = [&o](const CLI::Option* option, std::int64_t value) {
               return o->quick && option->count() == 0 ? std::max<std::int64_t>(1, value / kQuickDivisor)
                                                       : value;
@@ -359,6 +423,9 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
             options.store = global.MakeStoreOptions();
             options.synchronous = global.synchronous;
             options.work_parent = o->work_dir;
+            // The SQLite figures always run on temporary files; a postgresql:// --db adds the
+            // PostgreSQL column (benchmark.h). An SQLite --db is not touched.
+            if (pg::IsPostgresUrl(global.db)) options.postgres_url = global.db;
             options.chapter_events = scaled(chapter, o->chapter_events);
             options.events = scaled(events, o->events);
             options.batch_size = o->batch_size;

@@ -4,6 +4,7 @@
 
 #include "cli/command.h"
 #include "lab/json_bytes.h"
+#include "lab/loans.h"
 #include "outbox/error.h"
 
 namespace outbox::cli {
@@ -22,10 +23,9 @@ Command AddParkedCommand(CLI::App& app, const GlobalOptions& global) {
       ->check(PositiveInteger())
       ->capture_default_str();
   return {sub, [&global, o]() -> ExitCode {
-            RejectPostgres(global, "parked");
-            Store store(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
-            const std::int64_t now_ms = store.clock().EpochMs();
-            const TroubledRows troubled = store.ListTroubled(now_ms, o->limit);
+            auto store = lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
+            const std::int64_t now_ms = store->clock().EpochMs();
+            const TroubledRows troubled = store->ListTroubled(now_ms, o->limit);
             if (o->json) {
               nlohmann::ordered_json out;
               out["parked"] = troubled.parked;

@@ -4,7 +4,9 @@
 
 #include "cli/command.h"
 #include "cli/duration.h"
+#include "lab/loans.h"
 #include "outbox/error.h"
+#include "outbox/pg/connection.h"
 
 namespace outbox::cli {
 
@@ -28,9 +30,8 @@ Command AddPurgeCommand(CLI::App& app, const GlobalOptions& global) {
       ->check(PositiveInteger())
       ->capture_default_str();
   return {sub, [&global, o]() -> ExitCode {
-            RejectPostgres(global, "purge");
-            Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
-            const PurgeReport r = store.PurgePublished(store.clock().EpochMs() - o->older_than_ms, o->batch_size, o->archive);
+            auto store = lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
+            const PurgeReport r = store->PurgeOlderThan(o->older_than_ms, o->batch_size, o->archive);
             fmt::print("[purge] deleted={} archived={} batches={}\n", r.deleted, r.archived, r.batches);
             return ExitCode::kOk;
           }};
@@ -47,17 +48,17 @@ Command AddUnparkCommand(CLI::App& app, const GlobalOptions& global) {
   auto* id = sub->add_option("ID", o->id, "Outbox id of the parked row")->check(PositiveInteger());
   sub->add_flag("--all", o->all, "Unpark every parked row")->excludes(id);
   return {sub, [&global, o, id]() -> ExitCode {
-            RejectPostgres(global, "unpark");
             if (!o->all && id->count() == 0)
               throw CommandError(ExitCode::kUsage, "unpark: give an outbox id or --all");
-            Store store(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
+            auto store = lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
             if (o->all) {
-              fmt::print("[unpark] unparked={}\n", store.UnparkAll());
+              fmt::print("[unpark] unparked={}\n", store->UnparkAll());
               return ExitCode::kOk;
             }
-            if (!store.Unpark(o->id))
+            if (!store->Unpark(o->id))
               throw CommandError(ExitCode::kPrecondition,
-                                 fmt::format("unpark: no parked row with id {} in '{}'", o->id, global.db));
+                                 fmt::format("unpark: no parked row with id {} in '{}'", o->id,
+                                             pg::RedactPassword(global.db)));
             fmt::print("[unpark] unparked id={}\n", o->id);
             return ExitCode::kOk;
           }};

@@ -98,6 +98,13 @@ CheckpointFigure MeasureCheckpoint(const BenchmarkOptions& options, const TempDi
 LatencyFigure MeasureLatency(const BenchmarkOptions& options, const TempDir& dir,
                              const std::string& brokers, const std::string& topic,
                              Workload workload);                                  // latency_figure.cc
+// Throws ConfigError when url carries options= of its own (the bench sets search_path there),
+// pg::PgError when the server cannot be reached. RunBenchmark calls it before any figure.
+void RequirePostgresBenchUrl(const std::string& url);  // postgres_figure.cc
+// postgres_figure.cc: the relay pair and the write path on options.postgres_url, raw the SQLite
+// run's raw produce figure.
+PostgresFigures MeasurePostgres(const BenchmarkOptions& options, const std::string& brokers,
+                                const std::string& topic, const ThroughputFigure& raw);
 IdleFigure MeasureIdle(const BenchmarkOptions& options, const TempDir& dir,
                        const std::string& brokers, const std::string& topic);     // latency_figure.cc
 

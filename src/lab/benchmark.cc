@@ -82,6 +82,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
   BenchmarkOptions options = given;
   if (!options.store.clock) options.store.clock = &system_clock;
   kafka::MakeConf(options.properties);  // an invalid -X fails before minutes of work
+  if (!options.postgres_url.empty()) bench::RequirePostgresBenchUrl(options.postgres_url);
   auto progress = [&options](const std::string& line) {
     if (options.progress) options.progress(line);
   };
@@ -117,6 +118,8 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
   result.fsync_us.push_back(MeasureFsyncUs(dir));
   result.write = MeasureWritePath(options, dir);
   result.fsync_us.push_back(MeasureFsyncUs(dir));
+  if (!options.postgres_url.empty())
+    result.postgres = MeasurePostgres(options, result.brokers, result.topic, result.raw);
   progress("WAL frames per transaction, and the mark by id vs by range");
   result.wal_frames = MeasureWalFrames(options, dir);
   result.mark = MeasureMark(options, dir);

@@ -25,7 +25,14 @@
 //   idle CPU          a `relay` child on an empty outbox: utime + stime from
 //                     /proc/PID/stat over a window, as % of one core.
 //
-// Every figure runs on a fresh SQLite file under a temporary directory that
+// PostgreSQL (BenchmarkOptions::postgres_url, issue 12 item 7): the relay
+// throughput pair (chapter with relay, interleaved) and the write path again,
+// on that server, in schemas of the bench's own (outbox_bench_PID_N, created
+// in the URL's database and dropped with CASCADE at the end; a bench killed
+// with -9 leaves them behind); relay / raw divides by the same raw produce
+// figure (no database). The other figures are SQLite's only.
+//
+// Every SQLite figure runs on a fresh SQLite file under a temporary directory that
 // is removed at the end. The embedded broker and the RSS relay run as child
 // processes of lab_binary (`broker`, `relay` subcommands), so neither the
 // broker's memory nor its CPU accounting lands in the relay's numbers; both
@@ -43,6 +50,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +89,10 @@ struct BenchmarkOptions {
   // Parent of the temporary directory; empty means TMPDIR or /tmp. Put it on
   // the disk you want to measure: fsync cost dominates the write path.
   std::string work_parent;
+  // A postgresql:// URL: also measure the relays and the write path on that server (above).
+  // Empty: SQLite only. The URL must not carry options= of its own (the bench sets search_path
+  // there).
+  std::string postgres_url;
 
   std::int64_t chapter_events = 2000;    // rows the chapter's relay sends, > 0
   std::int64_t events = 200000;          // rows the Relay and raw produce send, > 0
@@ -224,6 +236,18 @@ struct CheckpointFigure {
   std::int64_t without_wal_bytes = 0;
 };
 
+// The figures measured again on PostgreSQL, as their SQLite namesakes.
+struct PostgresFigures {
+  std::string server;  // the URL without its password
+  std::string server_version;  // SHOW server_version
+  std::string synchronous_commit;  // SHOW synchronous_commit, the setting the writes ran under
+  ThroughputFigure chapter;
+  ThroughputFigure relay;
+  double relay_over_chapter = 0;
+  double relay_over_raw = 0;  // relay events/s ÷ BenchmarkResult::raw events/s
+  WritePathFigure write;
+};
+
 struct BenchmarkResult {
   std::string brokers;  // bootstrap servers used
   bool embedded_broker = false;
@@ -248,6 +272,7 @@ struct BenchmarkResult {
   CheckpointFigure checkpoint;
   std::vector<LatencyFigure> latency;  // own, 50, zipf
   IdleFigure idle;
+  std::optional<PostgresFigures> postgres;  // with BenchmarkOptions::postgres_url only
 };
 
 // Throws ConfigError naming the field when a count is <= 0.
@@ -256,7 +281,7 @@ void ValidateBenchmarkOptions(const BenchmarkOptions& options);
 // Runs every figure in the order above. Takes minutes at the defaults.
 // Throws ConfigError (invalid options or properties), KafkaError when the
 // embedded broker does not start within 15 s or a figure's deliveries fail,
-// DbError from SQLite, SystemError when the work directory or a child process
+// DbError from SQLite, pg::PgError from PostgreSQL, SystemError when the work directory or a child process
 // cannot be created, and Error when the relay child exits with a non-zero
 // status or leaves rows pending.
 BenchmarkResult RunBenchmark(const BenchmarkOptions& options);

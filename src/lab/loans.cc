@@ -34,6 +34,8 @@ CREATE TABLE business_loan (
 );
 )sql";
 
+}  // namespace
+
 void InsertLoan(pg::Connection& connection, const Loan& loan) {
   connection.Query(
       "INSERT INTO business_loan(loan_id, book_id, member_id, status, created_at) "
@@ -43,6 +45,8 @@ void InsertLoan(pg::Connection& connection, const Loan& loan) {
        pg::Param::Int(loan.created_at_ms)},
       fmt::format("insert loan '{}'", loan.loan_id));
 }
+
+namespace {
 
 void RenewLoan(pg::Connection& connection, const std::string& loan_id) {
   connection.Query("UPDATE business_loan SET status = $2 WHERE loan_id = $1",

@@ -127,6 +127,9 @@ LabSnapshot ReadLabSnapshot(OutboxStore& store);
 // Inserts loan. Call inside a transaction from Store::BeginWrite(). Throws DbError
 // (SQLITE_CONSTRAINT_PRIMARYKEY when loan_id exists).
 void InsertLoan(sqlite::Connection& connection, const Loan& loan);
+// The same on PostgreSQL: call with the connection of a transaction from PgStore::BeginWrite().
+// Throws pg::PgError (SQLSTATE 23505 when loan_id exists).
+void InsertLoan(pg::Connection& connection, const Loan& loan);
 
 // The next chapter index for write/write-hold: Store::NextId(), one past the
 // highest outbox id ever assigned, so numbering continues after earlier runs,

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "outbox/failpoint.h"
+
 namespace outbox {
 namespace {
 
@@ -376,6 +378,129 @@ std::int64_t PgStore::ReleaseClaimsOf(const std::string& owner) {
              "WHERE claim_owner = $1 AND NOT published",
              {pg::Param::Text(owner)}, "release a dead relay's claims")
       .Affected();
+}
+
+// --- The operator's commands: parked, unpark, purge ---
+
+TroubledRows PgStore::ListTroubled(std::int64_t now_ms, std::int64_t limit) {
+  if (limit <= 0)
+    throw ConfigError(fmt::format("list parked rows: limit {}: must be at least 1", limit));
+  TroubledRows out;
+  pg::Transaction txn = BeginRead();  // the counts and the rows of one snapshot
+  const pg::Result counts = connection_.Query(
+      "SELECT COUNT(*) FILTER (WHERE parked_at IS NOT NULL), "
+      "COUNT(*) FILTER (WHERE parked_at IS NULL AND attempts > 0) FROM outbox WHERE NOT published",
+      {}, "count the parked rows");
+  out.parked = counts.Int(0, 0);
+  out.failing = counts.Int(0, 1);
+  // next_attempt_at is '-infinity' for a row never failed or unparked: no wait, 0.
+  const pg::Result rows = connection_.Query(
+      "SELECT id, event_id, aggregate_id, event_type, (parked_at IS NOT NULL)::int, attempts, "
+      "COALESCE(last_error, ''), "
+      "GREATEST(0, (extract(epoch FROM now()) * 1000)::bigint - created_at), "
+      "CASE WHEN isfinite(next_attempt_at) "
+      "THEN (extract(epoch FROM next_attempt_at - now()) * 1000)::bigint ELSE 0 END "
+      "FROM outbox WHERE NOT published AND (parked_at IS NOT NULL OR attempts > 0) "
+      "ORDER BY parked_at IS NULL, id LIMIT $1",
+      {pg::Param::Int(limit)}, "list the parked rows");
+  txn.Commit();
+  for (int i = 0; i < rows.rows(); ++i) {
+    TroubledRow row;
+    row.id = rows.Int(i, 0);
+    row.event_id = rows.Text(i, 1);
+    row.aggregate_id = rows.Text(i, 2);
+    row.event_type = rows.Text(i, 3);
+    row.parked = rows.Int(i, 4) == 1;
+    row.attempts = rows.Int(i, 5);
+    row.last_error = rows.Text(i, 6);
+    row.age_ms = rows.Int(i, 7);
+    row.next_attempt_at_ms = now_ms + rows.Int(i, 8);
+    out.rows.push_back(std::move(row));
+  }
+  return out;
+}
+
+namespace {
+
+// A parked row made claimable at once: '-infinity' is the column's default, "never failed".
+constexpr const char* kUnparkSet =
+    "UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = '-infinity' "
+    "WHERE NOT published AND parked_at IS NOT NULL";
+
+// One purge batch in one statement: the oldest batch ($2) published rows before the cutoff ($1,
+// epoch ms), deleted; with $3 copied to the archive first (the same statement, so the same
+// transaction), marked published there, archived_at ($4, epoch ms). Returns the rows deleted and
+// archived.
+constexpr const char* kPurgeBatchSql = R"sql(
+WITH picked AS (
+  SELECT id FROM outbox WHERE published AND COALESCE(published_at, created_at) < $1
+  ORDER BY id LIMIT $2),
+gone AS (
+  DELETE FROM outbox o USING picked WHERE o.id = picked.id AND o.published
+  RETURNING o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at,
+            o.published_at, o.attempts, o.last_error),
+kept AS (
+  INSERT INTO outbox_archive(id, event_id, aggregate_id, event_type, payload, created_at,
+                             published, published_at, attempts, last_error, archived_at)
+  SELECT id, event_id, aggregate_id, event_type, payload, created_at, true, published_at,
+         attempts, last_error, $4 FROM gone WHERE $3::boolean
+  RETURNING 1)
+SELECT (SELECT COUNT(*) FROM gone), (SELECT COUNT(*) FROM kept)
+)sql";
+
+}  // namespace
+
+bool PgStore::Unpark(std::int64_t id) {
+  return connection_
+             .Query(std::string(kUnparkSet) + " AND id = $1", {pg::Param::Int(id)},
+                    fmt::format("unpark outbox row {}", id))
+             .Affected() == 1;
+}
+
+std::int64_t PgStore::UnparkAll() {
+  return connection_.Query(kUnparkSet, {}, "unpark every parked row").Affected();
+}
+
+PurgeReport PgStore::PurgeOlderThan(std::int64_t older_than_ms, std::int64_t batch_size,
+                                    bool archive) {
+  if (older_than_ms < 0)
+    throw ConfigError(fmt::format("purge older than {} ms: must be at least 0", older_than_ms));
+  if (batch_size <= 0)
+    throw ConfigError(fmt::format("purge batch size {}: must be at least 1", batch_size));
+  PurgeReport report;
+  std::int64_t committed = 0;  // rows deleted by committed batches
+  try {
+    // bigint arithmetic on the server: now - older_than cannot overflow for any older_than >= 0.
+    const pg::Result times = connection_.Query(
+        std::string("SELECT ") + kEpochMsNow + " - $1::bigint, " + kEpochMsNow,
+        {pg::Param::Int(older_than_ms)}, "read the purge cutoff");
+    const std::int64_t cutoff_ms = times.Int(0, 0);
+    const std::int64_t archived_at_ms = times.Int(0, 1);
+    for (;;) {
+      pg::Transaction txn(connection_);
+      const pg::Result batch = connection_.Query(
+          kPurgeBatchSql,
+          {pg::Param::Int(cutoff_ms), pg::Param::Int(batch_size), Bool(archive),
+           pg::Param::Int(archived_at_ms)},
+          "purge a batch of published rows");
+      const std::int64_t deleted = batch.Int(0, 0);
+      if (deleted == 0) break;  // the destructor ends the empty transaction
+      report.deleted += deleted;
+      report.archived += batch.Int(0, 1);
+      HitFailpoint("purge.mid_batch");
+      txn.Commit();
+      ++report.batches;
+      committed = report.deleted;
+    }
+    return report;
+  } catch (const pg::PgError& e) {
+    // Say what is durable: the batches before the failing one are committed.
+    throw pg::PgError(fmt::format("purge published rows on '{}': failed after {} batches of up "
+                                  "to {} rows ({} rows deleted and committed): {}",
+                                  connection_.display_url(), report.batches, batch_size,
+                                  committed, e.what()),
+                      e.sqlstate());
+  }
 }
 
 OutboxStatus PgStore::Status(std::int64_t /*now_ms*/) {

@@ -1292,6 +1292,13 @@ PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_siz
   }
 }
 
+PurgeReport Store::PurgeOlderThan(std::int64_t older_than_ms, std::int64_t batch_size,
+                                  bool archive) {
+  if (older_than_ms < 0)
+    throw ConfigError(fmt::format("purge older than {} ms: must be at least 0", older_than_ms));
+  return PurgePublished(clock_->EpochMs() - older_than_ms, batch_size, archive);
+}
+
 CheckpointReport Store::CheckpointPassive() {
   int wal_frames = -1, checkpointed = -1;
   const int rc = sqlite3_wal_checkpoint_v2(connection_.get(), nullptr, SQLITE_CHECKPOINT_PASSIVE,
