@@ -234,7 +234,8 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_flag("--quiet", o->quiet, "Print only the final line");
   sub->add_flag("--fail-on-parked", o->fail_on_parked,
                 "Exit 14 instead of 0 when parked rows are left in the outbox at the end (for CI "
-                "that asserts every event was delivered; list them with `parked`)");
+                "that asserts every event was delivered; list them with `parked`); exit 4 when "
+                "stopped while the PostgreSQL server is down (the count is unknown)");
   sub->add_option("--pg-claim", o->pg_claim,
                   "PostgreSQL only: scan (every unpublished row, whatever its id) or naive-cursor "
                   "(the classic bug: claim only ids above the highest claimed; a transaction that "
