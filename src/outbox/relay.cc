@@ -466,6 +466,7 @@ LoopReport RunRelayLoopReconnecting(Relay& relay, IdleWaiter& waiter, const Loop
     }
     // A restart takes seconds, not ms: start at 100 ms, double up to idle_max_ms.
     int wait_ms = std::max(options.idle_min_ms, 100);
+    bool reconnected = false;
     for (int attempt = 1;; ++attempt) {
       if (!waiter.StopRequested()) {
         if (options.on_connection_lost) options.on_connection_lost(error, attempt, wait_ms);
@@ -478,7 +479,7 @@ LoopReport RunRelayLoopReconnecting(Relay& relay, IdleWaiter& waiter, const Loop
       try {
         store.Reconnect();
         ++total.reconnects;
-        error.clear();
+        reconnected = true;
         break;
       } catch (const DbError&) {
         throw;
@@ -488,9 +489,11 @@ LoopReport RunRelayLoopReconnecting(Relay& relay, IdleWaiter& waiter, const Loop
       }
       if (stopping) break;
     }
-    if (!error.empty()) {
+    if (!reconnected) {
       total.stopped = true;
-      total.server_unreachable = error;
+      // Never empty, whatever the error said: callers test it.
+      total.server_unreachable =
+          error.empty() ? "the connection to the database server is lost" : error;
       return total;
     }
   }
