@@ -342,6 +342,11 @@ struct LoopReport {
   bool stopped = false;  // ended by a stop request
   std::int64_t io_errors = 0;  // batches that failed with an I/O error and were retried
   std::int64_t reconnects = 0;  // times the connection to the database server was re-opened
+  // RunRelayLoopReconnecting only. Empty, unless the loop ended on a stop request while the
+  // database server was unreachable and the one reconnect attempt after the request failed too:
+  // then the message of that attempt's error. The batches still in flight (Relay::InFlight) are
+  // left unsettled, and the store has no connection to read final counts with.
+  std::string server_unreachable;
 };
 
 // Runs batches per mode, up to options.pipeline_depth in flight. A stop
@@ -360,13 +365,20 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter,
 // loop throws an error for which relay.store().ConnectionLost() is true (never
 // on SQLite), it waits and calls OutboxStore::Reconnect until the server
 // answers (waits of 100 ms doubling to options.idle_max_ms, each announced
-// through on_connection_lost; a stop request ends the wait with stopped set),
-// then runs the loop again, in every mode. The batch whose database call
-// failed is dropped unsettled: its rows are claimed again after their lease
-// (duplicates, never losses); batches still in flight are settled by the next
-// run. Returns the runs' reports summed, with reconnects counted. Throws what
-// RunRelayLoop throws otherwise, and what Reconnect throws when it is not a
-// lost connection (a refused login, say).
+// through on_connection_lost), then runs the loop again, in every mode. The
+// batch whose database call failed is dropped unsettled: its rows are claimed
+// again after their lease (duplicates, never losses); batches still in flight
+// are settled by the next run. A stop request (seen in the wait, or already
+// made when the connection was lost) ends the waiting: one more Reconnect
+// attempt at once, no wait; if it succeeds, the loop runs once more, which
+// settles the batches in flight and starts none; if it fails, or the
+// connection is lost again after it, the loop ends with stopped set and
+// server_unreachable holding the error (its bound is the connect's own: at
+// once for a refused connection; a URL's connect_timeout bounds a silent
+// host). Returns the runs' reports summed, the batches of a run that threw
+// included, with reconnects counted. Throws what RunRelayLoop throws
+// otherwise, and what Reconnect throws when it is not a lost connection (a
+// refused login, say).
 LoopReport RunRelayLoopReconnecting(Relay& relay, IdleWaiter& waiter, const LoopOptions& options,
                                     const std::function<void(const BatchReport&)>& on_batch);
 

@@ -234,7 +234,8 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_flag("--quiet", o->quiet, "Print only the final line");
   sub->add_flag("--fail-on-parked", o->fail_on_parked,
                 "Exit 14 instead of 0 when parked rows are left in the outbox at the end (for CI "
-                "that asserts every event was delivered; list them with `parked`)");
+                "that asserts every event was delivered; list them with `parked`); exit 4 when "
+                "stopped while the PostgreSQL server is down (the count is unknown)");
   sub->add_option("--pg-claim", o->pg_claim,
                   "PostgreSQL only: scan (every unpublished row, whatever its id) or naive-cursor "
                   "(the classic bug: claim only ids above the highest claimed; a transaction that "
@@ -384,6 +385,43 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                              batch.settle.fenced);
                   std::fflush(stdout);
                 });
+            if (!report.server_unreachable.empty()) {
+              // Stopped while the database server was down, and one more attempt found it down
+              // still: no connection for Resign or the final counts. Nothing is lost: a lease and
+              // claims lapse by themselves, and rows sent but not marked are sent again after
+              // their lease (at-least-once), as after a crash; the stop itself was asked for.
+              if (o->json)
+                fmt::print("{}\n", lab::DumpJson(nlohmann::ordered_json{
+                                       {"report", "final"}, {"stopped", report.stopped},
+                                       {"batches", report.batches}, {"acked", report.acked},
+                                       {"marked", report.marked}, {"failed", report.failed},
+                                       {"parked", report.parked}, {"fenced", report.fenced},
+                                       {"pending", nullptr}, {"io_errors", report.io_errors},
+                                       {"parked_left", nullptr},
+                                       {"server_unreachable", report.server_unreachable}}));
+              else {
+                fmt::print("[relay] final counts unavailable: database server unreachable ({}){}\n",
+                           report.server_unreachable,
+                           relay.InFlight() == 0
+                               ? std::string()
+                               : fmt::format("; {} batches in flight left unsettled: their rows "
+                                             "are sent again after the lease",
+                                             relay.InFlight()));
+                if (report.reconnects > 0)
+                  fmt::print("[relay] reconnected {} times after a lost database connection\n",
+                             report.reconnects);
+                fmt::print("[relay] stopped on signal: batches={} acked={} marked={} failed={} "
+                           "parked={} fenced={} pending=unknown\n",
+                           report.batches, report.acked, report.marked, report.failed,
+                           report.parked, report.fenced);
+              }
+              std::fflush(stdout);
+              if (o->fail_on_parked)
+                throw CommandError(ExitCode::kDbUnavailable,
+                                   "relay --fail-on-parked: count the parked rows left: the "
+                                   "database server is unreachable");
+              return ExitCode::kOk;
+            }
             relay.Resign();  // a clean stop: a standby takes over now, not after the lease
             const std::int64_t parked_left = store.Status(store.clock().EpochMs()).parked;
             const ExitCode done =

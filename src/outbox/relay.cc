@@ -337,13 +337,17 @@ bool IsIoError(const DbError& e) {
 
 }  // namespace
 
-LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& options,
-                        const std::function<void(const BatchReport&)>& on_batch) {
+namespace {
+
+// RunRelayLoop's body. Adds each settled batch to loop as it goes, so that what a run did
+// stays counted when it throws (RunRelayLoopReconnecting sums its runs in one report).
+void RunRelayLoopInto(Relay& relay, IdleWaiter& waiter, const LoopOptions& options,
+                      const std::function<void(const BatchReport&)>& on_batch, LoopReport& loop) {
   if (options.pipeline_depth < 1)
     throw ConfigError(fmt::format("pipeline depth {}: must be at least 1", options.pipeline_depth));
   const std::size_t depth =
       options.mode == LoopMode::kOnce ? 1 : static_cast<std::size_t>(options.pipeline_depth);
-  LoopReport loop;
+  const std::int64_t batches_before = loop.batches;  // kOnce: one batch per run
   int idle_ms = options.idle_min_ms;
   int io_errors_in_a_row = 0;
   WaitReport reported_wait;  // the last wait reported through on_wait; empty after a batch
@@ -362,7 +366,8 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
     // Fill the pipeline: claim and send batch N+1 while batch N is in flight.
     bool failed = false;
     while (!waiter.StopRequested() && relay.InFlight() < depth &&
-           !(options.mode == LoopMode::kOnce && loop.batches + relay.InFlight() > 0)) {
+           !(options.mode == LoopMode::kOnce &&
+             loop.batches - batches_before + static_cast<std::int64_t>(relay.InFlight()) > 0)) {
       try {
         if (!relay.StartBatch()) break;
       } catch (const DbError& e) {
@@ -430,29 +435,30 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& opt
       idle_ms = std::min(idle_ms * 2, options.idle_max_ms);
   }
   loop.stopped = waiter.StopRequested();
+}
+
+}  // namespace
+
+LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter, const LoopOptions& options,
+                        const std::function<void(const BatchReport&)>& on_batch) {
+  LoopReport loop;
+  RunRelayLoopInto(relay, waiter, options, on_batch, loop);
   return loop;
 }
 
 LoopReport RunRelayLoopReconnecting(Relay& relay, IdleWaiter& waiter, const LoopOptions& options,
                                     const std::function<void(const BatchReport&)>& on_batch) {
-  LoopReport total;
-  const auto add = [&total](const LoopReport& part) {
-    total.batches += part.batches;
-    total.acked += part.acked;
-    total.marked += part.marked;
-    total.failed += part.failed;
-    total.parked += part.parked;
-    total.fenced += part.fenced;
-    total.io_errors += part.io_errors;
-    total.stopped = part.stopped;
-  };
+  LoopReport total;  // every run adds to it, a run that throws too
   OutboxStore& store = relay.store();
+  // A stop request gets one reconnect attempt, not a wait: a server back by then lets the loop
+  // settle the batches in flight and the caller read its final counts; one still down ends it.
+  bool stop_attempted = false;
   for (;;) {
     std::string error;
     try {
       // Batches still in flight from before a lost connection are finished first: the loop
       // settles whatever the relay holds before it claims more.
-      add(RunRelayLoop(relay, waiter, options, on_batch));
+      RunRelayLoopInto(relay, waiter, options, on_batch, total);
       return total;
     } catch (const DbError&) {
       throw;
@@ -462,16 +468,20 @@ LoopReport RunRelayLoopReconnecting(Relay& relay, IdleWaiter& waiter, const Loop
     }
     // A restart takes seconds, not ms: start at 100 ms, double up to idle_max_ms.
     int wait_ms = std::max(options.idle_min_ms, 100);
+    bool reconnected = false;
     for (int attempt = 1;; ++attempt) {
-      if (options.on_connection_lost) options.on_connection_lost(error, attempt, wait_ms);
-      if (waiter.Wait(wait_ms) == IdleWaiter::Wake::kStop || waiter.StopRequested()) {
-        total.stopped = true;
-        return total;
+      if (!waiter.StopRequested()) {
+        if (options.on_connection_lost) options.on_connection_lost(error, attempt, wait_ms);
+        waiter.Wait(wait_ms);
+        wait_ms = std::min(wait_ms * 2, std::max(options.idle_max_ms, wait_ms));
       }
-      wait_ms = std::min(wait_ms * 2, std::max(options.idle_max_ms, wait_ms));
+      const bool stopping = waiter.StopRequested();
+      if (stopping && stop_attempted) break;
+      stop_attempted = stopping;
       try {
         store.Reconnect();
         ++total.reconnects;
+        reconnected = true;
         break;
       } catch (const DbError&) {
         throw;
@@ -479,6 +489,14 @@ LoopReport RunRelayLoopReconnecting(Relay& relay, IdleWaiter& waiter, const Loop
         if (!store.ConnectionLost(again)) throw;
         error = again.what();
       }
+      if (stopping) break;
+    }
+    if (!reconnected) {
+      total.stopped = true;
+      // Never empty, whatever the error said: callers test it.
+      total.server_unreachable =
+          error.empty() ? "the connection to the database server is lost" : error;
+      return total;
     }
   }
 }
