@@ -39,8 +39,9 @@ struct RelayCliOptions {
   std::int64_t delivery_timeout_ms = 10000;
   std::string key = "event-id";
   std::string on_failure = "block-key";
-  // Empty: by backend (DefaultCoordination). leader on SQLite: every write is serialized there
-  // anyway, so one sender loses nothing; claims on PostgreSQL, which has no leader lease yet.
+  // Empty: by backend. leader on SQLite: every write is serialized there anyway, so one sender
+  // loses nothing; claims on PostgreSQL, where relays on many hosts share the work through SKIP
+  // LOCKED and a late commit behind a cursor is never delayed (README "PostgreSQL").
   std::string coordination;
   int max_attempts = 5;
   std::int64_t lease_ms = 30000;
@@ -205,8 +206,8 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                   "leader: one relay holds a lease row with a growing fencing token and sends "
                   "everything, the others stand by and take over when it lapses; claims: every "
                   "batch is claimed (per-row lease and token), several relays share the work. "
-                  "Default: leader on an SQLite file, claims on a postgresql:// --db (leader is "
-                  "not on PostgreSQL yet)")
+                  "Default: leader on an SQLite file, claims on a postgresql:// --db (leader "
+                  "runs there too, its lease on the server's clock)")
       ->check(CLI::IsMember({"leader", "claims"}));
   sub->add_option("--max-attempts", o->max_attempts, "Failed attempts before a row is parked")
       ->check(PositiveInteger())
@@ -254,10 +255,6 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             relay_options.settle.backoff_max_ms = o->backoff_max_ms;
             relay_options.lease_ms = o->lease_ms;
             const bool on_postgres = pg::IsPostgresUrl(global.db);
-            if (on_postgres && o->coordination == "leader")
-              throw CommandError(ExitCode::kUnsupportedOnPostgres,
-                                 "--coordination leader is not on PostgreSQL yet; use "
-                                 "--coordination claims");
             relay_options.coordination = ParseCoordination(
                 !o->coordination.empty() ? o->coordination : on_postgres ? "claims" : "leader");
             const bool leader = relay_options.coordination == Coordination::kLeader;
