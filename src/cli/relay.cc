@@ -237,9 +237,10 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                 "Exit 14 instead of 0 when parked rows are left in the outbox at the end (for CI "
                 "that asserts every event was delivered; list them with `parked`)");
   sub->add_option("--pg-claim", o->pg_claim,
-                  "PostgreSQL only: scan (every unpublished row, whatever its id) or naive-cursor "
-                  "(the classic bug: claim only ids above the highest claimed; a transaction that "
-                  "took a smaller id and committed later is skipped, and check reports it lost)")
+                  "PostgreSQL, claims mode only: scan (every unpublished row, whatever its id) "
+                  "or naive-cursor (the classic bug: claim only ids above the highest claimed; a "
+                  "transaction that took a smaller id and committed later is skipped, and check "
+                  "reports it lost)")
       ->check(CLI::IsMember({"scan", "naive-cursor"}))
       ->capture_default_str();
   sub->add_flag("--json", o->json,
@@ -278,6 +279,10 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             StopSignalFd stop;  // before any librdkafka thread exists
             const PgClaimMode pg_mode =
                 o->pg_claim == "naive-cursor" ? PgClaimMode::kNaiveCursor : PgClaimMode::kScan;
+            if (pg_mode != PgClaimMode::kScan && leader)
+              throw CommandError(ExitCode::kUsage,
+                                 "--pg-claim naive-cursor applies to --coordination claims: a "
+                                 "leader claims nothing (it reads pages past a cursor of its own)");
             if (pg_mode != PgClaimMode::kScan && !pg::IsPostgresUrl(global.db))
               throw CommandError(ExitCode::kUsage,
                                  "--pg-claim naive-cursor needs a postgresql:// --db (the SQLite "
