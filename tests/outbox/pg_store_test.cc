@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <latch>
+#include <memory>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -429,6 +431,35 @@ TEST_CASE("PostgreSQL leader lease is judged on the server clock so a relay whos
   CHECK(read.acquired_at_ms <= ahead.EpochMs());
   CHECK(read.acquired_at_ms > ahead.EpochMs() - 5000);
   CHECK(relay_a.ReadLease().token == 1);
+}
+
+TEST_CASE("PostgreSQL relays racing for a free leader lease never both take one term", "[postgres]") {
+  Schema schema;
+  constexpr int kRelays = 4;
+  constexpr int kRounds = 10;
+  std::vector<std::unique_ptr<PgStore>> relays;
+  for (int i = 0; i < kRelays; ++i) relays.push_back(std::make_unique<PgStore>(schema.url()));
+  for (int round = 1; round <= kRounds; ++round) {
+    std::atomic<int> acquired{0};
+    std::atomic<std::int64_t> token{0};
+    std::latch start(kRelays);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kRelays; ++i) {
+      threads.emplace_back([&, i] {
+        start.arrive_and_wait();  // all at once, so the lease is free for every first read
+        const LeaseAcquisition got = relays[i]->AcquireLease("relay-" + std::to_string(i), 30000, WallMs());
+        if (got.acquired) {
+          ++acquired;
+          token = got.lease.token;
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    INFO("round " << round);
+    REQUIRE(acquired == 1);
+    CHECK(token == round);  // one term per round, token + 1 each
+    REQUIRE(relays[0]->ReleaseLease(token));
+  }
 }
 
 TEST_CASE("PostgreSQL leader lease renewal extends the term of the current token only", "[postgres]") {
