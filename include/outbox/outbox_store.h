@@ -11,9 +11,10 @@
 //
 // An implementation owns one connection: one OutboxStore per thread. Errors are the
 // implementation's: DbError (SQLite, with the SQLite result code) or pg::PgError (PostgreSQL, with
-// the SQLSTATE). Times given as now_ms are epoch ms of the caller's clock; PgStore ignores them
-// and reads the server's clock (now()), so relays on hosts whose clocks disagree still agree on
-// leases and backoffs (issue 12).
+// the SQLSTATE). Times given as now_ms are epoch ms of the caller's clock; PgStore judges nothing
+// by them and reads the server's clock (now()), so relays on hosts whose clocks disagree still
+// agree on leases and backoffs (issue 12); it uses now_ms only to give back the instants it
+// returns (a lease's until_ms, a backoff's first_due_ms) in the caller's clock.
 #pragma once
 
 #include <cstdint>

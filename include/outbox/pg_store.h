@@ -123,8 +123,10 @@ class PgStore : public OutboxStore {
     return SettleBatch(token, acked, failed, policy);
   }
 
-  // The OutboxStore reads on the server's clock (now_ms is ignored). Status leaves
-  // bad_created_at 0: the column is a bigint with a default, there is no text to misread.
+  // The OutboxStore reads on the server's clock (now_ms judges nothing). Backoffs'
+  // first_due_ms is in the caller's clock: now_ms + the wait the server says is left (0 when no
+  // row waits). Status leaves bad_created_at 0: the column is a bigint with a default, there is
+  // no text to misread.
   // Each throws pg::PgError.
   std::int64_t WaitingCount(std::int64_t now_ms) override;
   std::int64_t PendingCount() override;

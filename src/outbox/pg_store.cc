@@ -389,13 +389,16 @@ std::int64_t PgStore::PendingCount() {
                               {}, "count pending rows");
 }
 
-BackoffWait PgStore::Backoffs(std::int64_t /*now_ms*/) {
+BackoffWait PgStore::Backoffs(std::int64_t now_ms) {
+  // The wait left on the server's clock, moved into the caller's (as LeaderLease's times are), so
+  // a relay whose clock is off still says when the first retry is due.
   const pg::Result row = connection_.Query(
-      "SELECT COUNT(*), COALESCE((extract(epoch FROM min(next_attempt_at)) * 1000)::bigint, 0) "
+      "SELECT COUNT(*), (extract(epoch FROM min(next_attempt_at) - now()) * 1000)::bigint "
       "FROM outbox WHERE NOT published AND parked_at IS NULL AND next_attempt_at > now() "
       "AND (claim_until IS NULL OR claim_until <= now())",
       {}, "read the backoffs");
-  return BackoffWait{row.Int(0, 0), row.Int(0, 1)};
+  const std::int64_t rows = row.Int(0, 0);
+  return BackoffWait{rows, rows == 0 || row.IsNull(0, 1) ? 0 : now_ms + row.Int(0, 1)};
 }
 
 std::vector<ClaimOwner> PgStore::ClaimOwners(std::int64_t /*now_ms*/) {

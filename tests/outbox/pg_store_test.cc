@@ -566,7 +566,13 @@ TEST_CASE("PostgreSQL settle under the lease records failures on the server cloc
   const OutboxStatus status = store.Status(0);
   CHECK(status.in_backoff == 1);
   CHECK(status.parked == 1);
-  CHECK(store.Backoffs(0).rows == 1);
+  // The first retry is due in about a minute on the server's clock, said in the caller's clock
+  // even when that runs an hour ahead.
+  const std::int64_t ahead_ms = WallMs() + kHourMs;
+  const BackoffWait wait = store.Backoffs(ahead_ms);
+  CHECK(wait.rows == 1);
+  CHECK(wait.first_due_ms - ahead_ms > 55000);
+  CHECK(wait.first_due_ms - ahead_ms <= 60000);
 
   PageRequest request;
   CHECK(store.ReadPage(request).empty());  // evt-1003 waits behind evt-1001 of its aggregate
