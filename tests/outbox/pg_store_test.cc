@@ -15,6 +15,8 @@
 
 #include "outbox/pg/connection.h"
 #include "outbox/pg_store.h"
+#include "outbox/relay.h"
+#include "test_support.h"
 
 using namespace outbox;
 
@@ -460,6 +462,48 @@ TEST_CASE("PostgreSQL relays racing for a free leader lease never both take one 
     CHECK(token == round);  // one term per round, token + 1 each
     REQUIRE(relays[0]->ReleaseLease(token));
   }
+}
+
+TEST_CASE("PostgreSQL leader relay sends every row while a standby whose clock runs an hour ahead sends nothing", "[postgres]") {
+  Schema schema;
+  ManualClock ahead(WallMs() + kHourMs);
+  PgStore store_a(schema.url());
+  PgStore store_b(schema.url(), &ahead);  // relay b reads this clock: the store's
+  for (const char* id : {"evt-1001", "evt-1002", "evt-1003"}) EnqueueOne(store_a, Event(id));
+  testing::FakePublisher publisher_a;
+  testing::FakePublisher publisher_b;
+  const auto leader_options = [](const std::string& owner) {
+    RelayOptions options;
+    options.owner = owner;
+    options.coordination = Coordination::kLeader;
+    options.lease_ms = 30000;
+    return options;
+  };
+  Relay a(store_a, publisher_a, leader_options("relay-a"));
+  Relay b(store_b, publisher_b, leader_options("relay-b"));
+
+  const BatchReport first = a.RunBatch();
+  CHECK(first.token == 1);
+  CHECK(first.settle.marked == 3);
+  CHECK(store_a.Status(0).claimed == 0);  // the leader wrote no claims onto rows
+
+  EnqueueOne(store_a, Event("evt-1004"));
+  EnqueueOne(store_a, Event("evt-1005"));
+  CHECK(b.RunBatch().claimed == 0);
+  CHECK(publisher_b.calls.empty());
+  const WaitReport wait = b.Waits();
+  CHECK(wait.leader.owner == "relay-a");
+  CHECK(wait.leader.token == 1);
+  CHECK(wait.leader.rows == 2);
+  CHECK(wait.leader.until_ms - ahead.EpochMs() > 25000);  // the server's time left, in b's clock
+  CHECK(wait.leader.until_ms - ahead.EpochMs() <= 30000);
+
+  // Relay a stops cleanly: relay b takes over at once, with the next token.
+  a.Resign();
+  const BatchReport taken = b.RunBatch();
+  CHECK(taken.token == 2);
+  CHECK(taken.settle.marked == 2);
+  CHECK(store_a.Count().published == 5);
 }
 
 TEST_CASE("PostgreSQL leader lease renewal extends the term of the current token only", "[postgres]") {
