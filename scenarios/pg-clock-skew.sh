@@ -30,8 +30,9 @@ COMMON=(--until-empty --batch-size "$BATCH" --pipeline 1 --delivery-timeout 2s -
 use_postgres
 # libfaketimeMT: the variant for multi-threaded programs (librdkafka's threads read the clock too).
 FAKETIME_LIB=$(dpkg -L libfaketime 2>/dev/null | grep '/libfaketimeMT\.so\.1$' | head -n 1)
-[ -n "$FAKETIME_LIB" ] && [ -f "$FAKETIME_LIB" ] ||
+if [ -z "$FAKETIME_LIB" ] || [ ! -f "$FAKETIME_LIB" ]; then
   die "libfaketimeMT.so.1 not found: install Debian's faketime (scripts/install-deps.sh does)"
+fi
 # ahead NAME ARGS...: start_bg with the process's clock one hour ahead of everyone else's.
 ahead() { LD_PRELOAD=$FAKETIME_LIB FAKETIME=+1h start_bg "$@"; }
 start_broker
@@ -77,8 +78,9 @@ expect_no_line '"report":"lease"' "$log_b"
 lease_end_b=$(json_lines "$log_b" | jq -r 'select(.report == "wait" and .on == "leader") | .until_ms' | head -n 1)
 skew_ms=$((lease_end_b - $(_now_us) / 1000))
 echo "relay-b's clock shows relay-a's lease ending $((skew_ms / 1000)) s from our now (an hour ahead: ~3600 s + the lease left)"
-[ "$skew_ms" -gt 3500000 ] && [ "$skew_ms" -le $((3600000 + LEASE_MS + 60000)) ] ||
+if [ "$skew_ms" -le 3500000 ] || [ "$skew_ms" -gt $((3600000 + LEASE_MS + 60000)) ]; then
   fail "relay-b's clock is not an hour ahead (lease end ${skew_ms} ms from our now): faketime did not take"
+fi
 run status --json
 expect_rc 0 "status --json with relay-b standing by"
 expect_json "$OUT" ".leader.owner == \"relay-a\" and .leader.token == 1" "status: relay-a still leads"
