@@ -399,6 +399,8 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                   {"pending", store.PendingCount()}, {"io_errors", report.io_errors},
                   {"parked_left", parked_left}};
               fmt::print("{}\n", lab::DumpJson(final_report));
+              // Out before the publisher's teardown (rd_kafka_destroy), however long that takes.
+              std::fflush(stdout);
               return done;
             }
             if (report.io_errors > 0)
@@ -411,6 +413,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                        report.stopped ? "stopped on signal:" : "done:", report.batches,
                        report.acked, report.marked, report.failed, report.parked, report.fenced,
                        store.PendingCount());
+            std::fflush(stdout);
             return done;
           }};
 }
