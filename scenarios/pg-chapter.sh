@@ -9,7 +9,8 @@
 #          PostgreSQL: the unique violation aborts the whole transaction); consume --dedupe applies
 #          each event once; relay (claims, PostgreSQL's default), status and check run on the same
 #          database; status says the WAL size is not measured there; relay --coordination leader
-#          fails with one line and exit 18; a final reset counts the rows it removes.
+#          takes the lease row (token 1), sends 2 more rows and releases it; a final reset counts
+#          the rows it removes.
 # Skipped (exit 77) only when OUTBOX_PG_URL is unset; scripts/test.sh sets it.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -107,16 +108,23 @@ run --synchronous off status
 expect_rc 18 "--synchronous off on PostgreSQL"
 expect_error_line "--synchronous off on PostgreSQL"
 expect_line '^outbox-lab: error: --synchronous off is SQLite.s PRAGMA' "$ERR"
-# Leader mode has no lease table on PostgreSQL: refused before the relay opens anything (the
-# relay above ran in claims mode, the PostgreSQL default).
+
+step "leader mode on PostgreSQL: write 2 more, one relay takes the lease row and sends them"
+# The relay above ran in claims mode, the PostgreSQL default; leader mode runs on request.
+run write 2
+expect_rc 0 "write 2"
 run relay --coordination leader --until-empty
-expect_rc 18 "relay --coordination leader on PostgreSQL"
-expect_error_line "relay --coordination leader on PostgreSQL"
-expect_line '^outbox-lab: error: --coordination leader is not on PostgreSQL yet; use --coordination claims$' "$ERR"
+expect_rc 0 "relay --coordination leader --until-empty"
+expect_line '^\[relay\] leader: acquired the lease with token 1$' "$OUT"
+expect_line '^\[relay\] leader: released the lease of token 1$' "$OUT"
+expect_line '^\[relay\] done: batches=[0-9]+ acked=2 marked=2 failed=0 parked=0 fenced=0 pending=0$' "$OUT"
+run status --json
+expect_rc 0 "status --json after the leader's clean exit"
+expect_json "$OUT" '.published == 10 and .leader == null and .lease_token == 1' "status: 10 published, the lease released at token 1"
 
 step "reset on PostgreSQL counts what it removes"
 run reset
 expect_rc 0 "reset of a database with rows"
-expect_line '^\[reset\] removed business_loan=8 outbox=8 \(published=8 unpublished=0\) archived=0$' "$OUT"
+expect_line '^\[reset\] removed business_loan=10 outbox=10 \(published=10 unpublished=0\) archived=0$' "$OUT"
 
 finish

@@ -15,6 +15,8 @@ packages=(
   # the PostgreSQL backend (issue 12): libpq to build, a server for scripts/postgres.sh and the
   # [postgres] tests (runuser, which runs initdb as the postgres user, is util-linux)
   libpq-dev postgresql-15 util-linux
+  # scenarios/pg-clock-skew.sh runs one relay with its clock an hour ahead (libfaketime)
+  faketime
 )
 for arg in "$@"; do
   case "$arg" in

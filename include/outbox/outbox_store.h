@@ -11,9 +11,10 @@
 //
 // An implementation owns one connection: one OutboxStore per thread. Errors are the
 // implementation's: DbError (SQLite, with the SQLite result code) or pg::PgError (PostgreSQL, with
-// the SQLSTATE). Times given as now_ms are epoch ms of the caller's clock; PgStore ignores them
-// and reads the server's clock (now()), so relays on hosts whose clocks disagree still agree on
-// leases and backoffs (issue 12).
+// the SQLSTATE). Times given as now_ms are epoch ms of the caller's clock; PgStore judges nothing
+// by them and reads the server's clock (now()), so relays on hosts whose clocks disagree still
+// agree on leases and backoffs (issue 12); it uses now_ms only to give back the instants it
+// returns (a lease's until_ms, a backoff's first_due_ms) in the caller's clock.
 #pragma once
 
 #include <cstdint>
@@ -112,14 +113,13 @@ class OutboxStore {
   // Counts for status and metrics at now_ms.
   virtual OutboxStatus Status(std::int64_t now_ms) = 0;
 
-  // --- Leader mode (relay --coordination leader), on SQLite only so far ---
+  // --- Leader mode (relay --coordination leader) ---
   //
   // Store implements these as outbox/store.h documents (table outbox_lease, a fencing token that
-  // only grows, the settle fenced by it). PgStore has no lease table yet: ReadLease returns a
-  // lease never held (owner "", token 0), ReleaseLease returns false, and AcquireLease,
-  // RenewLease, ReadPage and SettleUnderLease throw ConfigError ("... not on PostgreSQL yet").
-  // relay --coordination leader is refused on a postgresql:// --db before a Relay exists
-  // (exit 18, README "PostgreSQL"), so a PgStore never gets there through the CLI.
+  // only grows, the settle fenced by it), on the caller's now_ms. PgStore implements the same
+  // rules on the server's clock (outbox/pg_store.h, "Leader mode"): its now_ms arguments judge
+  // nothing, and the LeaderLease it returns carries the server's times moved into the caller's
+  // clock, so Live(now_ms) is the server's verdict.
   virtual LeaderLease ReadLease() = 0;
   virtual LeaseAcquisition AcquireLease(const std::string& owner, std::int64_t lease_ms,
                                         std::int64_t now_ms) = 0;

@@ -12,6 +12,8 @@
 //   took a smaller id and committed later. The claim therefore keeps no cursor: it scans the
 //   unpublished rows (a partial index) every time. PgClaimMode::kNaiveCursor keeps the cursor on
 //   purpose, so a class can watch the bug lose an event.
+// - Leader mode (relay --coordination leader) keeps one lease row, outbox_lease, judged on the
+//   server's clock like the claims (see "Leader mode" below).
 // - Schema changes run under an advisory lock, so two processes that start together do not race
 //   to create the tables.
 // Implements OutboxStore (outbox_store.h), so the relay and the lab run on it unchanged.
@@ -57,7 +59,8 @@ class PgStore : public OutboxStore {
   static constexpr std::int64_t kMigrationLockKey = 0x6f7574626f78;
 
   // Drops and recreates the outbox, its archive, the fencing sequence, the naive offset and the
-  // run table, empty, and starts a new run (RunId). The lab's business table is the lab's
+  // run table, empty, and starts a new run (RunId). The leader lease row stays (its token keeps
+  // growing) with its term ended. The lab's business table is the lab's
   // (lab/loans.h, ResetLabStore). Returns what it dropped, counted in the drop's transaction
   // (lab_table false: the table named outbox has no boolean published column, so published is
   // 0). Throws pg::PgError.
@@ -134,8 +137,10 @@ class PgStore : public OutboxStore {
     return SettleBatch(token, acked, failed, policy);
   }
 
-  // The OutboxStore reads on the server's clock (now_ms is ignored). Status leaves
-  // bad_created_at 0: the column is a bigint with a default, there is no text to misread.
+  // The OutboxStore reads on the server's clock (now_ms judges nothing). Backoffs'
+  // first_due_ms is in the caller's clock: now_ms + the wait the server says is left (0 when no
+  // row waits). Status leaves bad_created_at 0: the column is a bigint with a default, there is
+  // no text to misread.
   // Each throws pg::PgError.
   std::int64_t WaitingCount(std::int64_t now_ms) override;
   std::int64_t PendingCount() override;
@@ -144,15 +149,50 @@ class PgStore : public OutboxStore {
   std::int64_t ReleaseClaimsOf(const std::string& owner) override;
   OutboxStatus Status(std::int64_t now_ms) override;
 
-  // Leader mode is not on PostgreSQL yet (OutboxStore, "Leader mode"): ReadLease returns a lease
-  // never held, ReleaseLease false; the other four throw ConfigError naming relay
-  // --coordination claims. None touches the database.
-  LeaderLease ReadLease() override { return LeaderLease{}; }
+  // --- Leader mode (relay --coordination leader) ---
+  //
+  // The rules of Store's leader mode (outbox/store.h: one lease row, table outbox_lease, a
+  // fencing token that grows by one per term, a page read without claims, a settle that commits
+  // only while its token is the lease's), with every time judged on the server's clock (now()):
+  // a relay whose clock runs an hour ahead sees a live lease as live and does not take it
+  // (issue 12). The token check and the lease renewal share one UPDATE of the lease row, whose
+  // row lock a takeover needs too. The now_ms arguments are not used to judge anything; a
+  // LeaderLease returned carries the server's times moved into the caller's clock (until_ms =
+  // now_ms + the ms the server says are left; acquired_at_ms = now_ms - the term's age; ReadLease
+  // uses clock()), so LeaderLease::Live(now_ms) and "lease left" are the server's verdict on any
+  // host. ResetSchema keeps the lease row (the token keeps growing across runs) and ends its term.
+  //
+  // ReadLease: the lease as it stands (read only, no lock); never held: owner "", token 0,
+  // until_ms 0. Throws pg::PgError.
+  LeaderLease ReadLease() override;
+  // Takes the lease for owner for lease_ms (> 0) of the server's clock when it is free (never
+  // held, released, or until <= now()). Reads first without a lock, so a standby polling a live
+  // lease writes nothing; then checks again under the row lock (SELECT ... FOR UPDATE), so two
+  // relays never both acquire one term. Acquired: token = previous + 1. Not acquired: the lease
+  // is live (the same owner name included). Throws ConfigError for lease_ms <= 0, pg::PgError.
   LeaseAcquisition AcquireLease(const std::string& owner, std::int64_t lease_ms,
                                 std::int64_t now_ms) override;
+  // Extends term token's lease to the server's now() + lease_ms (never shortens it). Returns
+  // false, writing nothing, when token is no longer the lease's token. A term that ran out
+  // without a takeover is renewed. Throws ConfigError for lease_ms <= 0, pg::PgError.
   bool RenewLease(std::int64_t token, std::int64_t lease_ms, std::int64_t now_ms) override;
-  bool ReleaseLease(std::int64_t /*token*/) override { return false; }
+  // Ends term token at once (until = -infinity, token kept). Returns false when token is no
+  // longer current. Throws pg::PgError.
+  bool ReleaseLease(std::int64_t token) override;
+  // Up to request.limit rows a leader may send now, in id order: unpublished, not parked, next
+  // attempt due on the server's clock, id in (after_id, up_to_id], not under a live claim of a
+  // claims-mode relay; with hold_back_failed, no earlier failed (attempts > 0) unpublished row of
+  // the same aggregate. request.now_ms is ignored. Read only. Ids commit out of order on
+  // PostgreSQL: a row committed behind the caller's cursor is returned once the caller reads
+  // from after_id 0 again (the relay's next pass, when it has caught up); claims mode has no
+  // cursor and no such delay (README "PostgreSQL"). Throws pg::PgError.
   std::vector<OutboxRow> ReadPage(const PageRequest& request) override;
+  // Settles a leader's batch in ONE transaction, only while token is the lease's token: renews
+  // the lease to the server's now() + lease_ms (> 0), marks every acked id still unpublished
+  // (one UPDATE over the ids), records failures as SettleBatch does (backoff on the server's
+  // clock). Token no longer current: writes nothing, sets fenced_out, reports every id fenced.
+  // An acked id already published is reported fenced. now_ms is ignored. Throws ConfigError for
+  // lease_ms <= 0, pg::PgError (nothing written then).
   SettleReport SettleUnderLease(std::int64_t token, const std::vector<std::int64_t>& acked,
                                 const std::vector<FailedDelivery>& failed,
                                 const SettlePolicy& policy, std::int64_t now_ms,

@@ -39,8 +39,9 @@ struct RelayCliOptions {
   std::int64_t delivery_timeout_ms = 10000;
   std::string key = "event-id";
   std::string on_failure = "block-key";
-  // Empty: by backend (DefaultCoordination). leader on SQLite: every write is serialized there
-  // anyway, so one sender loses nothing; claims on PostgreSQL, which has no leader lease yet.
+  // Empty: by backend. leader on SQLite: every write is serialized there anyway, so one sender
+  // loses nothing; claims on PostgreSQL, where relays on many hosts share the work through SKIP
+  // LOCKED and a late commit behind a cursor is never delayed (README "PostgreSQL").
   std::string coordination;
   int max_attempts = 5;
   std::int64_t lease_ms = 30000;
@@ -205,8 +206,8 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                   "leader: one relay holds a lease row with a growing fencing token and sends "
                   "everything, the others stand by and take over when it lapses; claims: every "
                   "batch is claimed (per-row lease and token), several relays share the work. "
-                  "Default: leader on an SQLite file, claims on a postgresql:// --db (leader is "
-                  "not on PostgreSQL yet)")
+                  "Default: leader on an SQLite file, claims on a postgresql:// --db (leader "
+                  "runs there too, its lease on the server's clock)")
       ->check(CLI::IsMember({"leader", "claims"}));
   sub->add_option("--max-attempts", o->max_attempts, "Failed attempts before a row is parked")
       ->check(PositiveInteger())
@@ -237,9 +238,10 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                 "that asserts every event was delivered; list them with `parked`); exit 4 when "
                 "stopped while the PostgreSQL server is down (the count is unknown)");
   sub->add_option("--pg-claim", o->pg_claim,
-                  "PostgreSQL only: scan (every unpublished row, whatever its id) or naive-cursor "
-                  "(the classic bug: claim only ids above the highest claimed; a transaction that "
-                  "took a smaller id and committed later is skipped, and check reports it lost)")
+                  "PostgreSQL, claims mode only: scan (every unpublished row, whatever its id) "
+                  "or naive-cursor (the classic bug: claim only ids above the highest claimed; a "
+                  "transaction that took a smaller id and committed later is skipped, and check "
+                  "reports it lost)")
       ->check(CLI::IsMember({"scan", "naive-cursor"}))
       ->capture_default_str();
   sub->add_flag("--json", o->json,
@@ -255,10 +257,6 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             relay_options.settle.backoff_max_ms = o->backoff_max_ms;
             relay_options.lease_ms = o->lease_ms;
             const bool on_postgres = pg::IsPostgresUrl(global.db);
-            if (on_postgres && o->coordination == "leader")
-              throw CommandError(ExitCode::kUnsupportedOnPostgres,
-                                 "--coordination leader is not on PostgreSQL yet; use "
-                                 "--coordination claims");
             relay_options.coordination = ParseCoordination(
                 !o->coordination.empty() ? o->coordination : on_postgres ? "claims" : "leader");
             const bool leader = relay_options.coordination == Coordination::kLeader;
@@ -282,6 +280,10 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             StopSignalFd stop;  // before any librdkafka thread exists
             const PgClaimMode pg_mode =
                 o->pg_claim == "naive-cursor" ? PgClaimMode::kNaiveCursor : PgClaimMode::kScan;
+            if (pg_mode != PgClaimMode::kScan && leader)
+              throw CommandError(ExitCode::kUsage,
+                                 "--pg-claim naive-cursor applies to --coordination claims: a "
+                                 "leader claims nothing (it reads pages past a cursor of its own)");
             if (pg_mode != PgClaimMode::kScan && !pg::IsPostgresUrl(global.db))
               throw CommandError(ExitCode::kUsage,
                                  "--pg-claim naive-cursor needs a postgresql:// --db (the SQLite "
@@ -435,6 +437,8 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                   {"pending", store.PendingCount()}, {"io_errors", report.io_errors},
                   {"parked_left", parked_left}};
               fmt::print("{}\n", lab::DumpJson(final_report));
+              // Out before the publisher's teardown (rd_kafka_destroy), however long that takes.
+              std::fflush(stdout);
               return done;
             }
             if (report.io_errors > 0)
@@ -447,6 +451,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                        report.stopped ? "stopped on signal:" : "done:", report.batches,
                        report.acked, report.marked, report.failed, report.parked, report.fenced,
                        store.PendingCount());
+            std::fflush(stdout);
             return done;
           }};
 }

@@ -1,8 +1,12 @@
 #include "outbox/pg_store.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
+#include <optional>
+#include <unordered_set>
 
 #include "outbox/failpoint.h"
 
@@ -38,7 +42,24 @@ CREATE SEQUENCE IF NOT EXISTS outbox_fence;
 CREATE TABLE IF NOT EXISTS outbox_archive (LIKE outbox INCLUDING DEFAULTS, archived_at BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS outbox_run (run_id TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS outbox_offset (last_id BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox_lease (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  owner TEXT NOT NULL,
+  token BIGINT NOT NULL,
+  until TIMESTAMPTZ NOT NULL,
+  acquired_at TIMESTAMPTZ NOT NULL
+);
+INSERT INTO outbox_lease(id, owner, token, until, acquired_at)
+  VALUES (1, '', 0, '-infinity', '-infinity') ON CONFLICT (id) DO NOTHING;
+CREATE INDEX IF NOT EXISTS outbox_failed_by_aggregate ON outbox(aggregate_id, id)
+  WHERE NOT published AND attempts > 0;
 )sql";
+
+// outbox_lease (relay --coordination leader, PgStore::AcquireLease): one row from the start, so
+// every lease operation is an UPDATE of row 1, whose row lock serializes a takeover with the
+// holder's settle. until and acquired_at are the server's clock; '-infinity' means never held
+// (acquired_at) or released (until). outbox_failed_by_aggregate serves the leader's hold-back test
+// (ReadPage): it holds only failed unpublished rows, so a write with attempts = 0 never touches it.
 
 // The claimable rows' condition, shared by the claim and HasClaimable. $1: block key (boolean),
 // $2: the naive mode (boolean): only ids above the stored offset.
@@ -69,6 +90,47 @@ RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_a
 }
 
 pg::Param Bool(bool value) { return pg::Param::Text(value ? "true" : "false"); }
+
+// Inside a settle's transaction: each failed delivery whose row is still this settle's gets
+// attempts + 1, its error, its next attempt after BackoffMs on the server's clock, and is parked
+// at max_attempts or when park_now; a row no longer ours is counted fenced. claim_token: claims
+// mode, the row must still carry it; null (leader mode, the lease already checked in this
+// transaction): the row must still be unpublished. One body for both settles, as on SQLite.
+void RecordFailures(pg::Connection& connection, std::optional<std::int64_t> claim_token,
+                    const std::vector<FailedDelivery>& failed, const SettlePolicy& policy,
+                    SettleReport& report) {
+  constexpr const char* kStillOurs =
+      "(CASE WHEN $2::bigint IS NULL THEN NOT published ELSE claim_token = $2 END)";
+  const pg::Param token = claim_token ? pg::Param::Int(*claim_token) : pg::Param::Null();
+  for (const FailedDelivery& failure : failed) {
+    const pg::Result owned = connection.Query(
+        fmt::format("SELECT attempts FROM outbox WHERE id = $1 AND {} FOR UPDATE", kStillOurs),
+        {pg::Param::Int(failure.id), token}, "read a failed row's attempts");
+    if (owned.rows() == 0) {
+      ++report.fenced;
+      report.fenced_ids.push_back(failure.id);
+      continue;
+    }
+    const std::int64_t attempts = owned.Int(0, 0) + 1;
+    const bool park = failure.park_now || attempts >= policy.max_attempts;
+    connection.Query(
+        fmt::format("UPDATE outbox SET attempts = $3, last_error = $4, "
+                    "next_attempt_at = now() + $5::bigint * interval '1 millisecond', "
+                    "parked_at = CASE WHEN $6::boolean THEN now() END, "
+                    "claim_token = NULL, claim_owner = NULL, claim_until = NULL "
+                    "WHERE id = $1 AND {}",
+                    kStillOurs),
+        {pg::Param::Int(failure.id), token, pg::Param::Int(attempts),
+         pg::Param::Text(failure.error), pg::Param::Int(BackoffMs(attempts, policy)), Bool(park)},
+        "record a failed delivery");
+    if (park) {
+      ++report.parked;
+      report.parked_ids.push_back(failure.id);
+    } else {
+      ++report.retried;
+    }
+  }
+}
 
 OutboxRow ReadRow(const pg::Result& rows, int i) {
   OutboxRow row;
@@ -103,7 +165,8 @@ bool PgStore::SchemaCurrent() {
   return connection_.QueryInt(
              "SELECT (to_regclass('outbox') IS NOT NULL AND to_regclass('outbox_archive') IS NOT NULL "
              "AND to_regclass('outbox_fence') IS NOT NULL AND to_regclass('outbox_run') IS NOT NULL "
-             "AND to_regclass('outbox_offset') IS NOT NULL)::int",
+             "AND to_regclass('outbox_offset') IS NOT NULL AND to_regclass('outbox_lease') IS NOT NULL "
+             "AND to_regclass('outbox_failed_by_aggregate') IS NOT NULL)::int",
              {}, "read the outbox schema") == 1;
 }
 
@@ -157,6 +220,12 @@ ResetCounts PgStore::ResetSchema() {
                      "DROP SEQUENCE IF EXISTS outbox_fence; DROP TABLE IF EXISTS outbox_run; "
                      "DROP TABLE IF EXISTS outbox_offset;",
                      "drop the outbox schema");
+    // The lease row stays, so the fencing token keeps growing across runs (a relay of the last
+    // run still holding token N can never settle under a new term that restarted at N); its
+    // current term ends, as ReleaseLease ends one.
+    if (exists("outbox_lease"))
+      connection_.Query("UPDATE outbox_lease SET until = '-infinity' WHERE id = 1", {},
+                        "end the leader's term");
     txn.Commit();
   }
   Migrate();
@@ -237,34 +306,7 @@ SettleReport PgStore::SettleBatch(std::int64_t token, const std::vector<std::int
       report.fenced_ids.push_back(id);
     }
   }
-  for (const FailedDelivery& failure : failed) {
-    const pg::Result owned = connection_.Query(
-        "SELECT attempts FROM outbox WHERE id = $1 AND claim_token = $2 FOR UPDATE",
-        {pg::Param::Int(failure.id), pg::Param::Int(token)}, "read a failed row's attempts");
-    if (owned.rows() == 0) {
-      ++report.fenced;
-      report.fenced_ids.push_back(failure.id);
-      continue;
-    }
-    const std::int64_t attempts = owned.Int(0, 0) + 1;
-    const bool park = failure.park_now || attempts >= policy.max_attempts;
-    connection_.Query(
-        "UPDATE outbox SET attempts = $3, last_error = $4, "
-        "next_attempt_at = now() + $5::bigint * interval '1 millisecond', "
-        "parked_at = CASE WHEN $6::boolean THEN now() END, "
-        "claim_token = NULL, claim_owner = NULL, claim_until = NULL "
-        "WHERE id = $1 AND claim_token = $2",
-        {pg::Param::Int(failure.id), pg::Param::Int(token), pg::Param::Int(attempts),
-         pg::Param::Text(failure.error), pg::Param::Int(BackoffMs(attempts, policy)),
-         pg::Param::Text(park ? "true" : "false")},
-        "record a failed delivery");
-    if (park) {
-      ++report.parked;
-      report.parked_ids.push_back(failure.id);
-    } else {
-      ++report.retried;
-    }
-  }
+  RecordFailures(connection_, token, failed, policy, report);
   txn.Commit();
   return report;
 }
@@ -349,13 +391,16 @@ std::int64_t PgStore::PendingCount() {
                               {}, "count pending rows");
 }
 
-BackoffWait PgStore::Backoffs(std::int64_t /*now_ms*/) {
+BackoffWait PgStore::Backoffs(std::int64_t now_ms) {
+  // The wait left on the server's clock, moved into the caller's (as LeaderLease's times are), so
+  // a relay whose clock is off still says when the first retry is due.
   const pg::Result row = connection_.Query(
-      "SELECT COUNT(*), COALESCE((extract(epoch FROM min(next_attempt_at)) * 1000)::bigint, 0) "
+      "SELECT COUNT(*), (extract(epoch FROM min(next_attempt_at) - now()) * 1000)::bigint "
       "FROM outbox WHERE NOT published AND parked_at IS NULL AND next_attempt_at > now() "
       "AND (claim_until IS NULL OR claim_until <= now())",
       {}, "read the backoffs");
-  return BackoffWait{row.Int(0, 0), row.Int(0, 1)};
+  const std::int64_t rows = row.Int(0, 0);
+  return BackoffWait{rows, rows == 0 || row.IsNull(0, 1) ? 0 : now_ms + row.Int(0, 1)};
 }
 
 std::vector<ClaimOwner> PgStore::ClaimOwners(std::int64_t /*now_ms*/) {
@@ -529,36 +574,153 @@ OutboxStatus PgStore::Status(std::int64_t /*now_ms*/) {
   return status;
 }
 
+// --- Leader mode (relay --coordination leader) on the server's clock ---
+
 namespace {
 
-[[noreturn]] void ThrowNoLeaderMode(std::string_view what) {
-  throw ConfigError(fmt::format("{}: the leader lease is not on PostgreSQL yet; use relay "
-                                "--coordination claims",
-                                what));
+void RequirePositiveLease(std::int64_t lease_ms) {
+  if (lease_ms <= 0) throw ConfigError(fmt::format("lease {} ms: must be positive", lease_ms));
+}
+
+// The lease row judged on the server's clock: owner, token, ms left until it runs out (NULL once
+// released), ms since its term began (NULL before the first term).
+constexpr const char* kLeaseSelect =
+    "SELECT owner, token, "
+    "CASE WHEN isfinite(until) THEN (extract(epoch FROM until - now()) * 1000)::bigint END, "
+    "CASE WHEN isfinite(acquired_at) "
+    "THEN (extract(epoch FROM now() - acquired_at) * 1000)::bigint END "
+    "FROM outbox_lease WHERE id = 1";
+
+// The row of kLeaseSelect with its times moved into the caller's clock: until_ms = now_ms + the
+// time the server says is left, so lease.Live(now_ms) is the server's verdict whatever the
+// caller's clock says.
+LeaderLease LeaseAt(const pg::Result& row, std::int64_t now_ms) {
+  LeaderLease lease;
+  if (row.rows() == 0) return lease;
+  lease.owner = row.Text(0, 0);
+  lease.token = row.Int(0, 1);
+  lease.until_ms = row.IsNull(0, 2) ? 0 : now_ms + row.Int(0, 2);
+  lease.acquired_at_ms = row.IsNull(0, 3) ? 0 : now_ms - row.Int(0, 3);
+  return lease;
+}
+
+// Extends term token's lease to the server's now() + lease_ms, never shortening it. Returns
+// false (nothing written) when token is no longer the lease's token.
+bool ExtendLease(pg::Connection& connection, std::int64_t token, std::int64_t lease_ms) {
+  return connection
+             .Query("UPDATE outbox_lease "
+                    "SET until = GREATEST(until, now() + $2::bigint * interval '1 millisecond') "
+                    "WHERE id = 1 AND token = $1",
+                    {pg::Param::Int(token), pg::Param::Int(lease_ms)}, "renew the leader lease")
+             .Affected() == 1;
+}
+
+// "{1,2,3}": ids as one bigint[] parameter.
+pg::Param IdArray(const std::vector<std::int64_t>& ids) {
+  return pg::Param::Text(fmt::format("{{{}}}", fmt::join(ids, ",")));
 }
 
 }  // namespace
 
-LeaseAcquisition PgStore::AcquireLease(const std::string& /*owner*/, std::int64_t /*lease_ms*/,
-                                       std::int64_t /*now_ms*/) {
-  ThrowNoLeaderMode("acquire the leader lease");
+LeaderLease PgStore::ReadLease() {
+  return LeaseAt(connection_.Query(kLeaseSelect, {}, "read the leader lease"), clock_->EpochMs());
 }
 
-bool PgStore::RenewLease(std::int64_t /*token*/, std::int64_t /*lease_ms*/,
-                         std::int64_t /*now_ms*/) {
-  ThrowNoLeaderMode("renew the leader lease");
+LeaseAcquisition PgStore::AcquireLease(const std::string& owner, std::int64_t lease_ms,
+                                       std::int64_t now_ms) {
+  RequirePositiveLease(lease_ms);
+  LeaseAcquisition out;
+  out.previous = LeaseAt(connection_.Query(kLeaseSelect, {}, "read the leader lease"), now_ms);
+  out.lease = out.previous;
+  if (out.previous.Live(now_ms)) return out;  // a standby's poll writes nothing, locks nothing
+  pg::Transaction txn(connection_);
+  // Again under the row lock: of two relays that saw the lease free, the second reads the
+  // first's new term here and stands by.
+  out.previous = LeaseAt(connection_.Query(std::string(kLeaseSelect) + " FOR UPDATE", {},
+                                           "lock the leader lease"),
+                         now_ms);
+  out.lease = out.previous;
+  if (out.previous.Live(now_ms)) return out;  // rolled back by txn's destructor
+  const std::int64_t token = connection_.QueryInt(
+      "UPDATE outbox_lease SET owner = $1, token = token + 1, "
+      "until = now() + $2::bigint * interval '1 millisecond', acquired_at = now() "
+      "WHERE id = 1 RETURNING token",
+      {pg::Param::Text(owner), pg::Param::Int(lease_ms)},
+      fmt::format("acquire the leader lease for {}", owner));
+  txn.Commit();
+  out.lease = {owner, token, now_ms + lease_ms, now_ms};
+  out.acquired = true;
+  return out;
 }
 
-std::vector<OutboxRow> PgStore::ReadPage(const PageRequest& /*request*/) {
-  ThrowNoLeaderMode("read a leader's page");
+bool PgStore::RenewLease(std::int64_t token, std::int64_t lease_ms, std::int64_t /*now_ms*/) {
+  RequirePositiveLease(lease_ms);
+  return ExtendLease(connection_, token, lease_ms);
 }
 
-SettleReport PgStore::SettleUnderLease(std::int64_t /*token*/,
-                                       const std::vector<std::int64_t>& /*acked*/,
-                                       const std::vector<FailedDelivery>& /*failed*/,
-                                       const SettlePolicy& /*policy*/, std::int64_t /*now_ms*/,
-                                       std::int64_t /*lease_ms*/) {
-  ThrowNoLeaderMode("settle under the leader lease");
+bool PgStore::ReleaseLease(std::int64_t token) {
+  return connection_
+             .Query("UPDATE outbox_lease SET until = '-infinity' WHERE id = 1 AND token = $1",
+                    {pg::Param::Int(token)}, "release the leader lease")
+             .Affected() == 1;
+}
+
+std::vector<OutboxRow> PgStore::ReadPage(const PageRequest& request) {
+  // Claims of a claims-mode relay are respected, so a leader never sends what such a relay holds.
+  const pg::Result rows = connection_.Query(
+      "SELECT o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at "
+      "FROM outbox o WHERE NOT o.published AND o.id > $1 AND o.id <= $2 AND o.parked_at IS NULL "
+      "AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now()) "
+      "AND (NOT $3::boolean OR NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = "
+      "o.aggregate_id AND e.id < o.id AND NOT e.published AND e.attempts > 0)) "
+      "ORDER BY o.id LIMIT $4",
+      {pg::Param::Int(request.after_id),
+       pg::Param::Int(request.up_to_id > 0 ? request.up_to_id
+                                           : std::numeric_limits<std::int64_t>::max()),
+       Bool(request.hold_back_failed), pg::Param::Int(request.limit)},
+      "read a leader's page");
+  std::vector<OutboxRow> out;
+  for (int i = 0; i < rows.rows(); ++i) out.push_back(ReadRow(rows, i));
+  return out;
+}
+
+SettleReport PgStore::SettleUnderLease(std::int64_t token, const std::vector<std::int64_t>& acked,
+                                       const std::vector<FailedDelivery>& failed,
+                                       const SettlePolicy& policy, std::int64_t /*now_ms*/,
+                                       std::int64_t lease_ms) {
+  RequirePositiveLease(lease_ms);
+  SettleReport report;
+  pg::Transaction txn(connection_);
+  // The token check and the renewal in one UPDATE: it holds the lease row's lock until the
+  // commit, so no takeover (AcquireLease locks the same row) can fall between check and marks.
+  if (!ExtendLease(connection_, token, lease_ms)) {
+    // Another relay took over: its term's sends stand, ours are not recorded.
+    report.fenced_out = true;
+    for (std::int64_t id : acked) report.fenced_ids.push_back(id);
+    for (const FailedDelivery& failure : failed) report.fenced_ids.push_back(failure.id);
+    report.fenced = static_cast<std::int64_t>(report.fenced_ids.size());
+    return report;  // txn's destructor rolls back: nothing written
+  }
+  if (!acked.empty()) {
+    const pg::Result marked = connection_.Query(
+        std::string("UPDATE outbox SET published = true, published_at = ") + kEpochMsNow +
+            " WHERE id = ANY($1::bigint[]) AND NOT published RETURNING id",
+        {IdArray(acked)}, "mark a leader's batch published");
+    std::unordered_set<std::int64_t> marked_ids;
+    for (int i = 0; i < marked.rows(); ++i) marked_ids.insert(marked.Int(i, 0));
+    for (std::int64_t id : acked) {
+      if (marked_ids.erase(id) == 1) {  // erase: an id given twice is marked once
+        ++report.marked;
+        report.marked_ids.push_back(id);
+      } else {
+        ++report.fenced;  // published already (by another writer)
+        report.fenced_ids.push_back(id);
+      }
+    }
+  }
+  RecordFailures(connection_, std::nullopt, failed, policy, report);
+  txn.Commit();
+  return report;
 }
 
 }  // namespace outbox

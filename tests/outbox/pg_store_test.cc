@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <latch>
+#include <memory>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -14,6 +16,8 @@
 #include "outbox/failpoint.h"
 #include "outbox/pg/connection.h"
 #include "outbox/pg_store.h"
+#include "outbox/relay.h"
+#include "test_support.h"
 
 using namespace outbox;
 
@@ -364,22 +368,289 @@ TEST_CASE("PostgreSQL reset counts the outbox and archive rows it drops", "[post
   CHECK(store.Count().total == 0);
 }
 
-TEST_CASE("PostgreSQL has no leader lease yet and says so instead of pretending", "[postgres]") {
+TEST_CASE("PostgreSQL has no WAL file of the lab's to checkpoint or measure", "[postgres]") {
   Schema schema;
   PgStore store(schema.url());
   OutboxStore& outbox = store;
-  CHECK(outbox.ReadLease() == LeaderLease{});
-  CHECK_FALSE(outbox.ReleaseLease(1));
-  CHECK_THROWS_WITH(outbox.AcquireLease("relay-a", 30000, 0),
-                    Catch::Contains("not on PostgreSQL yet; use relay --coordination claims"));
-  CHECK_THROWS_AS(outbox.RenewLease(1, 30000, 0), ConfigError);
-  CHECK_THROWS_AS(outbox.ReadPage(PageRequest{}), ConfigError);
-  CHECK_THROWS_AS(outbox.SettleUnderLease(1, {}, {}, SettlePolicy{}, 0, 30000), ConfigError);
-  // No WAL file of the lab's on a server: nothing checkpointed, nothing measured.
   const CheckpointReport checkpoint = outbox.CheckpointPassive();
   CHECK_FALSE(checkpoint.busy);
   CHECK(checkpoint.wal_frames == -1);
   CHECK(outbox.WalSizeBytes() == 0);
+}
+
+namespace {
+
+constexpr std::int64_t kHourMs = 3'600'000;
+
+std::int64_t WallMs() { return SystemClock().EpochMs(); }
+
+}  // namespace
+
+TEST_CASE("PostgreSQL leader lease is taken with token 1 and refused to every other relay while it is live", "[postgres]") {
+  Schema schema;
+  PgStore relay_a(schema.url());
+  PgStore relay_b(schema.url());
+  CHECK(relay_a.ReadLease() == LeaderLease{});
+
+  const std::int64_t now_ms = WallMs();
+  const LeaseAcquisition got = relay_a.AcquireLease("relay-a", 30000, now_ms);
+  REQUIRE(got.acquired);
+  CHECK(got.lease == LeaderLease{"relay-a", 1, now_ms + 30000, now_ms});
+  CHECK(got.previous == LeaderLease{});
+
+  for (const std::string owner : {"relay-b", "relay-a"}) {
+    INFO(owner);
+    const LeaseAcquisition refused = relay_b.AcquireLease(owner, 30000, WallMs());
+    CHECK_FALSE(refused.acquired);
+    CHECK(refused.lease.owner == "relay-a");
+    CHECK(refused.lease.token == 1);
+  }
+  const LeaderLease seen = relay_b.ReadLease();
+  CHECK(seen.owner == "relay-a");
+  CHECK(seen.token == 1);
+  CHECK(seen.Live(WallMs()));
+  CHECK(seen.until_ms - WallMs() > 25000);
+  CHECK(seen.until_ms - WallMs() <= 30000);
+  CHECK_THROWS_AS(relay_b.AcquireLease("relay-b", 0, WallMs()), ConfigError);
+}
+
+TEST_CASE("PostgreSQL leader lease is judged on the server clock so a relay whose clock runs an hour ahead cannot take it", "[postgres]") {
+  Schema schema;
+  PgStore relay_a(schema.url());
+  // Relay b's own clock says it is an hour later: on SQLite that would make the lease lapse.
+  ManualClock ahead(WallMs() + kHourMs);
+  PgStore relay_b(schema.url(), &ahead);
+  REQUIRE(relay_a.AcquireLease("relay-a", 30000, WallMs()).acquired);
+
+  const LeaseAcquisition refused = relay_b.AcquireLease("relay-b", 30000, ahead.EpochMs());
+  CHECK_FALSE(refused.acquired);
+  CHECK(refused.lease.token == 1);
+  // The lease comes back in relay b's own clock: live, with the server's time left.
+  CHECK(refused.lease.Live(ahead.EpochMs()));
+  CHECK(refused.lease.until_ms - ahead.EpochMs() > 25000);
+  const LeaderLease read = relay_b.ReadLease();
+  CHECK(read.Live(ahead.EpochMs()));
+  CHECK(read.until_ms > ahead.EpochMs() + 25000);
+  CHECK(read.acquired_at_ms <= ahead.EpochMs());
+  CHECK(read.acquired_at_ms > ahead.EpochMs() - 5000);
+  CHECK(relay_a.ReadLease().token == 1);
+}
+
+TEST_CASE("PostgreSQL relays racing for a free leader lease never both take one term", "[postgres]") {
+  Schema schema;
+  constexpr int kRelays = 4;
+  constexpr int kRounds = 10;
+  std::vector<std::unique_ptr<PgStore>> relays;
+  for (int i = 0; i < kRelays; ++i) relays.push_back(std::make_unique<PgStore>(schema.url()));
+  for (int round = 1; round <= kRounds; ++round) {
+    std::atomic<int> acquired{0};
+    std::atomic<std::int64_t> token{0};
+    std::latch start(kRelays);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kRelays; ++i) {
+      threads.emplace_back([&, i] {
+        start.arrive_and_wait();  // all at once, so the lease is free for every first read
+        const LeaseAcquisition got = relays[i]->AcquireLease("relay-" + std::to_string(i), 30000, WallMs());
+        if (got.acquired) {
+          ++acquired;
+          token = got.lease.token;
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    INFO("round " << round);
+    REQUIRE(acquired == 1);
+    CHECK(token == round);  // one term per round, token + 1 each
+    REQUIRE(relays[0]->ReleaseLease(token));
+  }
+}
+
+TEST_CASE("PostgreSQL leader relay sends every row while a standby whose clock runs an hour ahead sends nothing", "[postgres]") {
+  Schema schema;
+  ManualClock ahead(WallMs() + kHourMs);
+  PgStore store_a(schema.url());
+  PgStore store_b(schema.url(), &ahead);  // relay b reads this clock: the store's
+  for (const char* id : {"evt-1001", "evt-1002", "evt-1003"}) EnqueueOne(store_a, Event(id));
+  testing::FakePublisher publisher_a;
+  testing::FakePublisher publisher_b;
+  const auto leader_options = [](const std::string& owner) {
+    RelayOptions options;
+    options.owner = owner;
+    options.coordination = Coordination::kLeader;
+    options.lease_ms = 30000;
+    return options;
+  };
+  Relay a(store_a, publisher_a, leader_options("relay-a"));
+  Relay b(store_b, publisher_b, leader_options("relay-b"));
+
+  const BatchReport first = a.RunBatch();
+  CHECK(first.token == 1);
+  CHECK(first.settle.marked == 3);
+  CHECK(store_a.Status(0).claimed == 0);  // the leader wrote no claims onto rows
+
+  EnqueueOne(store_a, Event("evt-1004"));
+  EnqueueOne(store_a, Event("evt-1005"));
+  CHECK(b.RunBatch().claimed == 0);
+  CHECK(publisher_b.calls.empty());
+  const WaitReport wait = b.Waits();
+  CHECK(wait.leader.owner == "relay-a");
+  CHECK(wait.leader.token == 1);
+  CHECK(wait.leader.rows == 2);
+  CHECK(wait.leader.until_ms - ahead.EpochMs() > 25000);  // the server's time left, in b's clock
+  CHECK(wait.leader.until_ms - ahead.EpochMs() <= 30000);
+
+  // Relay a stops cleanly: relay b takes over at once, with the next token.
+  a.Resign();
+  const BatchReport taken = b.RunBatch();
+  CHECK(taken.token == 2);
+  CHECK(taken.settle.marked == 2);
+  CHECK(store_a.Count().published == 5);
+}
+
+TEST_CASE("PostgreSQL leader lease renewal extends the term of the current token only", "[postgres]") {
+  Schema schema;
+  PgStore relay_a(schema.url());
+  PgStore relay_b(schema.url());
+  REQUIRE(relay_a.AcquireLease("relay-a", 1000, WallMs()).acquired);
+  CHECK(relay_a.RenewLease(1, 60000, WallMs()));
+  CHECK(relay_b.ReadLease().until_ms - WallMs() > 55000);
+  CHECK(relay_a.RenewLease(1, 1000, WallMs()));  // never shortens
+  CHECK(relay_b.ReadLease().until_ms - WallMs() > 55000);
+  CHECK_FALSE(relay_a.RenewLease(2, 60000, WallMs()));  // not the lease's token
+  CHECK_THROWS_AS(relay_a.RenewLease(1, -1, WallMs()), ConfigError);
+
+  REQUIRE(relay_a.ReleaseLease(1));
+  CHECK_FALSE(relay_a.ReleaseLease(2));
+  const LeaderLease released = relay_b.ReadLease();
+  CHECK(released.token == 1);
+  CHECK(released.until_ms == 0);
+  CHECK_FALSE(released.Live(WallMs()));
+}
+
+TEST_CASE("PostgreSQL leader token grows by one per term through releases lapses and resets", "[postgres]") {
+  Schema schema;
+  PgStore relay_a(schema.url());
+  PgStore relay_b(schema.url());
+  REQUIRE(relay_a.AcquireLease("relay-a", 30000, WallMs()).acquired);
+  REQUIRE(relay_a.ReleaseLease(1));
+  const LeaseAcquisition second = relay_b.AcquireLease("relay-b", 30000, WallMs());
+  REQUIRE(second.acquired);
+  CHECK(second.lease.token == 2);
+  CHECK(second.previous.owner == "relay-a");
+  CHECK(second.previous.token == 1);
+
+  // A 1 ms term runs out on the server's clock; wait for the server to say so (no sleep).
+  REQUIRE(relay_b.ReleaseLease(2));
+  REQUIRE(relay_a.AcquireLease("relay-a", 1, WallMs()).acquired);
+  const std::int64_t give_up_ms = WallMs() + 5000;
+  while (relay_b.ReadLease().Live(WallMs()) && WallMs() < give_up_ms) {
+  }
+  const LeaseAcquisition third = relay_b.AcquireLease("relay-b", 30000, WallMs());
+  REQUIRE(third.acquired);
+  CHECK(third.lease.token == 4);
+  CHECK(third.previous.token == 3);
+
+  // A reset keeps the lease row: the next term's token is still greater than every earlier one.
+  relay_a.ResetSchema();
+  CHECK_FALSE(relay_a.ReadLease().Live(WallMs()));
+  const LeaseAcquisition after_reset = relay_a.AcquireLease("relay-a", 30000, WallMs());
+  REQUIRE(after_reset.acquired);
+  CHECK(after_reset.lease.token == 5);
+}
+
+TEST_CASE("PostgreSQL settle under a lease another relay took over is fenced out and writes nothing", "[postgres]") {
+  Schema schema;
+  PgStore relay_a(schema.url());
+  PgStore relay_b(schema.url());
+  const std::int64_t first = EnqueueOne(relay_a, Event("evt-1001"));
+  const std::int64_t second = EnqueueOne(relay_a, Event("evt-1002"));
+  REQUIRE(relay_a.AcquireLease("relay-a", 30000, WallMs()).acquired);
+  const std::vector<OutboxRow> page = relay_a.ReadPage(PageRequest{});
+  REQUIRE(page.size() == 2);
+  // Relay a stalls (SIGSTOP, a long GC pause); its term ends and relay b takes over.
+  REQUIRE(relay_a.ReleaseLease(1));
+  REQUIRE(relay_b.AcquireLease("relay-b", 30000, WallMs()).acquired);
+
+  const SettleReport late =
+      relay_a.SettleUnderLease(1, {first}, {{second, "timed out"}}, SettlePolicy{}, 0, 30000);
+  CHECK(late.fenced_out);
+  CHECK(late.fenced == 2);
+  CHECK(late.fenced_ids == std::vector<std::int64_t>{first, second});
+  CHECK(late.marked == 0);
+  CHECK(relay_a.Count().published == 0);
+  CHECK(relay_b.ReadLease().token == 2);  // the late settle renewed nothing
+  CHECK(relay_b.ReadPage(PageRequest{}).size() == 2);  // no attempt recorded either
+
+  const SettleReport owner = relay_b.SettleUnderLease(2, {first, second}, {}, SettlePolicy{}, 0, 30000);
+  CHECK_FALSE(owner.fenced_out);
+  CHECK(owner.marked == 2);
+  CHECK(owner.marked_ids == std::vector<std::int64_t>{first, second});
+  CHECK(relay_b.Count().published == 2);
+  // Acked again (a duplicate send): already published, counted fenced.
+  const SettleReport again = relay_b.SettleUnderLease(2, {first}, {}, SettlePolicy{}, 0, 30000);
+  CHECK(again.marked == 0);
+  CHECK(again.fenced == 1);
+}
+
+TEST_CASE("PostgreSQL settle under the lease records failures on the server clock and renews the lease", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  const std::int64_t retried = EnqueueOne(store, Event("evt-1001", "L-1"));
+  const std::int64_t parked = EnqueueOne(store, Event("evt-1002", "L-2"));
+  const std::int64_t behind = EnqueueOne(store, Event("evt-1003", "L-1"));
+  REQUIRE(store.AcquireLease("relay-a", 1000, WallMs()).acquired);
+  SettlePolicy policy;
+  policy.backoff_base_ms = 60000;
+
+  const SettleReport report = store.SettleUnderLease(
+      1, {}, {{retried, "Broker: Not enough in-sync replicas"}, {parked, "bad headers", true}}, policy, 0, 60000);
+  CHECK(report.retried == 1);
+  CHECK(report.parked == 1);
+  CHECK(report.parked_ids == std::vector<std::int64_t>{parked});
+  CHECK(store.ReadLease().until_ms - WallMs() > 55000);  // renewed by the settle
+  const OutboxStatus status = store.Status(0);
+  CHECK(status.in_backoff == 1);
+  CHECK(status.parked == 1);
+  // The first retry is due in about a minute on the server's clock, said in the caller's clock
+  // even when that runs an hour ahead.
+  const std::int64_t ahead_ms = WallMs() + kHourMs;
+  const BackoffWait wait = store.Backoffs(ahead_ms);
+  CHECK(wait.rows == 1);
+  CHECK(wait.first_due_ms - ahead_ms > 55000);
+  CHECK(wait.first_due_ms - ahead_ms <= 60000);
+
+  PageRequest request;
+  CHECK(store.ReadPage(request).empty());  // evt-1003 waits behind evt-1001 of its aggregate
+  request.hold_back_failed = false;
+  const std::vector<OutboxRow> flowing = store.ReadPage(request);
+  REQUIRE(flowing.size() == 1);
+  CHECK(flowing[0].id == behind);
+}
+
+TEST_CASE("PostgreSQL leader page reads past the cursor in id order and skips rows a claims relay holds", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  std::vector<std::int64_t> ids;
+  for (const char* id : {"evt-1001", "evt-1002", "evt-1003", "evt-1004"}) ids.push_back(EnqueueOne(store, Event(id)));
+  PageRequest request;
+  request.limit = 2;
+  std::vector<OutboxRow> page = store.ReadPage(request);
+  REQUIRE(page.size() == 2);
+  CHECK(page[0].id == ids[0]);
+  CHECK(page[1].id == ids[1]);
+  CHECK(page[1].event.payload == "{\"id\":\"evt-1002\"}");
+  request.after_id = ids[1];
+  request.limit = 10;
+  page = store.ReadPage(request);
+  REQUIRE(page.size() == 2);
+  CHECK(page[0].id == ids[2]);
+  request.up_to_id = ids[2];
+  CHECK(store.ReadPage(request).size() == 1);
+
+  REQUIRE(store.ClaimBatch(Request("relay-c", 1)).rows.size() == 1);  // evt-1001, live claim
+  page = store.ReadPage(PageRequest{});
+  REQUIRE(page.size() == 3);
+  CHECK(page[0].id == ids[1]);
 }
 
 TEST_CASE("PostgreSQL next id continues after rolled back inserts and never goes back", "[postgres]") {
