@@ -117,6 +117,10 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
   row(fmt::format("relay, {} events (events/s)", Grouped(r.relay.events)),
       fmt::format("{:.0f}", r.relay.events_per_s), "", "",
       pg_figure([](const lab::PostgresFigures& f) { return f.relay.events_per_s; }, "{:.0f}"));
+  for (const lab::WorkloadThroughputFigure& f : r.relay_by_workload)
+    row(fmt::format("relay, {} events, workload {} ({} aggregates) (events/s)",
+                    Grouped(f.relay.events), f.workload, Grouped(f.aggregates)),
+        fmt::format("{:.0f}", f.relay.events_per_s));
   // No database in this one: the same ceiling for both columns.
   row(fmt::format("raw produce, {} events (events/s)", Grouped(r.raw.events)),
       fmt::format("{:.0f}", r.raw.events_per_s), "", "", fmt::format("{:.0f}", r.raw.events_per_s));
@@ -263,6 +267,14 @@ void PrintJson(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
   out["chapter"] = ThroughputJson(r.chapter);
   out["relay"] = ThroughputJson(r.relay);
   out["raw"] = ThroughputJson(r.raw);
+  nlohmann::ordered_json by_workload = nlohmann::ordered_json::array();
+  for (const lab::WorkloadThroughputFigure& f : r.relay_by_workload) {
+    nlohmann::ordered_json figure = ThroughputJson(f.relay);
+    figure["workload"] = f.workload;
+    figure["aggregates"] = f.aggregates;
+    by_workload.push_back(figure);
+  }
+  out["relay_by_workload"] = by_workload;
   out["relay_over_chapter"] = r.relay_over_chapter;
   out["relay_over_raw"] = r.relay_over_raw;
   out["write"] = {{"txns", r.write.txns},

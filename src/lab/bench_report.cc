@@ -172,16 +172,19 @@ svg text{font-size:12px;font-family:"DejaVu Sans",system-ui,sans-serif}
       EscapeHtml(options.synchronous), r.embedded_broker ? "embedded " : "", EscapeHtml(r.brokers),
       EscapeHtml(r.topic), options.batch_size, fsync);
   ChecksChart(out, checks);
-  BarChart(out, "throughput", "Relay throughput (events/s)",
-           {{fmt::format("chapter relay, {} events", r.chapter.events), r.chapter.events_per_s,
-             fmt::format("{:.0f}/s", r.chapter.events_per_s)},
-            {fmt::format("relay, {} events", r.relay.events), r.relay.events_per_s,
-             fmt::format("{:.0f}/s", r.relay.events_per_s)},
-            {fmt::format("raw produce, {} events", r.raw.events), r.raw.events_per_s,
-             fmt::format("{:.0f}/s", r.raw.events_per_s)},
-            {fmt::format("relay child draining {}", r.rss.events), r.rss.events_per_s,
-             fmt::format("{:.0f}/s", r.rss.events_per_s)}},
-           /*log_scale=*/true);
+  std::vector<Bar> throughput = {
+      {fmt::format("chapter relay, {} events", r.chapter.events), r.chapter.events_per_s,
+       fmt::format("{:.0f}/s", r.chapter.events_per_s)},
+      {fmt::format("relay, {} events", r.relay.events), r.relay.events_per_s,
+       fmt::format("{:.0f}/s", r.relay.events_per_s)}};
+  for (const WorkloadThroughputFigure& f : r.relay_by_workload)
+    throughput.push_back({fmt::format("relay, {} events, workload {}", f.relay.events, f.workload),
+                          f.relay.events_per_s, fmt::format("{:.0f}/s", f.relay.events_per_s)});
+  throughput.push_back({fmt::format("raw produce, {} events", r.raw.events), r.raw.events_per_s,
+                        fmt::format("{:.0f}/s", r.raw.events_per_s)});
+  throughput.push_back({fmt::format("relay child draining {}", r.rss.events), r.rss.events_per_s,
+                        fmt::format("{:.0f}/s", r.rss.events_per_s)});
+  BarChart(out, "throughput", "Relay throughput (events/s)", throughput, /*log_scale=*/true);
   std::vector<Bar> write = {{"business-only (median)", r.write.business_only_median_tps,
                              fmt::format("{:.0f} txn/s", r.write.business_only_median_tps)},
                             {"business + outbox (median)", r.write.with_outbox_median_tps,

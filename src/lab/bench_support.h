@@ -95,6 +95,13 @@ WalFramesFigure MeasureWalFrames(const BenchmarkOptions& options, const TempDir&
 MarkFigure MeasureMark(const BenchmarkOptions& options, const TempDir& dir);            // write_cost_figure.cc
 CheckpointFigure MeasureCheckpoint(const BenchmarkOptions& options, const TempDir& dir,
                                    const std::string& brokers, const std::string& topic);  // write_cost_figure.cc
+// throughput_figure.cc: fills a fresh lab database at db with options.events unpublished rows
+// whose aggregates follow workload (event i touches loan LoanNumberFor(workload, i)), then times
+// a Relay (options.batch_size) on publisher until none is pending. Throws KafkaError when a
+// delivery fails or rows stay pending, DbError from SQLite.
+WorkloadThroughputFigure MeasureRelayOnWorkload(const BenchmarkOptions& options,
+                                                const std::string& db, Publisher& publisher,
+                                                Workload workload);
 LatencyFigure MeasureLatency(const BenchmarkOptions& options, const TempDir& dir,
                              const std::string& brokers, const std::string& topic,
                              Workload workload);                                  // latency_figure.cc

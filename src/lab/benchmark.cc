@@ -115,6 +115,18 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
   result.relay_over_chapter = Ratio(result.relay.events_per_s, result.chapter.events_per_s);
   result.relay_over_raw = Ratio(result.relay.events_per_s, result.raw.events_per_s);
 
+  {
+    kafka::KafkaPublisher publisher(PublisherOptions(options, result.brokers, result.topic));
+    WarmUp(publisher);
+    for (const Workload workload :
+         {Workload::kOwnAggregate, Workload::kFiftyAggregates, Workload::kZipf}) {
+      progress(fmt::format("relay: {} events, batches of {}, workload {}", options.events,
+                           options.batch_size, WorkloadName(workload)));
+      result.relay_by_workload.push_back(MeasureRelayOnWorkload(
+          options, dir.File("relay-" + WorkloadName(workload) + ".db"), publisher, workload));
+    }
+  }
+
   result.fsync_us.push_back(MeasureFsyncUs(dir));
   result.write = MeasureWritePath(options, dir);
   result.fsync_us.push_back(MeasureFsyncUs(dir));

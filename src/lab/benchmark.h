@@ -17,6 +17,8 @@
 //   peak RSS          of an `outbox-lab relay --until-empty` child process
 //                     draining a large backlog (its VmHWM, read from /proc
 //                     until it exits);
+//   relay per workload the in-process Relay draining the same backlog size
+//                     with the aggregates of each workload (own, 50, zipf);
 //   commit-to-mark    a `write --rate R --workload W` child commits at a steady
 //                     pace while a `relay` child with its default options
 //                     waits as in production (inotify); each row's
@@ -197,6 +199,16 @@ struct LatencyFigure {
   double max_ms = 0;
 };
 
+// The in-process Relay draining BenchmarkOptions::events rows whose aggregates
+// follow one workload (lab/workload.h), batch by batch until none is pending;
+// the same relay and publisher settings as BenchmarkResult::relay, on a fresh
+// database per workload, the workloads one after the other (not interleaved).
+struct WorkloadThroughputFigure {
+  std::string workload;     // "own", "50" or "zipf"
+  std::int64_t aggregates = 0;  // distinct aggregates in the backlog
+  ThroughputFigure relay;   // events acknowledged and marked
+};
+
 // The idle relay: a `relay` child (default options) on an empty outbox,
 // after it has published one warm-up row and gone idle.
 struct IdleFigure {
@@ -270,6 +282,7 @@ struct BenchmarkResult {
   WalFramesFigure wal_frames;
   MarkFigure mark;
   CheckpointFigure checkpoint;
+  std::vector<WorkloadThroughputFigure> relay_by_workload;  // own, 50, zipf
   std::vector<LatencyFigure> latency;  // own, 50, zipf
   IdleFigure idle;
   std::optional<PostgresFigures> postgres;  // with BenchmarkOptions::postgres_url only

@@ -1,7 +1,10 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <set>
+
 #include "lab/bench_support.h"
+#include "lab/loans.h"
 #include "lab/statistics.h"
 #include "outbox/error.h"
 #include "outbox/kafka/kafka_publisher.h"
@@ -72,6 +75,43 @@ RelayFigures MeasureRelays(const BenchmarkOptions& options, const TempDir& dir,
   figures.chapter.events_per_s = Rate(figures.chapter.events, figures.chapter.seconds);
   figures.relay.events_per_s = Rate(figures.relay.events, figures.relay.seconds);
   return figures;
+}
+
+WorkloadThroughputFigure MeasureRelayOnWorkload(const BenchmarkOptions& options,
+                                                const std::string& db, Publisher& publisher,
+                                                Workload workload) {
+  auto store = FreshDatabase(db, options.store);
+  std::set<std::int64_t> loans;
+  store->BulkLoad(
+      options.events,
+      [workload, &loans, now = store->clock().EpochMs()](std::int64_t i) {
+        const std::int64_t loan = LoanNumberFor(workload, i + 1);
+        loans.insert(loan);
+        return LoanCreatedEvent(ChapterLoan(loan, now), i + 1);
+      },
+      /*published=*/false);
+  RelayOptions relay_options;
+  relay_options.batch_size = options.batch_size;
+  relay_options.owner = fmt::format("bench-{}-{}", getpid(), WorkloadName(workload));
+  Relay relay(*store, publisher, relay_options);
+
+  WorkloadThroughputFigure figure;
+  figure.workload = WorkloadName(workload);
+  figure.aggregates = static_cast<std::int64_t>(loans.size());
+  const auto start = SteadyClock::now();
+  while (figure.relay.events < options.events) {
+    const BatchReport batch = relay.RunBatch();
+    if (batch.claimed == 0) break;
+    figure.relay.events += batch.settle.marked;
+  }
+  figure.relay.seconds = SecondsSince(start);
+  const std::string name = "relay, workload " + figure.workload;
+  RequireAllDelivered(name.c_str(), options.events, figure.relay.events);
+  if (store->PendingCount() != 0)
+    throw KafkaError(fmt::format("{}: {} rows still pending in '{}'", name, store->PendingCount(), db),
+                     RD_KAFKA_RESP_ERR__MSG_TIMED_OUT);
+  figure.relay.events_per_s = Rate(figure.relay.events, figure.relay.seconds);
+  return figure;
 }
 
 namespace {

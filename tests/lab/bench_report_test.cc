@@ -23,6 +23,9 @@ TEST_CASE("The bench page draws every check beside its target and the drain's th
   result.chapter = {2000, 20, 100};
   result.relay = {200000, 4, 50000};
   result.raw = {200000, 2, 100000};
+  result.relay_by_workload = {{"own", 200000, {200000, 4, 50000}},
+                              {"50", 50, {200000, 5, 40000}},
+                              {"zipf", 1000, {200000, 8, 25000}}};
   result.write.business_only_tps = {900, 1000, 1100};
   result.write.with_outbox_tps = {850, 950, 1000};
   const std::vector<outbox::lab::BenchmarkCheck> checks = {{"relay_over_chapter", 500, 100, true},
@@ -45,7 +48,9 @@ TEST_CASE("The bench page draws every check beside its target and the drain's th
       html.find(
           "data-name=\"history_ratio\" data-value=\"2\" data-target=\"1.5\" data-pass=\"false\"") !=
       std::string::npos);
-  CHECK(Count(html, "<g class=\"bar\"") == 4 + 2 + 6 + 2 + 1);
+  CHECK(Count(html, "<g class=\"bar\"") == 7 + 2 + 6 + 2 + 1);
+  CHECK(html.find("relay, 200000 events, workload zipf") != std::string::npos);
+  CHECK(html.find("25000/s") != std::string::npos);
   CHECK(html.find("<b>topic</b>") == std::string::npos);
   CHECK(html.find("&lt;b&gt;topic&lt;/b&gt;") != std::string::npos);
   CHECK(html.find("http://") == std::string::npos);

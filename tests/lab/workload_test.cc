@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "lab/bench_support.h"
 #include "lab/loans.h"
 #include "lab/workload.h"
 #include "outbox/error.h"
@@ -75,4 +76,31 @@ TEST_CASE("A later write of the same loan renews it and enqueues a LoanRenewed e
   auto txn = store->BeginRead();
   CHECK(outbox::lab::CountLoans(txn.connection()) == 1);
   CHECK(outbox::lab::LoanIds(txn.connection()) == std::vector<std::string>{"L-1007"});
+}
+
+TEST_CASE("The bench relay drains a backlog of each workload with its own spread of aggregates",
+          "[lab][bench]") {
+  outbox::testing::TempDir dir;
+  outbox::lab::BenchmarkOptions options;
+  options.events = 3000;
+  options.batch_size = 500;
+  for (const Workload w : {Workload::kOwnAggregate, Workload::kFiftyAggregates, Workload::kZipf}) {
+    std::set<std::int64_t> expected_loans;
+    for (std::int64_t i = 1; i <= options.events; ++i) expected_loans.insert(LoanNumberFor(w, i));
+    outbox::testing::FakePublisher publisher;
+    const auto figure = outbox::lab::bench::MeasureRelayOnWorkload(
+        options, dir.File("relay-" + outbox::lab::WorkloadName(w) + ".db"), publisher, w);
+
+    CHECK(figure.workload == outbox::lab::WorkloadName(w));
+    CHECK(figure.relay.events == options.events);
+    CHECK(figure.relay.seconds > 0);
+    CHECK(figure.relay.events_per_s == Approx(options.events / figure.relay.seconds));
+    CHECK(figure.aggregates == static_cast<std::int64_t>(expected_loans.size()));
+    if (w == Workload::kFiftyAggregates) CHECK(figure.aggregates == 50);
+    if (w == Workload::kOwnAggregate) CHECK(figure.aggregates == options.events);
+    const std::vector<std::string> keys = publisher.SentKeys();
+    CHECK(keys.size() == static_cast<std::size_t>(options.events));
+    // The relay keys by event id (its default): every event sent exactly once.
+    CHECK(std::set<std::string>(keys.begin(), keys.end()).size() == keys.size());
+  }
 }
