@@ -118,7 +118,7 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
       fmt::format("{:.0f}", r.relay.events_per_s), "", "",
       pg_figure([](const lab::PostgresFigures& f) { return f.relay.events_per_s; }, "{:.0f}"));
   for (const lab::WorkloadThroughputFigure& f : r.relay_by_workload)
-    row(fmt::format("relay, {} events, workload {} ({} aggregates) (events/s)",
+    row(fmt::format("relay (leader), {} events, workload {} ({} aggregates) (events/s)",
                     Grouped(f.relay.events), f.workload, Grouped(f.aggregates)),
         fmt::format("{:.0f}", f.relay.events_per_s));
   // No database in this one: the same ceiling for both columns.

@@ -178,7 +178,7 @@ svg text{font-size:12px;font-family:"DejaVu Sans",system-ui,sans-serif}
       {fmt::format("relay, {} events", r.relay.events), r.relay.events_per_s,
        fmt::format("{:.0f}/s", r.relay.events_per_s)}};
   for (const WorkloadThroughputFigure& f : r.relay_by_workload)
-    throughput.push_back({fmt::format("relay, {} events, workload {}", f.relay.events, f.workload),
+    throughput.push_back({fmt::format("relay (leader), {} events, workload {}", f.relay.events, f.workload),
                           f.relay.events_per_s, fmt::format("{:.0f}/s", f.relay.events_per_s)});
   throughput.push_back({fmt::format("raw produce, {} events", r.raw.events), r.raw.events_per_s,
                         fmt::format("{:.0f}/s", r.raw.events_per_s)});

@@ -97,7 +97,7 @@ CheckpointFigure MeasureCheckpoint(const BenchmarkOptions& options, const TempDi
                                    const std::string& brokers, const std::string& topic);  // write_cost_figure.cc
 // throughput_figure.cc: fills a fresh lab database at db with options.events unpublished rows
 // whose aggregates follow workload (event i touches loan LoanNumberFor(workload, i)), then times
-// a Relay (options.batch_size) on publisher until none is pending. Throws KafkaError when a
+// a Relay (options.batch_size, leader mode) on publisher until none is pending. Throws KafkaError when a
 // delivery fails or rows stay pending, DbError from SQLite.
 WorkloadThroughputFigure MeasureRelayOnWorkload(const BenchmarkOptions& options,
                                                 const std::string& db, Publisher& publisher,

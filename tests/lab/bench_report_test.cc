@@ -49,7 +49,7 @@ TEST_CASE("The bench page draws every check beside its target and the drain's th
           "data-name=\"history_ratio\" data-value=\"2\" data-target=\"1.5\" data-pass=\"false\"") !=
       std::string::npos);
   CHECK(Count(html, "<g class=\"bar\"") == 7 + 2 + 6 + 2 + 1);
-  CHECK(html.find("relay, 200000 events, workload zipf") != std::string::npos);
+  CHECK(html.find("relay (leader), 200000 events, workload zipf") != std::string::npos);
   CHECK(html.find("25000/s") != std::string::npos);
   CHECK(html.find("<b>topic</b>") == std::string::npos);
   CHECK(html.find("&lt;b&gt;topic&lt;/b&gt;") != std::string::npos);
