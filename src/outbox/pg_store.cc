@@ -91,6 +91,11 @@ RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_a
 
 pg::Param Bool(bool value) { return pg::Param::Text(value ? "true" : "false"); }
 
+// "{1,2,3}": ids as one bigint[] parameter.
+pg::Param IdArray(const std::vector<std::int64_t>& ids) {
+  return pg::Param::Text(fmt::format("{{{}}}", fmt::join(ids, ",")));
+}
+
 // Inside a settle's transaction: each failed delivery whose row is still this settle's gets
 // attempts + 1, its error, its next attempt after BackoffMs on the server's clock, and is parked
 // at max_attempts or when park_now; a row no longer ours is counted fenced. claim_token: claims
@@ -291,19 +296,25 @@ SettleReport PgStore::SettleBatch(std::int64_t token, const std::vector<std::int
                                   const SettlePolicy& policy) {
   SettleReport report;
   pg::Transaction txn(connection_);
-  for (std::int64_t id : acked) {
+  if (!acked.empty()) {
+    // One statement for the batch, not one round trip per row (bench: relay on PostgreSQL 2,146
+    // events/s with an UPDATE per row). The token is checked per row as before: a row another
+    // relay took over carries its token, stays unmarked here and is reported fenced.
     const pg::Result marked = connection_.Query(
-        "UPDATE outbox SET published = true, "
-        "published_at = (extract(epoch FROM clock_timestamp()) * 1000)::bigint, "
-        "claim_token = NULL, claim_owner = NULL, claim_until = NULL "
-        "WHERE id = $1 AND claim_token = $2 AND NOT published",
-        {pg::Param::Int(id), pg::Param::Int(token)}, "mark a row published");
-    if (marked.Affected() == 1) {
-      ++report.marked;
-      report.marked_ids.push_back(id);
-    } else {
-      ++report.fenced;
-      report.fenced_ids.push_back(id);
+        std::string("UPDATE outbox SET published = true, published_at = ") + kEpochMsNow +
+            ", claim_token = NULL, claim_owner = NULL, claim_until = NULL "
+            "WHERE id = ANY($1::bigint[]) AND claim_token = $2 AND NOT published RETURNING id",
+        {IdArray(acked), pg::Param::Int(token)}, "mark a claimed batch published");
+    std::unordered_set<std::int64_t> marked_ids;
+    for (int i = 0; i < marked.rows(); ++i) marked_ids.insert(marked.Int(i, 0));
+    for (std::int64_t id : acked) {
+      if (marked_ids.erase(id) == 1) {  // erase: an id given twice is marked once
+        ++report.marked;
+        report.marked_ids.push_back(id);
+      } else {
+        ++report.fenced;  // claimed by another relay since, or published already
+        report.fenced_ids.push_back(id);
+      }
     }
   }
   RecordFailures(connection_, token, failed, policy, report);
@@ -613,11 +624,6 @@ bool ExtendLease(pg::Connection& connection, std::int64_t token, std::int64_t le
                     "WHERE id = 1 AND token = $1",
                     {pg::Param::Int(token), pg::Param::Int(lease_ms)}, "renew the leader lease")
              .Affected() == 1;
-}
-
-// "{1,2,3}": ids as one bigint[] parameter.
-pg::Param IdArray(const std::vector<std::int64_t>& ids) {
-  return pg::Param::Text(fmt::format("{{{}}}", fmt::join(ids, ",")));
 }
 
 }  // namespace

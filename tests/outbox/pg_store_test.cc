@@ -192,6 +192,38 @@ TEST_CASE("PostgreSQL settle of a claim taken over by another relay is fenced", 
   CHECK(relay_a.Count().published == 1);
 }
 
+TEST_CASE("PostgreSQL settle after another relay took over part of the batch marks only the rows still owned", "[postgres]") {
+  Schema schema;
+  PgStore relay_a(schema.url());
+  PgStore relay_b(schema.url());
+  std::vector<std::int64_t> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(EnqueueOne(relay_a, Event("evt-" + std::to_string(2001 + i))));
+  // A lease of 0 ms has run out at once, so relay b's claim of 2 takes over the 2 lowest ids.
+  const Claim first = relay_a.ClaimBatch(Request("relay-a", 10, 0));
+  REQUIRE(first.rows.size() == 5);
+  const Claim second = relay_b.ClaimBatch(Request("relay-b", 2, 30000));
+  REQUIRE(second.rows.size() == 2);
+  CHECK(second.rows[0].id == ids[0]);
+  CHECK(second.rows[1].id == ids[1]);
+
+  // The late settle acks all five, one id twice: only the three still carrying a's token are
+  // marked, each once; b's two and the repeated id are reported fenced.
+  std::vector<std::int64_t> acked = ids;
+  acked.push_back(ids[4]);
+  const SettleReport late = relay_a.SettleBatch(first.token, acked, {}, SettlePolicy{});
+  CHECK(late.marked == 3);
+  CHECK(late.marked_ids == std::vector<std::int64_t>{ids[2], ids[3], ids[4]});
+  CHECK(late.fenced == 3);
+  CHECK(late.fenced_ids == std::vector<std::int64_t>{ids[0], ids[1], ids[4]});
+  CHECK(relay_a.Count().published == 3);
+
+  // b's rows are still unpublished and claimed by b, so b's settle marks them.
+  const SettleReport owner = relay_b.SettleBatch(second.token, {ids[0], ids[1]}, {}, SettlePolicy{});
+  CHECK(owner.marked == 2);
+  CHECK(owner.fenced == 0);
+  CHECK(relay_b.Count().published == 5);
+}
+
 TEST_CASE("PostgreSQL leases follow the server clock so a relay whose clock runs ahead steals nothing", "[postgres]") {
   Schema schema;
   PgStore relay_a(schema.url());
