@@ -11,19 +11,40 @@
 #          the 2,000 rows relay-a left, nothing fenced; check: valid, 0 lost, every event on the
 #          topic, duplicates exactly the rows in flight at the kill (rows 1001..R with R the
 #          records on the topic then, at most the two batches of the pipeline: <= 1,000).
+# --postgres (issue 12, leader mode on PostgreSQL; scenarios/pg-leader-kill-takeover.sh passes
+#          it): the same on a PostgreSQL outbox at $OUTBOX_PG_URL in a schema of its own (the lease
+#          judged on the server's clock), plus a closing status: the lease row at token 2 and no
+#          live leader. Skipped (exit 77) only when OUTBOX_PG_URL is unset; scripts/test.sh sets it.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
 EVENTS=3000
 BATCH=500
 LEASE_MS=3000
+BACKEND=sqlite
+usage="usage: leader-kill-takeover.sh [--postgres]"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --postgres) BACKEND=postgres ;;
+    -h | --help) echo "$usage"; FINISHED=1; exit 0 ;;
+    *) die "unknown argument '$1'; $usage" ;;
+  esac
+  shift
+done
+# The SQLite writer runs at synchronous=normal to keep the setup short; PostgreSQL takes only full.
+WRITE_SYNC=(--synchronous normal)
+if [ "$BACKEND" = postgres ]; then
+  SCENARIO=pg-leader-kill-takeover
+  use_postgres
+  WRITE_SYNC=()
+fi
 
 start_broker
 
 step "reset, then write $EVENTS loans with their outbox events"
 run reset
 expect_rc 0 "reset"
-run --synchronous normal write "$EVENTS" --quiet
+run "${WRITE_SYNC[@]}" write "$EVENTS" --quiet
 expect_rc 0 "write $EVENTS"
 
 step "relay-a leads; HOLD after its third batch's acks, before the mark"
@@ -63,13 +84,19 @@ grep -v '"report":"batch"' "$log_b" | sed 's/^/  | /'
 expect_json "$log_b" ".report == \"final\" and .marked == $((EVENTS - 2 * BATCH)) and .failed == 0 and .fenced == 0 and .pending == 0" \
   "relay-b: final report, the 2,000 rows relay-a left"
 
+step "status: relay-b released the lease at its clean exit; nothing unpublished"
+run status --json
+expect_rc 0 "status --json"
+expect_json "$OUT" ".unpublished == 0 and .claimed == 0 and .published == $EVENTS and .leader == null and .lease_token == 2" \
+  "status: all published, no live leader, the lease row at token 2"
+
 step "check: nothing lost, duplicates only what was in flight at the kill"
 run check --json
 expect_rc 0 "check --json"
 dups=$(jq '.duplicated | length' "$OUT")
 echo "duplicated: $dups (in-flight window: $((2 * BATCH)), the held batch alone: $BATCH)"
-# One partition keeps produce order, so what was in flight is rows 1001..1000+D: the held batch
-# (acked, so all of it) and a prefix of batch 4.
+# One writer, so ids follow event numbers; one partition keeps produce order, so what was in
+# flight is rows 1001..1000+D: the held batch (acked, so all of it) and a prefix of batch 4.
 expect_json "$OUT" "
   .valid and .outbox_rows == $EVENTS and .ok == $EVENTS and .lost == [] and .phantom == []
   and .atomicity == [] and .lost_after_mark == [] and .stuck == [] and .order_violations == []

@@ -91,6 +91,23 @@ RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_a
 
 pg::Param Bool(bool value) { return pg::Param::Text(value ? "true" : "false"); }
 
+// Splits acked into report's marked and fenced ids by the ids a mark's RETURNING gave back;
+// an id given twice is marked once and fenced the second time.
+void TallyMarks(const pg::Result& marked, const std::vector<std::int64_t>& acked,
+                SettleReport& report) {
+  std::unordered_set<std::int64_t> marked_ids;
+  for (int i = 0; i < marked.rows(); ++i) marked_ids.insert(marked.Int(i, 0));
+  for (std::int64_t id : acked) {
+    if (marked_ids.erase(id) == 1) {
+      ++report.marked;
+      report.marked_ids.push_back(id);
+    } else {
+      ++report.fenced;
+      report.fenced_ids.push_back(id);
+    }
+  }
+}
+
 // "{1,2,3}": ids as one bigint[] parameter.
 pg::Param IdArray(const std::vector<std::int64_t>& ids) {
   return pg::Param::Text(fmt::format("{{{}}}", fmt::join(ids, ",")));
@@ -305,17 +322,8 @@ SettleReport PgStore::SettleBatch(std::int64_t token, const std::vector<std::int
             ", claim_token = NULL, claim_owner = NULL, claim_until = NULL "
             "WHERE id = ANY($1::bigint[]) AND claim_token = $2 AND NOT published RETURNING id",
         {IdArray(acked), pg::Param::Int(token)}, "mark a claimed batch published");
-    std::unordered_set<std::int64_t> marked_ids;
-    for (int i = 0; i < marked.rows(); ++i) marked_ids.insert(marked.Int(i, 0));
-    for (std::int64_t id : acked) {
-      if (marked_ids.erase(id) == 1) {  // erase: an id given twice is marked once
-        ++report.marked;
-        report.marked_ids.push_back(id);
-      } else {
-        ++report.fenced;  // claimed by another relay since, or published already
-        report.fenced_ids.push_back(id);
-      }
-    }
+    // Fenced: claimed by another relay since, or published already.
+    TallyMarks(marked, acked, report);
   }
   RecordFailures(connection_, token, failed, policy, report);
   txn.Commit();
@@ -712,17 +720,7 @@ SettleReport PgStore::SettleUnderLease(std::int64_t token, const std::vector<std
         std::string("UPDATE outbox SET published = true, published_at = ") + kEpochMsNow +
             " WHERE id = ANY($1::bigint[]) AND NOT published RETURNING id",
         {IdArray(acked)}, "mark a leader's batch published");
-    std::unordered_set<std::int64_t> marked_ids;
-    for (int i = 0; i < marked.rows(); ++i) marked_ids.insert(marked.Int(i, 0));
-    for (std::int64_t id : acked) {
-      if (marked_ids.erase(id) == 1) {  // erase: an id given twice is marked once
-        ++report.marked;
-        report.marked_ids.push_back(id);
-      } else {
-        ++report.fenced;  // published already (by another writer)
-        report.fenced_ids.push_back(id);
-      }
-    }
+    TallyMarks(marked, acked, report);  // fenced: published already (by another writer)
   }
   RecordFailures(connection_, std::nullopt, failed, policy, report);
   txn.Commit();
