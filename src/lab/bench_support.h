@@ -19,6 +19,7 @@
 #include "outbox/error.h"
 #include "outbox/event.h"
 #include "outbox/kafka/kafka_publisher.h"
+#include "outbox/relay.h"
 #include "outbox/store.h"
 
 namespace outbox::lab::bench {
@@ -81,6 +82,13 @@ struct RelayFigures {
   ThroughputFigure chapter;
   ThroughputFigure relay;
 };
+// throughput_figure.cc: the chapter's relay (RunPerRowRelay on chapter_store) and relay, in
+// kSlices slices whose order alternates, until options.chapter_events and options.events rows are
+// marked. Returns the summed events and seconds (events_per_s not yet filled). where ("" or
+// " on PostgreSQL") names the backend in errors. Throws KafkaError when a figure's rows were
+// not all delivered, DbError / pg::PgError from the stores.
+RelayFigures RunInterleaved(const BenchmarkOptions& options, OutboxStore& chapter_store,
+                            Publisher& chapter_publisher, Relay& relay, const std::string& where);
 RelayFigures MeasureRelays(const BenchmarkOptions& options, const TempDir& dir,
                            const std::string& brokers, const std::string& topic);  // throughput_figure.cc
 ThroughputFigure MeasureRaw(const BenchmarkOptions& options, const std::string& brokers,

@@ -123,44 +123,11 @@ RelayFigures MeasurePgRelays(const BenchmarkOptions& options, pg::Connection& ad
   RelayOptions relay_options;
   relay_options.batch_size = options.batch_size;
   relay_options.owner = fmt::format("bench-pg-{}", getpid());
-  relay_options.coordination = Coordination::kClaims;  // leader mode is not on PostgreSQL
+  relay_options.coordination = Coordination::kClaims;  // the default on PostgreSQL
   Relay relay(relay_store, relay_publisher, relay_options);
 
-  RelayFigures figures;
-  for (int slice = 0; slice < kSlices; ++slice) {
-    const auto run_chapter = [&] {
-      const std::int64_t rows = SliceEnd(options.chapter_events, slice) - figures.chapter.events;
-      if (rows <= 0) return;
-      const auto start = SteadyClock::now();
-      const PerRowRelayReport report =
-          RunPerRowRelay(chapter_store, chapter_publisher, {rows, /*mark=*/true}, nullptr);
-      figures.chapter.seconds += SecondsSince(start);
-      figures.chapter.events += report.marked;
-      if (report.marked != rows)
-        RequireAllDelivered("chapter algorithm on PostgreSQL", options.chapter_events,
-                            figures.chapter.events);
-    };
-    const auto run_relay = [&] {
-      const std::int64_t until = SliceEnd(options.events, slice);
-      const auto start = SteadyClock::now();
-      while (figures.relay.events < until) {
-        const BatchReport batch = relay.RunBatch();
-        if (batch.claimed == 0) break;
-        figures.relay.events += batch.settle.marked;
-      }
-      figures.relay.seconds += SecondsSince(start);
-    };
-    if (slice % 2 == 0) {
-      run_chapter();
-      run_relay();
-    } else {
-      run_relay();
-      run_chapter();
-    }
-  }
-  RequireAllDelivered("chapter algorithm on PostgreSQL", options.chapter_events,
-                      figures.chapter.events);
-  RequireAllDelivered("relay on PostgreSQL", options.events, figures.relay.events);
+  RelayFigures figures =
+      RunInterleaved(options, chapter_store, chapter_publisher, relay, " on PostgreSQL");
   if (relay_store.PendingCount() != 0)
     throw KafkaError(fmt::format("relay on PostgreSQL: {} rows still pending",
                                  relay_store.PendingCount()),

@@ -13,6 +13,46 @@
 
 namespace outbox::lab::bench {
 
+RelayFigures RunInterleaved(const BenchmarkOptions& options, OutboxStore& chapter_store,
+                            Publisher& chapter_publisher, Relay& relay, const std::string& where) {
+  RelayFigures figures;
+  for (int slice = 0; slice < kSlices; ++slice) {
+    const auto run_chapter = [&] {
+      const std::int64_t rows = SliceEnd(options.chapter_events, slice) - figures.chapter.events;
+      if (rows <= 0) return;
+      const auto start = SteadyClock::now();
+      const PerRowRelayReport report =
+          RunPerRowRelay(chapter_store, chapter_publisher, {rows, /*mark=*/true}, nullptr);
+      figures.chapter.seconds += SecondsSince(start);
+      figures.chapter.events += report.marked;
+      if (report.marked != rows)
+        RequireAllDelivered(("chapter algorithm" + where).c_str(), options.chapter_events,
+                            figures.chapter.events);
+    };
+    const auto run_relay = [&] {
+      const std::int64_t until = SliceEnd(options.events, slice);
+      const auto start = SteadyClock::now();
+      while (figures.relay.events < until) {
+        const BatchReport batch = relay.RunBatch();
+        if (batch.claimed == 0) break;
+        figures.relay.events += batch.settle.marked;
+      }
+      figures.relay.seconds += SecondsSince(start);
+    };
+    if (slice % 2 == 0) {
+      run_chapter();
+      run_relay();
+    } else {
+      run_relay();
+      run_chapter();
+    }
+  }
+  RequireAllDelivered(("chapter algorithm" + where).c_str(), options.chapter_events,
+                      figures.chapter.events);
+  RequireAllDelivered(("relay" + where).c_str(), options.events, figures.relay.events);
+  return figures;
+}
+
 // The chapter's relay and the production relay, each on its own database and
 // producer, run in kSlices alternating slices; each figure is its events over
 // the sum of its slices' times. The chapter commits once per row, the relay
@@ -35,39 +75,7 @@ RelayFigures MeasureRelays(const BenchmarkOptions& options, const TempDir& dir,
   relay_options.owner = fmt::format("bench-{}", getpid());
   Relay relay(*relay_store, relay_publisher, relay_options);
 
-  RelayFigures figures;
-  for (int slice = 0; slice < kSlices; ++slice) {
-    const auto run_chapter = [&] {
-      const std::int64_t rows = SliceEnd(options.chapter_events, slice) - figures.chapter.events;
-      if (rows <= 0) return;
-      const auto start = SteadyClock::now();
-      const PerRowRelayReport report =
-          RunPerRowRelay(*chapter_store, chapter_publisher, {rows, /*mark=*/true}, nullptr);
-      figures.chapter.seconds += SecondsSince(start);
-      figures.chapter.events += report.marked;
-      if (report.marked != rows)
-        RequireAllDelivered("chapter algorithm", options.chapter_events, figures.chapter.events);
-    };
-    const auto run_relay = [&] {
-      const std::int64_t until = SliceEnd(options.events, slice);
-      const auto start = SteadyClock::now();
-      while (figures.relay.events < until) {
-        const BatchReport batch = relay.RunBatch();
-        if (batch.claimed == 0) break;
-        figures.relay.events += batch.settle.marked;
-      }
-      figures.relay.seconds += SecondsSince(start);
-    };
-    if (slice % 2 == 0) {
-      run_chapter();
-      run_relay();
-    } else {
-      run_relay();
-      run_chapter();
-    }
-  }
-  RequireAllDelivered("chapter algorithm", options.chapter_events, figures.chapter.events);
-  RequireAllDelivered("relay", options.events, figures.relay.events);
+  RelayFigures figures = RunInterleaved(options, *chapter_store, chapter_publisher, relay, "");
   if (relay_store->PendingCount() != 0)
     throw KafkaError(fmt::format("relay: {} rows still pending in '{}'",
                                  relay_store->PendingCount(), relay_path),
