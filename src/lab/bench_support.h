@@ -8,13 +8,16 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "lab/benchmark.h"
+#include "lab/loans.h"
 #include "lab/workload.h"
 #include "outbox/error.h"
 #include "outbox/event.h"
@@ -93,6 +96,19 @@ RelayFigures MeasureRelays(const BenchmarkOptions& options, const TempDir& dir,
                            const std::string& brokers, const std::string& topic);  // throughput_figure.cc
 ThroughputFigure MeasureRaw(const BenchmarkOptions& options, const std::string& brokers,
                             const std::string& topic);                            // throughput_figure.cc
+// write_path_figure.cc: the write-path figure on either backend. Builds options.write_txns loans
+// and their LoanCreated events; each of options.write_rounds rounds calls fresh_round, which
+// gives both variants fresh tables and returns how to run transactions [first, last) of one
+// variant (with_outbox false: the loan alone; true: loan + outbox row), in seconds; the variants
+// run in kSlices slices whose order alternates. backend prefixes the progress lines ("" or
+// "PostgreSQL "). Returns each variant's rounds (txn/s), their medians and the ratio. Throws what
+// fresh_round and the runs throw.
+using WriteRun = std::function<double(bool with_outbox, const std::vector<Loan>& loans,
+                                      const std::vector<OutboxEvent>& events, std::size_t first,
+                                      std::size_t last)>;
+using WriteRoundFactory = std::function<WriteRun()>;
+WritePathFigure MeasureWriteRounds(const BenchmarkOptions& options, const std::string& backend,
+                                   const WriteRoundFactory& fresh_round);
 WritePathFigure MeasureWritePath(const BenchmarkOptions& options, const TempDir& dir);  // write_path_figure.cc
 HistoryFigure MeasureHistory(const BenchmarkOptions& options, const TempDir& dir);      // history_figure.cc
 DrainFigures MeasureDrains(const BenchmarkOptions& options, const TempDir& dir,

@@ -152,44 +152,20 @@ double RunPgWrites(PgStore& store, const std::vector<Loan>& loans,
   return SecondsSince(start);
 }
 
-// As MeasureWritePath: both variants on fresh tables each round, in kSlices alternating slices;
-// the median round of each.
+// As MeasureWritePath: both variants on fresh tables each round (MeasureWriteRounds).
 WritePathFigure MeasurePgWritePath(const BenchmarkOptions& options, pg::Connection& admin) {
-  WritePathFigure figure;
-  figure.txns = options.write_txns;
-  std::vector<Loan> loans;
-  std::vector<OutboxEvent> events;
-  for (std::int64_t i = 1; i <= options.write_txns; ++i) {
-    loans.push_back(ChapterLoan(i, options.store.clock->EpochMs()));
-    events.push_back(LoanCreatedEvent(loans.back(), i));
-  }
   ScratchSchema schemas[2] = {{admin, options.postgres_url, "write_business"},
                               {admin, options.postgres_url, "write_outbox"}};
-  for (std::int64_t round = 0; round < options.write_rounds; ++round) {
-    if (options.progress)
-      options.progress(fmt::format("PostgreSQL write path round {}/{}: {} business-only and {} "
-                                   "business+outbox transactions, interleaved",
-                                   round + 1, options.write_rounds, options.write_txns,
-                                   options.write_txns));
-    std::unique_ptr<OutboxStore> holders[2];
+  std::unique_ptr<OutboxStore> holders[2];  // the round's: business-only, business+outbox
+  return MeasureWriteRounds(options, "PostgreSQL ", [&]() -> WriteRun {
+    for (auto& holder : holders) holder.reset();  // the last round's connections first
     PgStore* stores[2] = {&FreshLab(holders[0], schemas[0], options),
                           &FreshLab(holders[1], schemas[1], options)};
-    double seconds[2] = {0, 0};
-    std::size_t done = 0;
-    for (int slice = 0; slice < kSlices; ++slice) {
-      const auto end = static_cast<std::size_t>(SliceEnd(options.write_txns, slice));
-      const int first_variant = (slice + static_cast<int>(round)) % 2;
-      for (const int variant : {first_variant, 1 - first_variant})
-        seconds[variant] += RunPgWrites(*stores[variant], loans, events, done, end, variant == 1);
-      done = end;
-    }
-    figure.business_only_tps.push_back(Rate(options.write_txns, seconds[0]));
-    figure.with_outbox_tps.push_back(Rate(options.write_txns, seconds[1]));
-  }
-  figure.business_only_median_tps = Median(figure.business_only_tps);
-  figure.with_outbox_median_tps = Median(figure.with_outbox_tps);
-  figure.ratio = Ratio(figure.with_outbox_median_tps, figure.business_only_median_tps);
-  return figure;
+    return [stores](bool with_outbox, const std::vector<Loan>& loans,
+                    const std::vector<OutboxEvent>& events, std::size_t first, std::size_t last) {
+      return RunPgWrites(*stores[with_outbox ? 1 : 0], loans, events, first, last, with_outbox);
+    };
+  });
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "outbox/failpoint.h"
 #include "outbox/pg/connection.h"
 #include "outbox/pg_store.h"
+#include "pg_test_support.h"
 #include "relay_test_support.h"
 #include "test_support.h"
 
@@ -27,36 +28,9 @@ using outbox::FailpointError;
 using outbox::testing::CaptureThrow;
 using outbox::testing::FailpointReset;
 
-std::string ServerUrl() {
-  const char* url = std::getenv("OUTBOX_PG_URL");
-  INFO("OUTBOX_PG_URL is not set: run `export OUTBOX_PG_URL=$(scripts/postgres.sh start)`");
-  REQUIRE(url != nullptr);
-  REQUIRE(std::string(url).size() > 0);
-  return url;
-}
-
-// A fresh schema, dropped at the end; url() names it as the search_path.
-class Schema {
+class Schema : public outbox::testing::PgSchema {
  public:
-  Schema() : admin_(ServerUrl()) {
-    static std::atomic<int> counter{0};
-    name_ = "lab_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
-    admin_.Exec("DROP SCHEMA IF EXISTS " + name_ + " CASCADE; CREATE SCHEMA " + name_, "create a test schema");
-    const std::string base = ServerUrl();
-    url_ = base + (base.find('?') == std::string::npos ? "?" : "&") + "options=-csearch_path%3D" + name_;
-  }
-  ~Schema() {
-    try {
-      admin_.Exec("DROP SCHEMA IF EXISTS " + name_ + " CASCADE", "drop a test schema");
-    } catch (...) {
-    }
-  }
-  const std::string& url() const { return url_; }
-
- private:
-  outbox::pg::Connection admin_;
-  std::string name_;
-  std::string url_;
+  Schema() : PgSchema("lab") {}
 };
 
 }  // namespace

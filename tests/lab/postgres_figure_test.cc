@@ -12,18 +12,11 @@
 #include "lab/bench_support.h"
 #include "lab/embedded_broker.h"
 #include "outbox/pg/connection.h"
+#include "pg_test_support.h"
 
 namespace {
 
 using namespace outbox;
-
-std::string ServerUrl() {
-  const char* url = std::getenv("OUTBOX_PG_URL");
-  INFO("OUTBOX_PG_URL is not set: run `export OUTBOX_PG_URL=$(scripts/postgres.sh start)`");
-  REQUIRE(url != nullptr);
-  REQUIRE(std::string(url).size() > 0);
-  return url;
-}
 
 std::int64_t BenchSchemasOfThisProcess(pg::Connection& admin) {
   return admin.QueryInt("SELECT COUNT(*) FROM pg_namespace WHERE nspname LIKE $1",
@@ -38,7 +31,7 @@ TEST_CASE("Bench on PostgreSQL measures the relay pair and the write path and dr
   broker.CreateTopic("bench-pg", 1);
   SystemClock clock;
   lab::BenchmarkOptions options;
-  options.postgres_url = ServerUrl();
+  options.postgres_url = testing::PgServerUrl();
   options.store.clock = &clock;
   options.chapter_events = 5;
   options.events = 50;
@@ -67,12 +60,12 @@ TEST_CASE("Bench on PostgreSQL measures the relay pair and the write path and dr
   CHECK_FALSE(figures.synchronous_commit.empty());
   CHECK(figures.server.find("postgresql://") == 0);
 
-  pg::Connection admin(ServerUrl());
+  pg::Connection admin(testing::PgServerUrl());
   CHECK(BenchSchemasOfThisProcess(admin) == 0);
 }
 
 TEST_CASE("Bench refuses a PostgreSQL URL with options of its own before any work", "[postgres][bench]") {
-  const std::string url = ServerUrl();
+  const std::string url = testing::PgServerUrl();
   const std::string with_options =
       url + (url.find('?') == std::string::npos ? "?" : "&") + "options=-csynchronous_commit%3Doff";
   CHECK_THROWS_WITH(lab::bench::RequirePostgresBenchUrl(with_options),

@@ -17,46 +17,18 @@
 #include "outbox/pg/connection.h"
 #include "outbox/pg_store.h"
 #include "outbox/relay.h"
+#include "pg_test_support.h"
 #include "test_support.h"
 
 using namespace outbox;
 
 namespace {
 
-std::string ServerUrl() {
-  const char* url = std::getenv("OUTBOX_PG_URL");
-  INFO("OUTBOX_PG_URL is not set: run `export OUTBOX_PG_URL=$(scripts/postgres.sh start)`");
-  REQUIRE(url != nullptr);
-  REQUIRE(std::string(url).size() > 0);
-  return url;
-}
-
-// A fresh schema of its own, dropped at the end; url() connects with it as the search_path.
-class Schema {
+// A fresh schema of its own per test; lock_timeout: a claim that waits on a lock (no SKIP
+// LOCKED) fails the test in 10 s instead of hanging it.
+class Schema : public testing::PgSchema {
  public:
-  Schema() : admin_(ServerUrl()) {
-    static std::atomic<int> counter{0};
-    name_ = "t_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
-    admin_.Exec("DROP SCHEMA IF EXISTS " + name_ + " CASCADE; CREATE SCHEMA " + name_, "create a test schema");
-    const std::string base = ServerUrl();
-    // lock_timeout: a claim that waits on a lock (no SKIP LOCKED) fails the test in 10 s instead
-    // of hanging it.
-    url_ = base + (base.find('?') == std::string::npos ? "?" : "&") + "options=-csearch_path%3D" + name_ +
-           "%20-clock_timeout%3D10000";
-  }
-  ~Schema() {
-    try {
-      admin_.Exec("DROP SCHEMA IF EXISTS " + name_ + " CASCADE", "drop a test schema");
-    } catch (...) {
-    }
-  }
-  // Read once in the constructor: threads may call it, and Catch2's assertions are not thread-safe.
-  const std::string& url() const { return url_; }
-
- private:
-  pg::Connection admin_;
-  std::string name_;
-  std::string url_;
+  Schema() : PgSchema("t", "%20-clock_timeout%3D10000") {}
 };
 
 OutboxEvent Event(const std::string& id, const std::string& aggregate = "") {
