@@ -2,6 +2,8 @@
 # Installs outbox-lab's build and test dependencies from Debian 12 packages, only those missing.
 #   --with-browser  also the optional group "browser": chromium (and the font the report's CSS
 #                   names) for scenarios/report-browser.sh; scripts/test.sh passes it
+#   --with-kafka    also the group "kafka": Debian's OpenJDK 17 and Maven, with which
+#                   scripts/kafka.sh fetches and runs real Apache Kafka 4.3.0; scripts/test.sh passes it
 set -euo pipefail
 
 packages=(
@@ -21,7 +23,8 @@ packages=(
 for arg in "$@"; do
   case "$arg" in
     --with-browser) packages+=(chromium fonts-dejavu-core) ;;
-    *) echo "outbox-lab: error: install-deps.sh: unknown argument '$arg' (known: --with-browser)" >&2; exit 2 ;;
+    --with-kafka) packages+=(openjdk-17-jre-headless maven) ;;
+    *) echo "outbox-lab: error: install-deps.sh: unknown argument '$arg' (known: --with-browser, --with-kafka)" >&2; exit 2 ;;
   esac
 done
 

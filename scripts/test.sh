@@ -5,7 +5,7 @@
 # entries: a name that discovery split or mangled would otherwise give entries that run nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh --with-browser  # the browser group: scenarios/report-browser.sh
+scripts/install-deps.sh --with-browser --with-kafka  # report-browser.sh; real Kafka (scripts/kafka.sh)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=ON >/dev/null
 cmake --build build -j"$(nproc)"
 
