@@ -61,6 +61,12 @@ match the chapter's (0, 1, 2, ...).
   ./run.sh stop-broker    stop the embedded broker (SIGTERM by PID) and remove its state files
   ./run.sh broker-status  print its address and PID, or "not running" (exit 3)
 
+Real Kafka: with OUTBOX_KAFKA=real, run.sh uses real Apache Kafka 4.3.0 (KRaft, one node) in
+place of the embedded broker: scripts/kafka.sh start fetches it from Maven Central the first
+time, starts it on 127.0.0.1:\${OUTBOX_KAFKA_PORT:-39092} unless it runs, and the lab gets its
+address; \`./run.sh demo\` runs the chapter there on a topic of its own. Its records are on
+disk and survive restarts; stop it with scripts/kafka.sh stop. reset does not touch it.
+
 PostgreSQL: with OUTBOX_BACKEND=postgres, run.sh starts the throwaway PostgreSQL 15 server of
 scripts/postgres.sh (127.0.0.1:\${OUTBOX_PG_PORT:-55432}, database outbox_lab) if it is not
 running, and gives the lab --db of its URL in place of -Doutbox.db=PATH or --db PATH (or of
@@ -201,6 +207,19 @@ case "$backend" in
   *) die "OUTBOX_BACKEND=$backend: must be sqlite or postgres" ;;
 esac
 
+# OUTBOX_KAFKA: embedded (the default, also when empty) or real (scripts/kafka.sh's Kafka 4.3.0).
+kafka_kind=${OUTBOX_KAFKA:-embedded}
+case "$kafka_kind" in
+  embedded | real) ;;
+  *) die "OUTBOX_KAFKA=$kafka_kind: must be embedded or real" ;;
+esac
+
+# Starts scripts/kafka.sh's real Kafka unless it runs, and prints its bootstrap address.
+ensure_real_kafka() {
+  "$repo/scripts/kafka.sh" start ||
+    die "scripts/kafka.sh start failed (exit $?); scripts/install-deps.sh --with-kafka installs Java and Maven"
+}
+
 # Starts scripts/postgres.sh's server unless it runs, and prints its URL.
 ensure_postgres() {
   "$repo/scripts/postgres.sh" start ||
@@ -245,6 +264,11 @@ case "${1:-}" in
     build
     export OUTBOX_LAB_BIN=$bin
     ensure_state_dir
+    if [ "$kafka_kind" = real ] && [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
+      KAFKA_BOOTSTRAP_SERVERS=$(ensure_real_kafka) || exit "$kRunShFailed"
+      export KAFKA_BOOTSTRAP_SERVERS
+      say "OUTBOX_KAFKA=real: the chapter on Apache Kafka $("$repo/scripts/kafka.sh" version | sed 's/^Kafka version: //') at $KAFKA_BOOTSTRAP_SERVERS (a topic of its own)"
+    fi
     if [ "$backend" = postgres ]; then
       OUTBOX_PG_URL=$(ensure_postgres) || exit "$kRunShFailed"
       export OUTBOX_PG_URL
@@ -397,12 +421,17 @@ fi
 # Hints quote the command as typed here ("run `./run.sh -Doutbox.db=... OutboxLab reset` first").
 export OUTBOX_LAB_FRONTEND=$0
 
-# A reset starts a new experiment: let it start on an empty topic too.
-if [ "$subcommand" = reset ] && [ "$wants_help" -eq 0 ] && [ "$has_brokers" -eq 0 ] &&
+# A reset starts a new experiment: let it start on an empty topic too (the embedded broker's;
+# real Kafka keeps its records, and verify counts only the new run's).
+if [ "$subcommand" = reset ] && [ "$kafka_kind" = embedded ] && [ "$wants_help" -eq 0 ] && [ "$has_brokers" -eq 0 ] &&
    [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ] && stop_broker; then
   say "reset: stopped the embedded broker (pid $STOPPED_PID); the next command starts one on an empty topic"
 fi
 
+if [ "$needs_broker" -eq 1 ] && [ "$kafka_kind" = real ]; then
+  addr=$(ensure_real_kafka) || exit "$kRunShFailed"
+  exec "$bin" --brokers "$addr" "${args[@]}"
+fi
 if [ "$needs_broker" -eq 1 ]; then
   addr=$(ensure_broker) || exit "$kRunShFailed"
   exec "$bin" --brokers "$addr" "${args[@]}"

@@ -15,6 +15,9 @@
 #                                        kill -9 of the node that leads TOPIC's PARTITION (0);
 #                                        prints the node id
 #   scripts/kafka.sh leader TOPIC [PARTITION]   the node id that leads it now
+#   scripts/kafka.sh create-topic TOPIC [PARTITIONS]
+#                                        create TOPIC (1 partition by default) replicated on every
+#                                        node, with Kafka's own topic tool
 #   scripts/kafka.sh stop                SIGTERM to every node (controlled shutdown), kill -9 after 30 s
 #   scripts/kafka.sh destroy             stop, then delete the cluster's folder
 #   scripts/kafka.sh version             the broker's own version line from its log
@@ -153,6 +156,10 @@ share.coordinator.state.topic.replication.factor=$rf
 share.coordinator.state.topic.min.isr=$isr
 unclean.leader.election.enable=false
 group.initial.rebalance.delay.ms=0
+# A killed node is fenced, and its partitions get a new leader, once it misses heartbeats for
+# this long (Kafka's default is 9 s; a lab's failover should be seen, not waited for).
+broker.heartbeat.interval.ms=500
+broker.session.timeout.ms=4000
 num.network.threads=2
 num.io.threads=2
 log.retention.hours=168
@@ -286,7 +293,16 @@ kill_node() {
   echo "[kafka] kill -9 $pid (node $i)"
 }
 
-usage() { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; }
+create_topic() {
+  local topic=${1:-} partitions=${2:-1} addr
+  [ -n "$topic" ] || err "usage: create-topic TOPIC [PARTITIONS]" 2
+  addr=$(address) || err "not running ($DIR); run scripts/kafka.sh start" 3
+  java_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$addr" --create --topic "$topic" \
+    --partitions "$partitions" --replication-factor "$(node_count)" >&2
+}
+
+# The header comment above, up to the first line that is not a comment.
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 
 cmd=${1:-}
 [ $# -gt 0 ] && shift
@@ -309,6 +325,7 @@ case $cmd in
     ;;
   kill) kill_node "$@" ;;
   leader) leader "$@" ;;
+  create-topic) create_topic "$@" ;;
   kill-leader)
     id=$(leader "$@")
     kill_node "$id" >&2
@@ -328,5 +345,5 @@ case $cmd in
   console-consumer) need_java; fetch; java_tool org.apache.kafka.tools.consumer.ConsoleConsumer "$@" ;;
   -h | --help | help) usage ;;
   '') usage >&2; exit 2 ;;
-  *) err "unknown command '$cmd' (fetch|start|address|status|kill|kill-leader|leader|stop|destroy|version|classpath|console-consumer; see --help)" 2 ;;
+  *) err "unknown command '$cmd' (fetch|start|address|status|kill|kill-leader|leader|create-topic|stop|destroy|version|classpath|console-consumer; see --help)" 2 ;;
 esac

@@ -118,12 +118,19 @@ Command AddBrokerCtlCommand(CLI::App& app, const GlobalOptions&) {
     std::vector<std::string> request;
   };
   auto options = std::make_shared<Options>();
-  sub->add_option("--control", options->control, "The broker's --control socket")
-      ->required()
+  // Not ->required(): without it the error says why, instead of CLI11's bare "is required".
+  sub->add_option("--control", options->control,
+                  "The embedded broker's --control socket (these faults exist only in librdkafka's "
+                  "mock cluster; on real Kafka use scripts/kafka.sh kill NODE | kill-leader TOPIC)")
       ->envname("OUTBOX_BROKER_CONTROL");
   sub->add_option("REQUEST", options->request, "e.g. down, or rtt 3000, or errors produce 5 19")
       ->required();
   return {sub, [options]() -> ExitCode {
+            if (options->control.empty())
+              throw ConfigError(
+                  "broker-ctl needs --control SOCKET: its faults work only on the embedded broker "
+                  "(outbox-lab broker --control SOCKET); on real Kafka crash a node with "
+                  "scripts/kafka.sh kill NODE or kill-leader TOPIC");
             std::string request;
             for (const auto& word : options->request) request += (request.empty() ? "" : " ") + word;
             const std::string reply = lab::SendBrokerControl(options->control, request);
