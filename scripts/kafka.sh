@@ -33,6 +33,8 @@
 #                       and PostgreSQL 55432..55436, so neither collides.
 #   OUTBOX_KAFKA_CACHE  where the jars go (default ${XDG_CACHE_HOME:-$HOME/.cache}/outbox-lab/kafka-4.3.0)
 #   OUTBOX_KAFKA_HEAP   each node's -Xmx (default 512m)
+#   OUTBOX_KAFKA_MAVEN_SETTINGS  a Maven settings.xml for fetch (a mirror or a proxy); default
+#                       Maven's own (~/.m2/settings.xml)
 #
 # Exit codes: 0 ok, 2 usage, 3 not running, 4 Java or Maven missing (run scripts/install-deps.sh
 # --with-kafka), 5 a node did not start (its log's tail is printed), 6 the fetch failed, 7 a port
@@ -75,10 +77,15 @@ fetch() {
   rm -rf "$CACHE/libs"
   local log=$CACHE/fetch.log
   echo "[kafka] fetching kafka_2.13 $KAFKA_VERSION and its dependencies from Maven Central into $CACHE" >&2
-  if ! mvn -B -q -f "$POM" dependency:copy-dependencies -DincludeScope=runtime \
+  local settings=()
+  [ -n "${OUTBOX_KAFKA_MAVEN_SETTINGS:-}" ] && settings=(-s "$OUTBOX_KAFKA_MAVEN_SETTINGS")
+  # The plugin by its full, pinned coordinates: a prefix lookup would hide a network failure
+  # behind "No plugin found for prefix".
+  if ! mvn -B -q "${settings[@]}" -f "$POM" \
+    org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies -DincludeScope=runtime \
     -DoutputDirectory="$CACHE/libs" >"$log" 2>&1; then
-    if grep -q -E 'UnknownHost|Connection refused|Connect to .* failed|Could not transfer|Network is unreachable|timed out' "$log"; then
-      err "cannot reach Maven Central to fetch Kafka $KAFKA_VERSION ($(grep -m1 -o -E 'UnknownHost[^ ]*[^)]*|Connection refused|Network is unreachable|Could not transfer [^:]*' "$log")); check the network or Maven's proxy settings (~/.m2/settings.xml), then run again (log: $log)" 6
+    if grep -q -E 'UnknownHost|Connection refused|Connect to .* failed|Could not transfer|transfer failed|Network is unreachable|timed out' "$log"; then
+      err "cannot reach Maven Central to fetch Kafka $KAFKA_VERSION ($(grep -m1 -o -E 'transfer failed for [^ ,]*|UnknownHost[^ ,]*|Connection refused|Network is unreachable' "$log" | head -n 1)); check the network or Maven's proxy and mirror settings (~/.m2/settings.xml, or OUTBOX_KAFKA_MAVEN_SETTINGS), then run again (log: $log)" 6
     fi
     err "Maven could not fetch Kafka $KAFKA_VERSION: $(grep -m1 -E 'ERROR' "$log" | cut -c1-200) (log: $log)" 6
   fi
