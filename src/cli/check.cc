@@ -81,7 +81,8 @@ void PrintJson(const lab::CheckResult& r, const std::string& run_id,
                       {"fenced", h.fenced},
                       {"parked", h.parked},
                       {"marked_without_ack", h.marked_without_ack},
-                      {"fenced_duplicates", h.fenced_duplicates}};
+                      {"fenced_duplicates", h.fenced_duplicates},
+                      {"producer_duplicates", h.producer_duplicates}};
   }
   if (!expected.empty()) {
     out["expectations_met"] = mismatches.empty();
@@ -114,9 +115,13 @@ void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
                h.unexpected.size());
   if (h.present)
     fmt::print("[check] history settles: marked={} fenced={} parked={} marked-without-ack={} "
-               "duplicates-after-fencing={}\n",
+               "duplicates-after-fencing={} producer-duplicates={}\n",
                h.marked, h.fenced, h.parked, h.marked_without_ack.size(),
-               h.fenced_duplicates.size());
+               h.fenced_duplicates.size(), h.producer_duplicates.size());
+  if (!h.producer_duplicates.empty())
+    fmt::print("[check] written twice by the producer, sent once (a producer retry, not a relay "
+               "re-send): {}\n",
+               list(h.producer_duplicates));
   if (!h.unexpected.empty())
     fmt::print("[check] unexpected (in Kafka, but no writer in the history attempted it): {}\n",
                list(h.unexpected));

@@ -48,11 +48,14 @@ void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, co
   // Settles. A relay marks only rows it produced and saw acknowledged in the same batch, so
   // the ack it relied on is an earlier "ok send" of the same process.
   std::set<std::pair<std::int64_t, std::string>> acked;  // (process, event id)
+  std::map<std::string, std::int64_t> sends;               // event id -> produce attempts, all processes
   std::set<std::string> fenced;
   std::set<std::string> without_ack;
   std::set<std::string> lost_after_mark(result.lost_after_mark.begin(), result.lost_after_mark.end());
   for (const HistoryOp& op : ops) {
-    if (op.f == "send" && op.type == "ok") {
+    if (op.f == "send" && op.type == "invoke") {
+      ++sends[op.value];
+    } else if (op.f == "send" && op.type == "ok") {
       acked.emplace(op.process, op.value);
     } else if (op.f == "mark" && op.type == "ok") {
       ++h.marked;
@@ -67,8 +70,11 @@ void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, co
       ++h.parked;
     }
   }
-  for (const auto& [event_id, times] : result.duplicated)
+  for (const auto& [event_id, times] : result.duplicated) {
     if (fenced.count(event_id)) h.fenced_duplicates.push_back(event_id);
+    const auto sent = sends.find(event_id);
+    if (sent != sends.end() && sent->second < times) h.producer_duplicates.push_back(event_id);
+  }
 }
 
 }  // namespace
@@ -178,7 +184,8 @@ const std::vector<std::string>& CheckExpectationKeys() {
       "history_attempts", "history_acknowledged", "history_failed", "history_indeterminate",
       "history_ok",    "history_recovered",  "history_unexpected", "history_marked",
       "history_fenced", "history_parked",    "history_marked_without_ack",
-      "history_fenced_duplicates", "undone", "undone_phantom", "corrupt"};
+      "history_fenced_duplicates", "history_producer_duplicates", "undone", "undone_phantom",
+      "corrupt"};
   return keys;
 }
 
@@ -219,6 +226,7 @@ std::map<std::string, std::int64_t> CheckValues(const CheckResult& r) {
     values["history_parked"] = h.parked;
     values["history_marked_without_ack"] = size(h.marked_without_ack);
     values["history_fenced_duplicates"] = size(h.fenced_duplicates);
+    values["history_producer_duplicates"] = size(h.producer_duplicates);
   }
   return values;
 }

@@ -41,6 +41,12 @@ struct HistoryVerdict {
   // Duplicated events that a fenced settle explains: a relay sent them, lost
   // its claim to another relay, which sent them again (never a loss).
   std::vector<std::string> fenced_duplicates;
+  // Duplicated events whose every copy the histories explain by one send only: no process sent
+  // them twice, so the producer itself wrote a record twice (librdkafka retried a request whose
+  // answer was lost, as when a partition leader dies mid-request without enable.idempotence;
+  // librdkafka issue 4953's family). Counted apart from at-least-once re-sends. Exact only when
+  // every producing process wrote its history.
+  std::vector<std::string> producer_duplicates;
 };
 
 // An outbox row as the checker read it; archived rows count as published.
@@ -142,8 +148,8 @@ const char* VerdictName(Verdict verdict);
 // phantom, atomicity, lost_after_mark, stuck, order_violations, pending,
 // parked, retention_unknown, then other_run_records, then the
 // history counts history_attempts ... history_unexpected, history_marked,
-// history_fenced, history_parked, history_marked_without_ack and
-// history_fenced_duplicates (only with --history).
+// history_fenced, history_parked, history_marked_without_ack,
+// history_fenced_duplicates and history_producer_duplicates (only with --history).
 const std::vector<std::string>& CheckExpectationKeys();
 
 // The values of r under CheckExpectationKeys(); history_* only when

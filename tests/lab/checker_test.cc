@@ -414,6 +414,34 @@ TEST_CASE("CheckRun with history explains the duplicates of a fenced settle and 
   CHECK(values.at("history_marked_without_ack") == 0);
 }
 
+TEST_CASE("CheckRun with history counts a duplicate sent once as a producer duplicate apart from "
+          "relay re-sends",
+          "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(3);
+  f.MarkAll();
+  const std::vector<outbox::lab::HistoryOp> ops = {
+      // evt-1001: sent by publish-hold (process 3), killed before the mark, sent again by
+      // publish (process 4): a relay re-send. evt-1002: one send, written twice (a producer
+      // retry after a leader died mid-request). evt-1003: once, once.
+      Op(3, "invoke", "send", "evt-1001"), Op(3, "ok", "send", "evt-1001"),
+      Op(4, "invoke", "send", "evt-1001"), Op(4, "ok", "send", "evt-1001"),
+      Op(4, "ok", "mark", "evt-1001"),
+      Op(4, "invoke", "send", "evt-1002"), Op(4, "ok", "send", "evt-1002"),
+      Op(4, "ok", "mark", "evt-1002"),
+      Op(4, "invoke", "send", "evt-1003"), Op(4, "ok", "send", "evt-1003"),
+      Op(4, "ok", "mark", "evt-1003")};
+
+  const CheckResult r = CheckRun(
+      *f.store, Records({"evt-1001", "evt-1002", "evt-1002", "evt-1001", "evt-1003"}), &ops);
+
+  CheckNoFindings(r);
+  CHECK(r.duplicated == Duplicates{{"evt-1001", 2}, {"evt-1002", 2}});
+  CHECK(r.history.producer_duplicates == Strings{"evt-1002"});
+  CHECK(r.history.fenced_duplicates.empty());
+  CHECK(outbox::lab::CheckValues(r).at("history_producer_duplicates") == 1);
+}
+
 TEST_CASE("A relay settle is recorded as marks and fenced marks and parks with its token and read "
           "back",
           "[checker]") {
