@@ -31,6 +31,8 @@
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
+start_broker
+# Read after start_broker: on a shared Kafka it names a topic of this run's own.
 TOPIC_BASE=$TOPIC
 POISON_LIMIT=(-X message.max.bytes=2000)
 RELAY_RETRY=(--max-attempts 3 --backoff-base 50ms --backoff-max 200ms)
@@ -111,7 +113,6 @@ expect_topic_order() {
   expect_eq "$1" "$order" "L-9001's events in topic order"
 }
 
-start_broker
 
 step "block-key: the poison row is parked, its aggregate's next event waits"
 fresh_poison_db block-key

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real-Kafka fixture of the test suite (ctest label real-kafka; scenarios/CMakeLists.txt):
 #
-#   scripts/with-real-kafka.sh start          start the suite's one-node Kafka 4.3.0 (kafka.sh start)
+#   scripts/with-real-kafka.sh start          start the suite's one-node Kafka 4.3.0 afresh
+#                                             (kafka.sh destroy, then start)
 #   scripts/with-real-kafka.sh stop           stop it (kafka.sh stop)
 #   scripts/with-real-kafka.sh SCENARIO.sh [ARGS...]
 #                                             run a scenario against it: KAFKA_BOOTSTRAP_SERVERS is
@@ -14,7 +15,9 @@
 set -euo pipefail
 kafka=$(cd "$(dirname "$0")" && pwd)/kafka.sh
 case ${1:-} in
-  start) "$kafka" start --nodes 1 ;;
+  # A fresh cluster for each test run: topics of an earlier run (the folder is the build tree's)
+  # would hold records that a scenario reading a whole topic does not expect.
+  start) "$kafka" destroy >/dev/null && "$kafka" start --nodes 1 ;;
   stop) "$kafka" stop ;;
   '' | -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
   *)
