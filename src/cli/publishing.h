@@ -34,8 +34,8 @@ void AddPublishOptions(CLI::App& sub, PublishOptions& options);
 // gzip) is the opt-in: librdkafka 2.0.2's mock cluster keeps at most 5 MiB
 // per partition (rdkafka_mock.c, rd_kafka_mock_partition_init) and stores
 // batches as produced, so lz4 lets the embedded broker keep about five times
-// more of the lab's events (150,000 chapter events fit; uncompressed, the
-// last ~30,000). Throws ConfigError for a malformed -X.
+// more of the lab's events (measured, of 150,000 relayed: 146,995 with lz4,
+// 29,000 uncompressed). Throws ConfigError for a malformed -X.
 std::vector<kafka::Property> ProducerProperties(const GlobalOptions& global);
 
 // A publisher that sends run_id (Store::RunId() of the database the rows come
