@@ -6,7 +6,8 @@
 #          file whose mirror is a closed loopback port, an empty local repository: exit 6); the
 #          client port taken by another process (exit 7, naming the port); a data folder formatted
 #          for another cluster id (exit 8, naming both ids and the fix); status and address of a
-#          cluster that does not run (exit 3).
+#          cluster that does not run (exit 3); the lab's broker-ctl without the embedded broker's
+#          control socket (exit 3, pointing to kafka.sh kill).
 # Expects: those codes and lines, and no Java exception text on stderr.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -95,6 +96,12 @@ expect_rc 7 "start on a port in use"
 one_error "start on a port in use" "port $OUTBOX_KAFKA_PORT \(node 1\) is in use.*set OUTBOX_KAFKA_PORT"
 _stop_pid "$squatter"
 _forget_pid "$squatter"
+
+step "broker-ctl's faults are the embedded broker's: without --control, one line naming kafka.sh"
+LAB_BARE=1 run broker-ctl down
+expect_rc 3 "broker-ctl without --control"
+expect_error_line "broker-ctl without --control"
+expect_line "work only on the embedded broker.*scripts/kafka.sh kill NODE or kill-leader TOPIC" "$ERR"
 
 step "a data folder of another cluster: exit 8, naming both ids"
 rm -rf "$OUTBOX_KAFKA_DIR"

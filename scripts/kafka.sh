@@ -18,6 +18,9 @@
 #   scripts/kafka.sh create-topic TOPIC [PARTITIONS]
 #                                        create TOPIC (1 partition by default) replicated on every
 #                                        node, with Kafka's own topic tool
+#   scripts/kafka.sh delete-records TOPIC PARTITION OFFSET
+#                                        move the partition's log start to OFFSET (DeleteRecords,
+#                                        with Kafka's own tool): what retention does, on demand
 #   scripts/kafka.sh stop                SIGTERM to every node (controlled shutdown), kill -9 after 30 s
 #   scripts/kafka.sh destroy             stop, then delete the cluster's folder
 #   scripts/kafka.sh version             the broker's own version line from its log
@@ -308,6 +311,17 @@ create_topic() {
     --partitions "$partitions" --replication-factor "$(node_count)" >&2
 }
 
+delete_records() {
+  local topic=${1:-} partition=${2:-} offset=${3:-} addr
+  [ -n "$topic" ] && [ -n "$partition" ] && [ -n "$offset" ] || err "usage: delete-records TOPIC PARTITION OFFSET" 2
+  addr=$(address) || err "not running ($DIR); run scripts/kafka.sh start" 3
+  mkdir -p "$DIR/tools"
+  printf '{"version":1,"partitions":[{"topic":"%s","partition":%d,"offset":%d}]}\n' \
+    "$topic" "$partition" "$offset" >"$DIR/tools/delete-records.json"
+  java_tool org.apache.kafka.tools.DeleteRecordsCommand --bootstrap-server "$addr" \
+    --offset-json-file "$DIR/tools/delete-records.json" >&2
+}
+
 # The header comment above, up to the first line that is not a comment.
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 
@@ -333,6 +347,7 @@ case $cmd in
   kill) kill_node "$@" ;;
   leader) leader "$@" ;;
   create-topic) create_topic "$@" ;;
+  delete-records) delete_records "$@" ;;
   kill-leader)
     id=$(leader "$@")
     kill_node "$id" >&2
@@ -352,5 +367,5 @@ case $cmd in
   console-consumer) need_java; fetch; java_tool org.apache.kafka.tools.consumer.ConsoleConsumer "$@" ;;
   -h | --help | help) usage ;;
   '') usage >&2; exit 2 ;;
-  *) err "unknown command '$cmd' (fetch|start|address|status|kill|kill-leader|leader|create-topic|stop|destroy|version|classpath|console-consumer; see --help)" 2 ;;
+  *) err "unknown command '$cmd' (fetch|start|address|status|kill|kill-leader|leader|create-topic|delete-records|stop|destroy|version|classpath|console-consumer; see --help)" 2 ;;
 esac
