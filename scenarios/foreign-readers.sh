@@ -43,6 +43,10 @@ hex() { printf '%s' "$1" | od -An -v -tx1 | tr -d ' \n'; }
 start_broker
 
 step "kafkajs 2.2.4 from npm (npm ci once; offline when tools/kafkajs-reader/node_modules has it)"
+# Under a lock: ctest runs this scenario on both brokers at once, and two `npm ci` in one folder
+# would delete each other's node_modules.
+exec 9>"$KAFKAJS_DIR/.install.lock"
+flock -w 300 9 || die "no lock on $KAFKAJS_DIR/.install.lock within 300 s"
 installed=$(cd "$KAFKAJS_DIR" && node -p 'require("kafkajs/package.json").version' 2>/dev/null) || installed=
 if [ "$installed" != 2.2.4 ]; then
   echo "\$ (cd tools/kafkajs-reader && npm ci)"
@@ -50,6 +54,7 @@ if [ "$installed" != 2.2.4 ]; then
     { sed 's/^/  (npm) /' "$TMP/npm.log"; die "npm ci in $KAFKAJS_DIR failed (log above)"; }
 fi
 installed=$(cd "$KAFKAJS_DIR" && node -p 'require("kafkajs/package.json").version')
+exec 9>&-
 expect_eq 2.2.4 "$installed" "kafkajs version in $KAFKAJS_DIR/node_modules"
 
 step "the chapter's run: write 5, kill -9; app columns of evt-1001, 1004, 1005; publish-hold 3, kill -9; publish 10"
