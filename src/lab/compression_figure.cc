@@ -98,7 +98,7 @@ std::vector<CompressionFigure> MeasureCompression(const BenchmarkOptions& option
     for (int i = 0; i < 2; ++i) {
       CompressionFigure& figure = figures[(i + round) % 2];
       const Round measured = DrainOnce(options, dir, brokers, topic, figure.codec, round);
-      for (const char* suffix : {"", "-wal", "-shm"}) {
+      for (const char* suffix : {"", "-wal", "-shm", "-turn"}) {  // the database and its side files
         std::error_code ignored;  // a leftover file goes with the temporary directory
         fs::remove(dir.File(fmt::format("compression-{}-{}.db{}", figure.codec, round, suffix)),
                    ignored);
