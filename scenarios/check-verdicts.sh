@@ -5,7 +5,8 @@
 #          relay publishes the same event ids (evt-1001..) under another run id; (3) 50,000 events
 #          through the relay, more than the embedded broker keeps per partition (5 MiB), so it
 #          drops the oldest records and the topic no longer starts at offset 0 (the relay sends
-#          uncompressed batches here: the lab's default lz4 would fit them all).
+#          uncompressed batches, the default, said explicitly: -X compression.type=lz4 would fit
+#          them all).
 # Expects: (1) check says pending, not lost: exit 15 "not drained yet: run the relay, then check",
 #          5 pending, 0 lost; `check --drain` runs the relay to the end and judges valid (exit 0)
 #          with the 3 re-sent duplicates. (2) verify and check count only their own run's records
@@ -85,8 +86,8 @@ expect_rc 0 "reset (big)"
 # here is killed.
 run --synchronous off write "$BIG" --quiet
 expect_rc 0 "write $BIG"
-# Uncompressed, as before the lab compressed its batches (lz4 by default): 50,000 events then
-# overflow the embedded broker's 5 MiB per partition, which compressed they do not.
+# Uncompressed (the lab's default, spelled out so that a change of default cannot hide it): 50,000
+# events overflow the embedded broker's 5 MiB per partition, which lz4-compressed they do not.
 RUN_TIMEOUT_S=300 run -X compression.type=none relay --until-empty --quiet
 expect_rc 0 "relay --until-empty ($BIG)"
 run check --json >/dev/null  # every id: not echoed

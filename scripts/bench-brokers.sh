@@ -63,6 +63,10 @@ figures=(
   "process: relay --until-empty (events/s)|.processes.relay.events_per_s"
   "commit-to-mark p50 at 1000/s (ms)|(.latency[] | select(.workload == \"own\") | .p50_ms)"
   "commit-to-mark p99 at 1000/s (ms)|(.latency[] | select(.workload == \"own\") | .p99_ms)"
+  "relay, compression none (events/s)|(.compression[] | select(.codec == \"none\") | .median_events_per_s)"
+  "relay, compression lz4 (events/s)|(.compression[] | select(.codec == \"lz4\") | .median_events_per_s)"
+  "bytes sent per event, compression none|(.compression[] | select(.codec == \"none\") | .bytes_per_event)"
+  "bytes sent per event, compression lz4|(.compression[] | select(.codec == \"lz4\") | .bytes_per_event)"
 )
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 

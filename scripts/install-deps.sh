@@ -19,7 +19,13 @@ packages=(
   libpq-dev postgresql-15 util-linux
   # scenarios/pg-clock-skew.sh runs one relay with its clock an hour ahead (libfaketime)
   faketime
+  # scenarios/foreign-readers.sh reads the chapter's topic with clients that are not the lab:
+  # kafkajs from npm (tools/kafkajs-reader, `npm ci` there) and confluent-kafka-python
+  python3-confluent-kafka nodejs
 )
+# Debian's nodejs has no npm (package npm); NodeSource's nodejs, installed as "nodejs", brings its
+# own and conflicts with Debian's npm.
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 for arg in "$@"; do
   case "$arg" in
     --with-browser) packages+=(chromium fonts-dejavu-core) ;;

@@ -198,6 +198,15 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
   row(fmt::format("idle relay CPU over {:.1f} s (% of one core)", r.idle.seconds),
       fmt::format("{:.2f}", r.idle.cpu_percent), fmt::format("<= {:g}%", checks[6].target),
       verdict(6));
+  for (const lab::CompressionFigure& f : r.compression) {
+    std::string rounds;
+    for (const double rate : f.events_per_s)
+      rounds += fmt::format("{}{:.0f}", rounds.empty() ? "" : " ", rate);
+    row(fmt::format("relay, {} events, compression.type={} (events/s)", Grouped(f.events), f.codec),
+        fmt::format("{:.0f}", f.median_events_per_s), rounds);
+    row(fmt::format("  bytes sent to the broker, compression.type={} (per event)", f.codec),
+        fmt::format("{:.1f}", f.bytes_per_event), fmt::format("{} KiB", f.tx_bytes / 1024));
+  }
   fmt::print("poll = has-claimable + claim of {} rows (median of {}); has-claimable {:.0f} / {:.0f} "
              "us, claim {:.0f} / {:.0f} us, release (untimed) {:.0f} / {:.0f} us\n",
              o.history_backlog, o.poll_repetitions, r.history.without_history.has_claimable_us,
@@ -323,6 +332,15 @@ void PrintJson(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
   out["idle"] = {{"seconds", r.idle.seconds},
                  {"cpu_ticks", r.idle.cpu_ticks},
                  {"cpu_percent", r.idle.cpu_percent}};
+  nlohmann::ordered_json compression = nlohmann::ordered_json::array();
+  for (const lab::CompressionFigure& f : r.compression)
+    compression.push_back({{"codec", f.codec},
+                           {"events", f.events},
+                           {"events_per_s", f.events_per_s},
+                           {"median_events_per_s", f.median_events_per_s},
+                           {"tx_bytes", f.tx_bytes},
+                           {"bytes_per_event", f.bytes_per_event}});
+  out["compression"] = compression;
   out["rss"] = {{"events", r.rss.events},
                 {"peak_rss_mib", r.rss.peak_rss_mib},
                 {"seconds", r.rss.seconds},
@@ -372,7 +390,8 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
       "Measure, in one run on one broker: the chapter's relay vs `relay` vs raw produce "
       "(events/s), business-only vs business+outbox transactions/s, poll latency with and "
       "without 1,000,000 published rows, the chapter's relay vs the hand-written batched loop "
-      "vs `relay` as whole processes, and the relay's peak RSS draining a large backlog. "
+      "vs `relay` as whole processes, the relay's peak RSS draining a large backlog, and the "
+      "relay with compression.type none vs lz4 (events/s, bytes sent to the broker). "
       "Starts the embedded broker unless --brokers is given; uses a fresh topic and temporary "
       "databases; takes minutes (--quick: seconds). With --db postgresql://URL, also the "
       "chapter and relay throughput and the write path on that server (in schemas "
@@ -404,7 +423,8 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
                               "Backlog the relay child drains for the peak-RSS figure")
                   ->check(PositiveInteger())->capture_default_str();
   auto* drain = sub->add_option("--drain-events", o->drain_events,
-                                "Backlog that `batch-loop` and `relay` drain as whole processes")
+                                "Backlog that `batch-loop` and `relay` drain as whole processes, and the "
+                                "in-process relay with each compression.type")
                     ->check(PositiveInteger())->capture_default_str();
   sub->add_option("--drain-rounds", o->drain_rounds,
                   "Rounds of the whole-process drains, alternated; the median is reported")

@@ -27,7 +27,9 @@ void AddGlobalOptions(CLI::App& app, GlobalOptions& global) {
                              "TopicName"))
       ->capture_default_str();
   app.add_option("-X", global.properties,
-                 "librdkafka property name=value, repeatable (as kcat -X); unknown names are errors")
+                 "librdkafka property name=value, repeatable (as kcat -X); unknown names are errors. "
+                 "Records go out uncompressed unless -X compression.type=lz4|zstd|snappy|gzip "
+                 "(readers then need that codec; kafkajs has only gzip built in)")
       ->type_name("PROP=VALUE");
   app.add_option("--synchronous", global.synchronous,
                  "SQLite PRAGMA synchronous: off|normal|full|extra. A commit survives kill -9 at "

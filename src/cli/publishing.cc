@@ -22,7 +22,7 @@ void AddPublishOptions(CLI::App& sub, PublishOptions& options) {
 }
 
 std::vector<kafka::Property> ProducerProperties(const GlobalOptions& global) {
-  std::vector<kafka::Property> properties = {{"compression.type", "lz4"}};
+  std::vector<kafka::Property> properties = {{"compression.type", "none"}};
   const std::vector<kafka::Property> given = global.ParsedProperties();
   properties.insert(properties.end(), given.begin(), given.end());
   return properties;

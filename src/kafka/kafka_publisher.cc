@@ -57,7 +57,10 @@ rd_kafka_resp_err_t ProduceOutboundMessage(rd_kafka_t* producer, const std::stri
 }
 
 KafkaPublisher::KafkaPublisher(const KafkaPublisherOptions& options)
-    : topic_(options.topic), run_id_(options.run_id), delivery_timeout_ms_(options.delivery_timeout_ms) {
+    : topic_(options.topic),
+      run_id_(options.run_id),
+      on_statistics_(options.on_statistics),
+      delivery_timeout_ms_(options.delivery_timeout_ms) {
   if (options.delivery_timeout_ms <= 0)
     throw ConfigError(fmt::format("delivery timeout {} ms: must be positive", options.delivery_timeout_ms));
   std::vector<Property> properties = {
@@ -78,6 +81,7 @@ KafkaPublisher::KafkaPublisher(const KafkaPublisherOptions& options)
   ConfHandle conf = MakeConf(properties);
   rd_kafka_conf_set_dr_msg_cb(conf.get(), &KafkaPublisher::OnDelivery);
   rd_kafka_conf_set_error_cb(conf.get(), &KafkaPublisher::OnError);
+  if (on_statistics_) rd_kafka_conf_set_stats_cb(conf.get(), &KafkaPublisher::OnStatistics);
   rd_kafka_conf_set_opaque(conf.get(), this);
   producer_ = MakeClient(RD_KAFKA_PRODUCER, std::move(conf));
 }
@@ -97,6 +101,17 @@ void KafkaPublisher::OnDelivery(rd_kafka_t*, const rd_kafka_message_t* msg, void
       // Out of memory: the result stays failed with no text.
     }
   }
+}
+
+int KafkaPublisher::OnStatistics(rd_kafka_t*, char* json, std::size_t json_len,
+                                 void* opaque) noexcept {
+  auto* self = static_cast<KafkaPublisher*>(opaque);
+  try {
+    self->on_statistics_(std::string_view(json, json_len));
+  } catch (...) {
+    // The hook's failure is its own; the producer goes on.
+  }
+  return 0;  // librdkafka frees json
 }
 
 void KafkaPublisher::OnError(rd_kafka_t*, int err, const char* reason, void* opaque) noexcept {

@@ -136,6 +136,11 @@ void RequirePostgresBenchUrl(const std::string& url);  // postgres_figure.cc
 // run's raw produce figure.
 PostgresFigures MeasurePostgres(const BenchmarkOptions& options, const std::string& brokers,
                                 const std::string& topic, const ThroughputFigure& raw);
+// compression_figure.cc: {none, lz4}; see CompressionFigure. Throws KafkaError when a drain's
+// deliveries fail or rows stay pending, or no statistics arrive; DbError from SQLite.
+std::vector<CompressionFigure> MeasureCompression(const BenchmarkOptions& options,
+                                                  const TempDir& dir, const std::string& brokers,
+                                                  const std::string& topic);
 IdleFigure MeasureIdle(const BenchmarkOptions& options, const TempDir& dir,
                        const std::string& brokers, const std::string& topic);     // latency_figure.cc
 

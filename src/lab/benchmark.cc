@@ -155,6 +155,9 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
   }
   progress(fmt::format("idle relay CPU over {} ms", options.idle_ms));
   result.idle = MeasureIdle(options, dir, result.brokers, result.topic);
+  progress(fmt::format("relay with compression.type none and lz4: {} events, {} rounds",
+                       options.drain_events, options.drain_rounds));
+  result.compression = MeasureCompression(options, dir, result.brokers, result.topic);
   result.fsync_us.push_back(MeasureFsyncUs(dir));
   return result;
 }

@@ -25,7 +25,10 @@
 //                     published_at - created_at, p50 and p99, on each
 //                     workload (lab/workload.h);
 //   idle CPU          a `relay` child on an empty outbox: utime + stime from
-//                     /proc/PID/stat over a window, as % of one core.
+//                     /proc/PID/stat over a window, as % of one core;
+//   compression       the in-process Relay draining the same backlog with
+//                     compression.type none and lz4: events/s, and the bytes
+//                     its producer sent to the broker (librdkafka statistics).
 //
 // PostgreSQL (BenchmarkOptions::postgres_url, issue 12 item 7): the relay
 // throughput pair (chapter with relay, interleaved) and the write path again,
@@ -248,6 +251,23 @@ struct CheckpointFigure {
   std::int64_t without_wal_bytes = 0;
 };
 
+// The in-process Relay (options.batch_size, claims mode as MeasureRelays)
+// draining drain_events rows with one compression.type, in drain_rounds rounds
+// alternated with the other codec, each on a fresh database and a fresh
+// producer (median events/s). Bytes are librdkafka's "tx_bytes" statistic
+// (every request the producer sent: the produce requests, and the metadata
+// refreshes, a few hundred bytes) from after the warm-up record until the
+// drain ends, in the last round. compression.type is set after the bench's -X,
+// so it wins there; the other -X apply.
+struct CompressionFigure {
+  std::string codec;            // "none" or "lz4"
+  std::int64_t events = 0;      // rows drained per round
+  std::vector<double> events_per_s;  // per round, in run order
+  double median_events_per_s = 0;
+  std::int64_t tx_bytes = 0;    // sent to the broker during the drain, last round
+  double bytes_per_event = 0;   // tx_bytes ÷ events
+};
+
 // The figures measured again on PostgreSQL, as their SQLite namesakes.
 struct PostgresFigures {
   std::string server;  // the URL without its password
@@ -285,6 +305,7 @@ struct BenchmarkResult {
   std::vector<WorkloadThroughputFigure> relay_by_workload;  // own, 50, zipf
   std::vector<LatencyFigure> latency;  // own, 50, zipf
   IdleFigure idle;
+  std::vector<CompressionFigure> compression;  // none, lz4
   std::optional<PostgresFigures> postgres;  // with BenchmarkOptions::postgres_url only
 };
 

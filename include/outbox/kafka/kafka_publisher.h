@@ -10,9 +10,11 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "outbox/kafka/handles.h"
@@ -45,6 +47,13 @@ struct KafkaPublisherOptions {
   // Sent as header "run_id" on every record: Store::RunId() of the database
   // the records come from, so readers can count one run's records apart.
   std::string run_id;
+  // Optional: called with each statistics document librdkafka emits (JSON,
+  // librdkafka's STATISTICS.md: e.g. "tx_bytes", the bytes sent to the
+  // brokers) every statistics.interval.ms, which a property must set above 0
+  // (librdkafka's default 0 emits none). It runs inside rd_kafka_poll on the
+  // thread calling Publish / AwaitOldest; an exception it throws is dropped
+  // (none crosses the C callback).
+  std::function<void(std::string_view json)> on_statistics;
 };
 
 class KafkaPublisher : public Publisher {
@@ -86,6 +95,7 @@ class KafkaPublisher : public Publisher {
  private:
   static void OnDelivery(rd_kafka_t* rk, const rd_kafka_message_t* msg, void* opaque) noexcept;
   static void OnError(rd_kafka_t* rk, int err, const char* reason, void* opaque) noexcept;
+  static int OnStatistics(rd_kafka_t* rk, char* json, std::size_t json_len, void* opaque) noexcept;
 
   struct InFlightBatch;
   // One message's report: where dr_msg_cb writes it, and the batch it counts against.
@@ -112,6 +122,7 @@ class KafkaPublisher : public Publisher {
 
   std::string topic_;
   std::string run_id_;
+  std::function<void(std::string_view)> on_statistics_;
   int delivery_timeout_ms_;
   mutable std::mutex error_mutex_;  // error_cb may run on a librdkafka thread
   std::string last_client_error_;
