@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 #include <system_error>
+#include <optional>
 #include <unordered_set>
 
 #include "outbox/error.h"
@@ -1305,10 +1306,13 @@ PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_siz
         "created_at, published_at, attempts, archived_at, headers) SELECT id, event_id, "
         "aggregate_id, event_type, payload, created_at, published_at, attempts, ?2, headers "
         "FROM outbox WHERE id = ?1");
-    if (!archive) connection_.Exec(kPurgedTable);
-    auto note = connection_.Prepare(
-        "INSERT OR IGNORE INTO outbox_purged(id, event_id, aggregate_id, purged_at) SELECT id, "
-        "event_id, aggregate_id, ?2 FROM outbox WHERE id = ?1 AND published <> 0");
+    std::optional<sqlite::Statement> note;
+    if (!archive) {
+      connection_.Exec(kPurgedTable);
+      note.emplace(connection_.Prepare(
+          "INSERT OR IGNORE INTO outbox_purged(id, event_id, aggregate_id, purged_at) SELECT id, "
+          "event_id, aggregate_id, ?2 FROM outbox WHERE id = ?1 AND published <> 0"));
+    }
     auto remove = connection_.Prepare("DELETE FROM outbox WHERE id = ?1 AND published <> 0");
     for (;;) {
       sqlite::Transaction txn(connection_);
@@ -1324,8 +1328,8 @@ PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_siz
           copy.Bind(1, id).Bind(2, now_ms).Run();
           ++report.archived;
         } else {
-          note.Reset();
-          note.Bind(1, id).Bind(2, now_ms).Run();
+          note->Reset();
+          note->Bind(1, id).Bind(2, now_ms).Run();
         }
         remove.Reset();
         remove.Bind(1, id).Run();

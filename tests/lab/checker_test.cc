@@ -323,7 +323,7 @@ TEST_CASE("CheckValues gives check --expect every key with the report's numbers 
                       {"lost_after_mark", 0}, {"stuck", 2},        {"order_violations", 0},
                       {"pending", 2},      {"parked", 0},          {"retention_unknown", 0},
                       {"other_run_records", 0}, {"undone", 0},   {"undone_phantom", 0},
-                      {"corrupt", 0}});
+                      {"corrupt", 0},      {"restart_unknown", 0}});
   // Every value has a key check --expect accepts; history keys only with a history.
   const auto& keys = outbox::lab::CheckExpectationKeys();
   for (const auto& [key, value] : values) {
