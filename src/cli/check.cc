@@ -276,7 +276,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                       // file that is not SQLite at all (SQLITE_NOTADB) is an error (exit 5),
                       // as for every other command.
                       if (e.primary_code() != SQLITE_CORRUPT) throw;
-                      r.corrupt = e.what();
+                      r.corrupt = e.reason();  // SQLite's words, not our SQL
                     }
                     const lab::TopicLog log = lab::ReadTopicLog(
                         {global.RequireBrokers(), global.topic, global.ParsedProperties(), static_cast<int>(o->timeout_ms)});
@@ -298,7 +298,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                       } catch (const DbError& e) {
                         if (e.primary_code() != SQLITE_CORRUPT) throw;
                         r = lab::CheckResult{};
-                        r.corrupt = e.what();
+                        r.corrupt = e.reason();  // SQLite's words, not our SQL
                       }
                     }
                     if (!r.corrupt.empty())

@@ -237,6 +237,12 @@ int OpenFlags(OpenMode mode, const std::string& path) {
 const std::string& CheckPath(const std::string& path, OpenMode mode) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  // SQLite says only "unable to open database file" for a folder.
+  if (fs::is_directory(path, ec))
+    throw DbError(fmt::format("open database '{}': '{}' is a folder, not a database file; give a "
+                              "file path, such as '{}/outbox.db' (SQLITE_CANTOPEN)",
+                              path, path, path),
+                  SQLITE_CANTOPEN);
   if (mode != OpenMode::kCreate) {
     if (!fs::exists(path, ec))
       throw SchemaMissingError(
@@ -313,14 +319,39 @@ std::string OpenFailure(const std::string& path, sqlite3* db, int code) {
       break;
     default:
       switch (code & 0xff) {
-        case SQLITE_NOTADB: reason = "not an SQLite database"; break;
+        case SQLITE_NOTADB:
+          reason = "not an SQLite database (its header is not \"SQLite format 3\": another "
+                   "program's file, or not a database at all); the lab never overwrites it: move "
+                   "it away or give another path";
+          break;
         case SQLITE_CORRUPT: reason = "the database file is corrupt"; break;
         case SQLITE_FULL: reason = "disk full"; break;
         case SQLITE_READONLY: reason = "the database is read-only"; break;
         case SQLITE_BUSY:
         case SQLITE_LOCKED: reason = "locked by another process past the busy timeout"; break;
-        case SQLITE_IOERR:
-        case SQLITE_CANTOPEN: reason = std::string(sqlite3_errstr(code)) + why; break;
+        case SQLITE_CANTOPEN: {
+          // Name the cause: a folder where the file should be, or a folder that does not let
+          // this user create or open the file.
+          std::error_code ec;
+          const std::filesystem::path file(path);
+          const std::filesystem::path folder =
+              file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
+          if (std::filesystem::is_directory(file, ec)) {
+            reason = fmt::format("'{}' is a folder, not a database file; give a file path, such "
+                                 "as '{}/outbox.db'",
+                                 path, path);
+          } else if (system_errno == EACCES || system_errno == EPERM || system_errno == EROFS) {
+            reason = std::filesystem::exists(file, ec)
+                         ? fmt::format("this user may not open the file{}", why)
+                         : fmt::format("cannot create the file in folder '{}'{} (a read-only "
+                                       "folder or file system: give a path in a writable folder)",
+                                       folder.string(), why);
+          } else {
+            reason = std::string(sqlite3_errstr(code)) + why;
+          }
+          break;
+        }
+        case SQLITE_IOERR: reason = std::string(sqlite3_errstr(code)) + why; break;
         default: reason = db ? sqlite3_errmsg(db) : sqlite3_errstr(code);
       }
   }
