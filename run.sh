@@ -106,8 +106,13 @@ cmake_errors_fail() {
 
 # Prints "run.sh: building outbox-lab: 45% after 1m20s" every 20 s from build log $1 until killed.
 progress_while_building() {
-  local log=$1 start=$SECONDS percent
-  while sleep 20; do
+  local log=$1 start=$SECONDS percent pause=""
+  # Its sleep must not outlive it (holding our stderr open); `wait` returns at once on TERM.
+  trap '[ -z "$pause" ] || kill "$pause" 2>/dev/null; exit 0' TERM
+  while :; do
+    sleep 20 &
+    pause=$!
+    wait "$pause"
     percent=$(grep -o '^\[ *[0-9]*%\]' "$log" 2>/dev/null | tail -n 1 | tr -dc '0-9')
     say "building outbox-lab: ${percent:-0}% after $(((SECONDS - start) / 60))m$(((SECONDS - start) % 60))s (log: $log)"
   done
@@ -137,7 +142,7 @@ build() {
     # compiling them would triple the first build. A build that takes a while says how far it
     # got every 20 s (the last "[ NN%]" of the log), so a first build (minutes on 2 cores) is
     # never silent.
-    progress_while_building "$log" >/dev/null &
+    progress_while_building "$log" >/dev/null 9>&- &
     local progress=$!
     local rc=0
     cmake --build "$build_dir" --target outbox-lab -j"$(nproc)" >>"$log" 2>&1 || rc=$?
