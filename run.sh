@@ -15,9 +15,12 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build_dir=$repo/build
 bin=$build_dir/outbox-lab
 state=${OUTBOX_LAB_STATE:-/tmp/outbox-lab-state-$(id -u)}
-addr_file=$state/broker.addr
-pid_file=$state/broker.pid
-broker_log=$state/broker.log
+# One embedded broker per database (use_broker_of sets these): a reset of one database restarts
+# only that database's broker, so another database's records (in that broker's memory) survive.
+broker_dir=""
+addr_file=""
+pid_file=""
+broker_log=""
 readonly kRunShFailed=125
 readonly kBrokerStartTimeoutS=15
 
@@ -33,7 +36,7 @@ die() {
 usage() {
   cat <<EOF
 Usage: ./run.sh [-Doutbox.db=PATH] [OutboxLab] SUBCOMMAND [ARGS...]
-       ./run.sh demo | report-screenshot | stop-broker | broker-status | --help
+       ./run.sh demo | report-screenshot | stop-broker | broker-status | broker-addr [DB] | --help
 
 Builds build/outbox-lab if needed (first use also runs scripts/install-deps.sh; build output
 goes to $state/build.log and is shown only on failure, a "CMake Error" line in it counting as
@@ -48,18 +51,22 @@ Kafka: without KAFKA_BOOTSTRAP_SERVERS or --brokers, the subcommands that talk t
 to run.sh) get --brokers of an embedded broker that run.sh starts once in the background
 (in memory; its state files are in \$OUTBOX_LAB_STATE, default
 /tmp/outbox-lab-state-\$(id -u)) and reuses while it runs.
-reset stops that broker, so the next experiment starts on an empty topic and its offsets
-match the chapter's (0, 1, 2, ...).
+Each database (--db) gets a broker of its own. A successful reset stops that database's
+broker, so the next experiment starts on an empty topic and its offsets match the chapter's
+(0, 1, 2, ...); other databases' brokers keep running. The lab checks the command line before
+run.sh starts or stops any broker for it.
 
   ./run.sh demo           the chapter's experiment (two kill -9s) end to end, with the final
                           reconciliation (scenarios/outbox-crash.sh; own broker, own temp db),
                           and its HTML report, $state/report/outbox-crash.html
-  ./run.sh report-screenshot
+  ./run.sh report-screenshot [PNG]
                           the demo's report opened in headless Chromium and checked
-                          (scenarios/report-browser.sh); its screenshot replaces
-                          docs/report-chapter.png
-  ./run.sh stop-broker    stop the embedded broker (SIGTERM by PID) and remove its state files
-  ./run.sh broker-status  print its address and PID, or "not running" (exit 3)
+                          (scenarios/report-browser.sh); its screenshot goes to PNG, default
+                          $state/report-chapter.png (docs/report-chapter.png only when named)
+  ./run.sh stop-broker    stop every embedded broker (SIGTERM by PID), remove their state files
+  ./run.sh broker-status  print each one's database, address and PID, or "not running" (exit 3)
+  ./run.sh broker-addr [DB]
+                          print the bootstrap address of DB's broker (for kcat -b), or exit 3
 
 Real Kafka: with OUTBOX_KAFKA=real, run.sh uses real Apache Kafka 4.3.0 (KRaft, one node) in
 place of the embedded broker: scripts/kafka.sh start fetches it from Maven Central the first
@@ -103,6 +110,20 @@ cmake_errors_fail() {
   exit "$kRunShFailed"
 }
 
+# Prints "run.sh: building outbox-lab: 45% after 1m20s" every 20 s from build log $1 until killed.
+progress_while_building() {
+  local log=$1 start=$SECONDS percent pause=""
+  # Its sleep must not outlive it (holding our stderr open); `wait` returns at once on TERM.
+  trap '[ -z "$pause" ] || kill "$pause" 2>/dev/null; exit 0' TERM
+  while :; do
+    sleep 20 &
+    pause=$!
+    wait "$pause"
+    percent=$(grep -o '^\[ *[0-9]*%\]' "$log" 2>/dev/null | tail -n 1 | tr -dc '0-9')
+    say "building outbox-lab: ${percent:-0}% after $(((SECONDS - start) / 60))m$(((SECONDS - start) % 60))s (log: $log)"
+  done
+}
+
 # Serialised with flock, so two run.sh started together do not build over each other. The lock
 # lives in a subshell: its descriptor must not leak into the lab we exec afterwards.
 build() {
@@ -112,25 +133,68 @@ build() {
     log=$state/build.log
     : >"$log"
     if [ ! -x "$bin" ] || [ ! -f "$build_dir/CMakeCache.txt" ]; then
-      say "first use: installing dependencies and building outbox-lab (log: $log)"
+      say "first use: installing dependencies and building outbox-lab, about 8 minutes on 2 cores (log: $log)"
       "$repo/scripts/install-deps.sh" >>"$log" 2>&1 || build_failed "scripts/install-deps.sh failed"
+      say "dependencies ready after ${SECONDS}s; configuring"
       cmake -S "$repo" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >>"$log" 2>&1 ||
         build_failed "cmake configure failed"
+      say "configured after ${SECONDS}s; compiling"
     fi
     if ! command -v cmake >/dev/null 2>&1; then
       say "cmake not found; using the existing $bin as it is"
       exit 0
     fi
     # Only the lab: run.sh never runs the unit tests (scripts/test.sh builds and runs those), and
-    # compiling them would triple the first build.
-    cmake --build "$build_dir" --target outbox-lab -j"$(nproc)" >>"$log" 2>&1 ||
-      build_failed "build failed"
+    # compiling them would triple the first build. A build that takes a while says how far it
+    # got every 20 s (the last "[ NN%]" of the log), so a first build (minutes on 2 cores) is
+    # never silent.
+    progress_while_building "$log" >/dev/null 9>&- &
+    local progress=$!
+    local rc=0
+    cmake --build "$build_dir" --target outbox-lab -j"$(nproc)" >>"$log" 2>&1 || rc=$?
+    kill "$progress" 2>/dev/null || true
+    wait "$progress" 2>/dev/null || true
+    [ "$rc" -eq 0 ] || build_failed "build failed"
     cmake_errors_fail "$log"
   ) 9>"$state/build.lock"
   [ -x "$bin" ] || die "the build finished but $bin is missing"
 }
 
 # --- embedded broker ---------------------------------------------------------------------------------
+
+# The identity of database $1 (a path, or a postgresql:// URL): its absolute path, the URL as is.
+db_identity() {
+  case "$1" in
+    postgres://* | postgresql://*) printf '%s\n' "$1" ;;
+    *) realpath -m -- "$1" 2>/dev/null || printf '%s\n' "$PWD/$1" ;;
+  esac
+}
+
+# Points addr_file, pid_file and broker_log at the broker of database $1: $state/brokers/<hash>/.
+use_broker_of() {
+  local id key
+  id=$(db_identity "$1")
+  key=$(printf '%s' "$id" | sha256sum | cut -c1-16)
+  broker_dir=$state/brokers/$key
+  addr_file=$broker_dir/broker.addr
+  pid_file=$broker_dir/broker.pid
+  broker_log=$broker_dir/broker.log
+  BROKER_DB=$id
+}
+
+# Runs "$@" once per broker directory under $state/brokers, with use_broker_of's variables set.
+for_each_broker() {
+  local dir
+  for dir in "$state"/brokers/*/; do
+    [ -d "$dir" ] || continue
+    broker_dir=${dir%/}
+    addr_file=$broker_dir/broker.addr
+    pid_file=$broker_dir/broker.pid
+    broker_log=$broker_dir/broker.log
+    BROKER_DB=$(cat "$broker_dir/db" 2>/dev/null || echo "?")
+    "$@"
+  done
+}
 
 # The recorded broker is alive and is an outbox-lab (not a stranger that inherited its PID, nor
 # a zombie: kill -0 succeeds on one until init reaps it).
@@ -151,6 +215,8 @@ ready_or_dead() { broker_ready || process_gone "$1"; }
 # Prints the bootstrap address of the running broker, starting one if there is none.
 ensure_broker() {
   ensure_state_dir
+  mkdir -p "$broker_dir" || die "cannot create $broker_dir"
+  printf '%s\n' "$BROKER_DB" >"$broker_dir/db"
   (
     if command -v flock >/dev/null 2>&1; then flock 9; fi
     if broker_running; then
@@ -175,9 +241,9 @@ ensure_broker() {
     echo "${ready_pid:-$pid}" >"$pid_file"
     local addr
     addr=$(head -n 1 "$addr_file")
-    say "started embedded broker at $addr (pid ${ready_pid:-$pid}); stop it with ./run.sh stop-broker"
+    say "started embedded broker at $addr (pid ${ready_pid:-$pid}) for $BROKER_DB; stop it with ./run.sh stop-broker"
     echo "$addr"
-  ) 9>"$state/broker.lock"
+  ) 9>"$broker_dir/broker.lock"
 }
 
 # SIGTERM by PID, wait (10 s, then SIGKILL), remove the state files. Quiet if none is running.
@@ -234,6 +300,35 @@ is_throwaway_postgres() {
 
 # --- run.sh's own commands ---------------------------------------------------------------------------
 
+# The run.sh command closest to word $1 (at most one edit per three letters, as the lab's
+# "did you mean"), or nothing. Levenshtein distance in awk.
+closest_own_command() {
+  awk -v typed="$1" 'function dist(a, b,   i, j, la, lb, d, cost, x) {
+      la = length(a); lb = length(b)
+      for (i = 0; i <= la; i++) d[i, 0] = i
+      for (j = 0; j <= lb; j++) d[0, j] = j
+      for (i = 1; i <= la; i++)
+        for (j = 1; j <= lb; j++) {
+          cost = substr(a, i, 1) == substr(b, j, 1) ? 0 : 1
+          x = d[i - 1, j] + 1
+          if (d[i, j - 1] + 1 < x) x = d[i, j - 1] + 1
+          if (d[i - 1, j - 1] + cost < x) x = d[i - 1, j - 1] + cost
+          if (i > 1 && j > 1 && substr(a, i, 1) == substr(b, j - 1, 1) &&
+              substr(a, i - 1, 1) == substr(b, j, 1) && d[i - 2, j - 2] + 1 < x)
+            x = d[i - 2, j - 2] + 1
+          d[i, j] = x
+        }
+      return d[la, lb]
+    }
+    BEGIN {
+      n = split("demo report-screenshot stop-broker broker-status broker-addr", names, " ")
+      allowed = int(length(typed) / 3); if (allowed < 1) allowed = 1
+      best = ""; bestd = allowed + 1
+      for (k = 1; k <= n; k++) { dd = dist(typed, names[k]); if (dd < bestd) { best = names[k]; bestd = dd } }
+      print best
+    }'
+}
+
 case "${1:-}" in
   "")
     usage >&2
@@ -245,18 +340,36 @@ case "${1:-}" in
     exec "$bin" --help
     ;;
   stop-broker)
-    if stop_broker; then
-      echo "stopped embedded broker (pid $STOPPED_PID)"
-    else
-      echo "no embedded broker running"
-    fi
+    stopped=0
+    stop_one() {
+      if stop_broker; then
+        echo "stopped embedded broker (pid $STOPPED_PID) of $BROKER_DB"
+        stopped=1
+      fi
+    }
+    for_each_broker stop_one
+    [ "$stopped" -eq 1 ] || echo "no embedded broker running"
     exit 0
     ;;
-  broker-status)
+  broker-addr)
+    use_broker_of "${2:-${OUTBOX_DB:-outbox.db}}"
     if broker_running; then
-      echo "running: bootstrap=$(head -n 1 "$addr_file") pid=$(cat "$pid_file") log=$broker_log"
+      head -n 1 "$addr_file"
       exit 0
     fi
+    echo "run.sh: no embedded broker runs for $BROKER_DB" >&2
+    exit 3
+    ;;
+  broker-status)
+    running=0
+    status_one() {
+      if broker_running; then
+        echo "running: db=$BROKER_DB bootstrap=$(head -n 1 "$addr_file") pid=$(cat "$pid_file") log=$broker_log"
+        running=1
+      fi
+    }
+    for_each_broker status_one
+    [ "$running" -eq 1 ] && exit 0
     echo "not running"
     exit 3
     ;;
@@ -280,8 +393,13 @@ case "${1:-}" in
   report-screenshot)
     build
     export OUTBOX_LAB_BIN=$bin
-    mkdir -p "$repo/docs"
-    exec bash "$repo/scenarios/report-browser.sh" --screenshot "$repo/docs/report-chapter.png"
+    ensure_state_dir
+    # Into the state folder unless a path is given (docs/report-chapter.png is tracked: replace
+    # it only on purpose, with `./run.sh report-screenshot docs/report-chapter.png`).
+    shot=${2:-$state/report-chapter.png}
+    mkdir -p "$(dirname "$shot")"
+    say "screenshot: $shot"
+    exec bash "$repo/scenarios/report-browser.sh" --screenshot "$shot"
     ;;
 esac
 
@@ -330,7 +448,8 @@ for arg in "$@"; do
       args+=("$arg")
       [ -n "$subcommand" ] || expect_value=1
       ;;
-    OutboxLab)
+    # The chapter's class name, in any case (outboxlab, OUTBOXLAB).
+    [Oo][Uu][Tt][Bb][Oo][Xx][Ll][Aa][Bb])
       if [ -z "$subcommand" ] && [ "$dropped_outboxlab" -eq 0 ]; then
         dropped_outboxlab=1
       else
@@ -400,6 +519,27 @@ if [ "$wants_help" -eq 0 ]; then
   fi
 fi
 
+# The lab judges the command line before run.sh starts or stops a broker for it: a rejected one
+# (a typo, a bad option or value) touches no broker; the lab then prints its own error.
+if [ "$wants_help" -eq 0 ] && ! OUTBOX_LAB_VALIDATE_ONLY=1 "$bin" "${args[@]}" >/dev/null 2>&1; then
+  # A mistyped command of run.sh's own (dmeo): the lab knows only its subcommands.
+  if [ "$#" -ge 1 ] && [[ $1 != -* ]]; then
+    closest=$(closest_own_command "$1")
+    if [ -n "$closest" ]; then
+      echo "run.sh: error: unknown command '$1'; did you mean './run.sh $closest'? (see ./run.sh --help)" >&2
+      exit 2
+    fi
+  fi
+  export OUTBOX_LAB_FRONTEND=$0
+  exec "$bin" "${args[@]}"
+fi
+
+# The database whose broker this is: the last --db given, else the lab's default.
+db_for_broker=${OUTBOX_DB:-outbox.db}
+[ "${#db_values[@]}" -eq 0 ] || db_for_broker=${db_values[-1]}
+[ "$backend" != postgres ] || db_for_broker=${pg_url:-$db_for_broker}
+use_broker_of "$db_for_broker"
+
 # Those that never talk to Kafka; bench starts a broker of its own. Any other subcommand,
 # including ones added later, gets the embedded broker.
 needs_broker=1
@@ -411,21 +551,22 @@ if [ "$wants_help" -eq 1 ] || [ "$no_kafka" -eq 1 ] || [ "$has_brokers" -eq 1 ] 
    [ -n "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
   needs_broker=0
 fi
-# A word the lab does not know as a subcommand (a typo, the tail of an unquoted path) starts no
-# broker: the lab itself says what is wrong. A known one prints its own usage line for --help.
-if [ "$needs_broker" -eq 1 ]; then
-  usage_line=$("$bin" "$subcommand" --help 2>/dev/null || true)
-  [[ $usage_line == *"Usage: outbox-lab $subcommand "* ]] || needs_broker=0
-fi
-
 # Hints quote the command as typed here ("run `./run.sh -Doutbox.db=... OutboxLab reset` first").
 export OUTBOX_LAB_FRONTEND=$0
 
-# A reset starts a new experiment: let it start on an empty topic too (the embedded broker's;
-# real Kafka keeps its records, and verify counts only the new run's).
+# A reset starts a new experiment: once the lab has reset this database, its broker is stopped,
+# so the next command starts one on an empty topic (offsets from 0, as in the chapter). A reset
+# that fails (a garbage file, a directory) leaves the broker and its records alone, and other
+# databases' brokers are never touched. Real Kafka (OUTBOX_KAFKA=real) keeps its records: the
+# lab counts only the new run's.
 if [ "$subcommand" = reset ] && [ "$kafka_kind" = embedded ] && [ "$wants_help" -eq 0 ] && [ "$has_brokers" -eq 0 ] &&
-   [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ] && stop_broker; then
-  say "reset: stopped the embedded broker (pid $STOPPED_PID); the next command starts one on an empty topic"
+   [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
+  rc=0
+  "$bin" "${args[@]}" || rc=$?
+  if [ "$rc" -eq 0 ] && stop_broker; then
+    say "reset: stopped the embedded broker of $BROKER_DB (pid $STOPPED_PID); the next command starts one on an empty topic"
+  fi
+  exit "$rc"
 fi
 
 if [ "$needs_broker" -eq 1 ] && [ "$kafka_kind" = real ]; then

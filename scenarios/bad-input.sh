@@ -330,10 +330,11 @@ db_untouched "the refused numbers"
 step "a page that cannot be written fails before the work (exit 3)"
 run bench --quick --html /nonexist/x.html
 expect_refused 3 "bench --quick --html /nonexist/x.html"
-expect_line "^outbox-lab: error: write '/nonexist/x.html.tmp': No such file or directory\$" "$ERR"
+expect_line "^outbox-lab: error: write '/nonexist/x.html': the folder '/nonexist' does not exist \(create it first: mkdir -p '/nonexist'\)\$" "$ERR"
 [ "$RUN_MS" -lt 5000 ] || fail "bench --html /nonexist/x.html took ${RUN_MS} ms before refusing"
 run report --html /nonexist/x.html --read-timeout 2s
 expect_refused 3 "report --html /nonexist/x.html"
+expect_line "^outbox-lab: error: write '/nonexist/x.html': the folder '/nonexist' does not exist" "$ERR"
 
 step "run.sh: the same hints, its own spelling in them, CMake errors shown, no broker for a typo"
 # A copy of the repository's entry point around the binary under test; its cmake is a stand-in
@@ -374,6 +375,13 @@ run_sh "-Doutbox.db=$DB" OutboxLab verfy
 expect_usage_hint "^outbox-lab: error: unknown subcommand 'verfy'; did you mean 'verify'\? \(see --help\)\$" "run.sh verfy"
 run_sh broker-status
 expect_rc 3 "run.sh broker-status after a mistyped subcommand (no broker started for it)"
+run_sh dmeo
+expect_rc 2 "run.sh dmeo"
+expect_line "^run.sh: error: unknown command 'dmeo'; did you mean './run.sh demo'\? \(see ./run.sh --help\)\$" "$ERR"
+run_sh "-Doutbox.db=$DB" OutboxLab write-hold
+expect_usage_hint "^outbox-lab: error: write-hold needs N \(.+\), e.g. \`$fake_repo/run.sh -Doutbox.db=$DB OutboxLab write-hold 5\`\$" "run.sh write-hold without N"
+run_sh "-Doutbox.db=$DB" outboxlab verfy
+expect_usage_hint "^outbox-lab: error: unknown subcommand 'verfy'; did you mean 'verify'\? \(see --help\)\$" "run.sh outboxlab (lower case) verfy"
 run_sh -Doutbox.db "$DB" OutboxLab reset
 expect_usage_hint "^outbox-lab: error: -Doutbox.db takes its path after '=', with no space: -Doutbox.db=$DB\$" "run.sh -Doutbox.db PATH"
 run_sh "-Doutbox.db=$TMP/my" dir/x.db OutboxLab reset

@@ -13,6 +13,8 @@
 #          (8) and report the other run's 5 apart; no duplicate is invented. (3) check reads the
 #          log start: the events that may have been dropped are "cannot judge (broker retention)",
 #          never lost (exit 16); the id list is cut at 10 with a count, `--ids` prints them all.
+#          (4) write 10, relay, purge --older-than 0s: check valid (ok=10, no phantom, no
+#          atomicity finding) and verify says nothing is lost.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -115,5 +117,23 @@ expect_no_line 'more \(--ids prints all\)' "$OUT"
 run verify --expect kafka_records=$((BIG - unjudged))
 expect_rc 0 "verify after the broker dropped records"
 expect_line "^\[verify\] the broker dropped $dropped offsets \(retention\): $unjudged published events cannot be judged$" "$OUT"
+
+step "(4) purge is routine: purged events still count as published"
+DB=$TMP/purged.db
+run reset
+run write 10 --quiet
+run relay --until-empty
+expect_rc 0 "relay --until-empty of 10"
+run purge --older-than 0s
+expect_rc 0 "purge --older-than 0s"
+# A cutoff of now keeps a row marked in that very millisecond: purge again until all are gone.
+[ "$(sqlite3 "$DB" 'SELECT COUNT(*) FROM outbox')" = 0 ] || run purge --older-than 0s
+run check
+expect_rc 0 "check after purge"
+expect_line '^\[check\] ok=10 lost=0 duplicated=0 phantom=0 atomicity=0 ' "$OUT"
+run verify
+expect_rc 0 "verify after purge"
+expect_line '^\[verify\] business_loan=10 outbox=0 published=0 unpublished=0 archived-or-purged=10 ' "$OUT"
+expect_no_line 'lost for good|phantom' "$OUT"
 
 finish

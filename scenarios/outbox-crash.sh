@@ -35,7 +35,7 @@ expect_line '^\[write\] committed all, HOLD before publish; kill -9 '"$HOLD_PID\
 kill9 "$HOLD_PID"
 expect_verify business=5,outbox=5,published=0,unpublished=5,kafka_records=0
 expect_line '^\[verify\] business_loan=5 outbox=5 published=0 unpublished=5$' "$OUT"
-expect_line '^\[verify\] 5 intents are durable, 0 sent; the relay will send them$' "$OUT"
+expect_line '^\[verify\] 5 intents are durable, not sent yet; the relay will send them$' "$OUT"
 
 step "second crash: send 3, kill -9 after the acks and before the marks"
 start_hold publish-hold publish-hold 3

@@ -14,7 +14,8 @@
 #          unparks the other (unparked=1); a relay without the limit publishes both: check valid,
 #          22 ok. `purge --older-than 1h` deletes nothing just published; `purge --older-than 0s
 #          --archive --batch-size 5` moves all 22 to outbox_archive in 5 batches, status shows
-#          published=0 archived=22, and check is still valid (archived rows count as published).
+#          published=0 archived=22, and check is still valid (archived rows count as published;
+#          so do rows purged without --archive, at the end).
 #          Four more events, published, then a purge whose second batch of 2 fails at the
 #          failpoint: exit 12, the first batch stays deleted (published=2), and a purge after
 #          deletes the rest.
@@ -138,5 +139,13 @@ run purge --older-than 0s --batch-size 2
 expect_rc 0 "purge after the failure"
 expect_line '^\[purge\] deleted=2 archived=0 batches=1$' "$OUT"
 expect_status_json published=0 archived=22 unpublished=0
+# Purged without --archive, the 4 events still count as published (outbox_purged): valid, never
+# phantom, atomicity or lost.
+run check --json
+expect_rc 0 "check after a purge without --archive"
+expect_json "$OUT" '.valid and .ok == 26 and .phantom == [] and .atomicity == [] and .lost == []' "check --json after purge: purged events count as published"
+run verify
+expect_rc 0 "verify after a purge without --archive"
+expect_no_line 'lost for good|phantom' "$OUT"
 
 finish

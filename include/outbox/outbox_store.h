@@ -58,6 +58,15 @@ class OutboxStore {
   // Empty for an SQLite file reset before run ids existed.
   virtual std::string RunId() = 0;
 
+  // Notes that this run's publishes go to broker incarnation (an opaque id from the lab, e.g.
+  // "embedded:3f9a0c1b5d2e4f60" for an in-memory broker's start or "cluster:<id>" for a Kafka
+  // cluster), so that a checker can tell a broker that lost its records in a restart from an
+  // event lost by the relay. Idempotent; kept until the next reset (table outbox_broker, created
+  // on first use). Throws the implementation's error.
+  virtual void NoteBrokerIncarnation(const std::string& incarnation) = 0;
+  // The incarnations noted since the last reset, in the order first noted (empty: none).
+  virtual std::vector<std::string> BrokerIncarnations() = 0;
+
   // The id the next enqueue gets when no other writer comes first (one past the highest id ever
   // assigned; ids never go back).
   virtual std::int64_t NextId() = 0;
@@ -65,7 +74,8 @@ class OutboxStore {
   // Rows in the outbox table: total, published, unpublished (archived rows excluded).
   virtual OutboxCounts Count() = 0;
 
-  // Every outbox and archive row in id order, read in one transaction.
+  // Every outbox, archive and purged row in id order, read in one transaction (purged rows:
+  // id, event id and aggregate only, published, SnapshotRow::purged).
   virtual OutboxSnapshot Snapshot() = 0;
 
   // Unpublished rows with id > after_id in id order, at most limit (> 0) rows: the chapter's
@@ -160,7 +170,9 @@ class OutboxStore {
   // Deletes the published rows published more than older_than_ms (>= 0, ms) ago (published_at;
   // created_at for SQLite rows published before schema 2), batch_size (> 0) rows per
   // transaction so writers are never held for long; with archive, each batch first copies its
-  // rows into outbox_archive in the same transaction. Never touches an unpublished or parked
+  // rows into outbox_archive in the same transaction; without, it keeps each row's id, event id
+  // and aggregate in outbox_purged (same transaction), so Snapshot() still lists the event as
+  // published and a checker never calls its record a phantom. Never touches an unpublished or parked
   // row. The cutoff is fixed once, at the start: Store reads clock(); PgStore the server's now(),
   // the clock that stamped published_at there. Batches committed before an error stay
   // committed: the error's message says how many. Failpoint purge.mid_batch fires in each batch

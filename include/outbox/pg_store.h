@@ -91,6 +91,8 @@ class PgStore : public OutboxStore {
   // OutboxStore. RunId: empty before the first ResetSchema. NextId: from the id sequence.
   // Snapshot: in one REPEATABLE READ transaction. Every one throws pg::PgError.
   std::string RunId() override;
+  void NoteBrokerIncarnation(const std::string& incarnation) override;
+  std::vector<std::string> BrokerIncarnations() override;
   std::int64_t NextId() override;
   OutboxCounts Count() override;
   OutboxSnapshot Snapshot() override;

@@ -83,12 +83,15 @@ struct SnapshotRow {
   std::string aggregate_id;
   bool published = false;  // true for every archived row
   bool parked = false;     // unpublished and parked after max attempts
-  bool archived = false;   // moved to outbox_archive by PurgePublished(archive = true)
+  bool archived = false;   // no longer in the outbox table: archived or purged
+  // Deleted by a purge without archive: only its id, event id and aggregate are left (table
+  // outbox_purged), so the checker counts its record as a published event, never a phantom.
+  bool purged = false;
 };
 
 // Every outbox and archive row, read in one read transaction.
 struct OutboxSnapshot {
-  std::vector<SnapshotRow> rows;  // outbox and archive rows together, in id order
+  std::vector<SnapshotRow> rows;  // outbox, archive and purged rows together, in id order
 
   // Counts over the rows still in the outbox table (archived rows excluded).
   OutboxCounts Counts() const;
@@ -329,6 +332,9 @@ class Store : public OutboxStore {
   // run's records (README, "Runs"). Empty for a database reset before run ids
   // existed (no outbox_run table). Throws DbError.
   std::string RunId();
+  // OutboxStore (outbox/outbox_store.h). Throw DbError.
+  void NoteBrokerIncarnation(const std::string& incarnation) override;
+  std::vector<std::string> BrokerIncarnations() override;
   // True when the outbox table exists.
   bool HasSchema();
 
@@ -377,6 +383,10 @@ class Store : public OutboxStore {
   // power cut with a torn sector, say). Throws DbError when the check itself
   // cannot run.
   std::string IntegrityCheck();
+  // PRAGMA quick_check (the same page and structure checks, without comparing indexes to
+  // their tables: O(N) instead of O(N log N)): "ok" or its findings joined with "; ". Throws
+  // DbError when the check itself cannot run (SQLITE_CORRUPT when the damage stops it).
+  std::string QuickCheck();
 
   // Unpublished rows with id > after_id, in id order, at most limit rows
   // (keyset pagination through the partial index). Throws DbError.

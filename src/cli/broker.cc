@@ -76,8 +76,10 @@ Command AddBrokerCommand(CLI::App& app, const GlobalOptions& global) {
               control = std::make_unique<lab::ControlSocket>(options->control);
             const std::string bootstrap = broker.BootstrapServers();
             if (!options->addr_file.empty()) WriteAddrFile(options->addr_file, bootstrap);
-            fmt::print("[broker] ready bootstrap={} topic={} partitions={} pid={}\n", bootstrap,
-                       global.topic, options->partitions, getpid());
+            fmt::print("[broker] ready bootstrap={} topic={} partitions={} pid={} "
+                       "incarnation={}\n",
+                       bootstrap, global.topic, options->partitions, getpid(),
+                       broker.Incarnation());
             std::fflush(stdout);
 
             int signal_number = 0;

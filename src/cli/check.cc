@@ -6,6 +6,7 @@
 #include "cli/command.h"
 #include "cli/drain.h"
 #include "cli/duration.h"
+#include "cli/option_values.h"
 #include "cli/publishing.h"
 #include "lab/json_bytes.h"
 #include "lab/checker.h"
@@ -26,6 +27,8 @@ struct CheckOptions {
   bool drain = false;
   std::int64_t delivery_timeout_ms = 10000;  // --delivery-timeout, for --drain
   std::string lang = "en";
+  std::string business_table;  // --business-table: the application's (default: business_loan)
+  std::string business_key;    // --business-key
 };
 
 ExitCode ExitCodeOf(lab::Verdict verdict) {
@@ -55,6 +58,11 @@ void PrintJson(const lab::CheckResult& r, const std::string& run_id,
   out["pending"] = r.pending;
   out["parked"] = r.parked;
   out["retention_unknown"] = r.retention_unknown;
+  out["restart_unknown"] = r.restart_unknown;
+  if (r.broker_restart.restarted)
+    out["broker_restart"] = {{"gone", r.broker_restart.gone},
+                             {"current", r.broker_restart.current},
+                             {"reason", lab::BrokerRestartReason(r.broker_restart)}};
   out["partitions"] = nlohmann::ordered_json::array();
   for (const lab::PartitionExtent& p : r.partitions)
     out["partitions"].push_back({{"partition", p.partition}, {"log_start", p.log_start}, {"end", p.end}});
@@ -62,6 +70,8 @@ void PrintJson(const lab::CheckResult& r, const std::string& run_id,
   for (const auto& [id, n] : r.duplicated) out["duplicated"][id] = n;
   out["phantom"] = r.phantom;
   out["atomicity"] = r.atomicity;
+  out["atomicity_skipped"] = r.atomicity_skipped;
+  out["business_table"] = r.business_table;
   out["lost_after_mark"] = r.lost_after_mark;
   out["stuck"] = r.stuck;
   out["order_violations"] = r.order_violations;
@@ -136,9 +146,13 @@ void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
              "stuck={} order-violations={}\n",
              r.ok, r.lost.size(), r.duplicated.size(), r.phantom.size(), r.atomicity.size(),
              r.lost_after_mark.size(), r.stuck.size(), r.order_violations.size());
-  if (!r.stuck.empty() || !r.retention_unknown.empty())
+  if (!r.stuck.empty() || !r.retention_unknown.empty() || !r.restart_unknown.empty())
     fmt::print("[check] pending={} parked={} cannot-judge={}\n", r.pending.size(), r.parked.size(),
-               r.retention_unknown.size());
+               r.retention_unknown.size() + r.restart_unknown.size());
+  if (r.atomicity_skipped)
+    fmt::print("[check] atomicity skipped: business_loan is empty, so these events come from "
+               "another application; outbox judged against Kafka only (name its table with "
+               "--business-table TABLE --business-key COLUMN to judge atomicity)\n");
   if (!r.duplicated.empty()) {
     std::vector<std::string> items;
     for (const auto& [id, n] : r.duplicated) items.push_back(fmt::format("{} x{}", id, n));
@@ -152,14 +166,23 @@ void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
     fmt::print("[check] parked (sent again only after `outbox-lab unpark`): {}\n", list(r.parked));
   if (!r.retention_unknown.empty())
     fmt::print("[check] cannot judge (broker retention): {}\n", list(r.retention_unknown));
+  if (!r.restart_unknown.empty())
+    fmt::print("[check] cannot judge (broker restarted): {}: {}\n",
+               lab::BrokerRestartReason(r.broker_restart), list(r.restart_unknown));
   if (!r.phantom.empty()) fmt::print("[check] phantom: {}\n", list(r.phantom));
   if (!r.atomicity.empty()) fmt::print("[check] atomicity: {}\n", list(r.atomicity));
-  if (!r.undone.empty() || !r.corrupt.empty())
+  if (!r.undone.empty())
     fmt::print("[check] power loss ({}): undone={} undone-phantom={} corrupt={}\n",
                r.undo_allowed ? "allowed below full" : "an error at full", r.undone.size(),
                r.undone_phantom.size(), r.corrupt.empty() ? 0 : 1);
   if (!r.undone.empty()) fmt::print("[check] undone: {}\n", list(r.undone));
-  if (!r.corrupt.empty()) fmt::print("[check] corrupt: {}\n", r.corrupt);
+  // Corruption has causes besides a power cut (a bad disk, a copy taken mid-write, a stray
+  // write): name what is found and how to recover, as every other command does.
+  if (!r.corrupt.empty())
+    fmt::print("[check] corrupt: the database file is corrupt ({}): restore it from a backup, "
+               "or see the damage with PRAGMA integrity_check; `reset` starts a new run in a "
+               "fresh file\n",
+               r.corrupt);
   fmt::print("[check] {}\n", lab::CheckVerdictLine(r, lang));
   for (const auto& line : mismatches) fmt::print("[check] MISMATCH {}\n", line);
   if (!expected.empty() && mismatches.empty())
@@ -174,7 +197,8 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
       "Judge a run from the database and the whole topic: ok, lost, duplicated, phantom, "
       "atomicity, lost-after-mark, pending, order violations. Only this run's records count "
       "(header run_id). Exit 0 valid, 1 invalid, 15 not drained yet (unpublished rows: run the "
-      "relay, then check), 16 cannot judge (the broker dropped records); when it cannot check, the "
+      "relay, then check), 16 cannot judge (the broker dropped records, or the in-memory embedded "
+      "broker was restarted since they were published); when it cannot check, the "
       "code of the error as for every command (see README: 6 no database, 8 no broker ...). "
       "Duplicates never invalidate (at-least-once). With --expect: exit 0 when every "
       "expectation holds, 1 when one does not");
@@ -216,6 +240,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
       ->envname("OUTBOX_LANG")
       ->capture_default_str();
   AddReadTimeoutOption(*sub, o->timeout_ms);
+  AddBusinessTableOptions(*sub, o->business_table, o->business_key);
   Command command{sub, [&global, o]() -> ExitCode {
                     // Parse expectations first: a typo must not cost a topic read.
                     std::map<std::string, std::int64_t> expected;
@@ -229,6 +254,8 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                                           value));
                     }
                     const lab::Lang lang = lab::ParseLang(o->lang);
+                    const lab::BusinessTable business{o->business_table, o->business_key};
+                    if (!o->business_table.empty()) lab::RequireBusinessTable(business);
                     if (o->drain) {
                       const LoopReport drained = DrainOutbox(global, o->delivery_timeout_ms);
                       // On stderr under --json, so stdout stays one JSON object.
@@ -254,7 +281,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                       // file that is not SQLite at all (SQLITE_NOTADB) is an error (exit 5),
                       // as for every other command.
                       if (e.primary_code() != SQLITE_CORRUPT) throw;
-                      r.corrupt = e.what();
+                      r.corrupt = e.reason();  // SQLite's words, not our SQL
                     }
                     const lab::TopicLog log = lab::ReadTopicLog(
                         {global.RequireBrokers(), global.topic, global.ParsedProperties(), static_cast<int>(o->timeout_ms)});
@@ -265,7 +292,9 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                       try {
                         lab::RunRecords run = lab::RecordsOfRun(log.records, run_id);
                         r = lab::CheckRun(*store, run.records,
-                                          o->histories.empty() ? nullptr : &ops, log.partitions);
+                                          o->histories.empty() ? nullptr : &ops, log.partitions,
+                                          log.broker_incarnation,
+                                          o->business_table.empty() ? nullptr : &business);
                         r.other_run_records = run.other_run_records;
                         // Published rows missing from a topic the broker does not have: a wrong
                         // --topic, not lost events (counts ok + lost: every published row).
@@ -274,7 +303,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                       } catch (const DbError& e) {
                         if (e.primary_code() != SQLITE_CORRUPT) throw;
                         r = lab::CheckResult{};
-                        r.corrupt = e.what();
+                        r.corrupt = e.reason();  // SQLite's words, not our SQL
                       }
                     }
                     if (!r.corrupt.empty())

@@ -29,10 +29,13 @@ LoopReport DrainOutbox(const GlobalOptions& global, std::int64_t delivery_timeou
   RelayOptions relay_options;
   relay_options.owner = lab::DefaultRelayOwner();
   relay_options.lease_ms = std::max<std::int64_t>(relay_options.lease_ms, 2 * delivery_timeout_ms);
-  if (history)
-    relay_options.on_settle = [h = history.get()](const SettleRecord& settle) {
-      lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
-    };
+  const bool noted = NoteBrokerIncarnation(global, store, delivery_timeout_ms);
+  if (history || !noted)
+    relay_options.on_settle = [h = history.get(), &global, &store, noted = noted](
+                                  const SettleRecord& settle) mutable {
+    if (h) lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
+    if (!noted && !settle.marked.empty()) noted = NoteBrokerIncarnation(global, store, 2000);
+  };
   ReleaseDeadOwners(store, relay_options.owner, /*default_owner=*/true);
   Relay relay(store, recording, relay_options);
   LoopOptions loop_options;

@@ -14,8 +14,9 @@ namespace outbox::cli {
 // host whose process is gone (a relay killed mid-batch) are released, so
 // their rows go out now instead of after the lease. With default_owner, claims
 // under self are a previous relay that had our pid and are released too.
-// Prints one "[relay] released ..." line per owner. Throws DbError.
-void ReleaseDeadOwners(OutboxStore& store, const std::string& self, bool default_owner);
+// Prints one "[relay] released ..." line per owner. Returns the token of the dead leader's
+// lease it released, 0 when none. Throws DbError.
+std::int64_t ReleaseDeadOwners(OutboxStore& store, const std::string& self, bool default_owner);
 
 // check --drain: the production relay with its defaults (batches of 1000,
 // acks=all, delivery timeout delivery_timeout_ms, lease 30 s, this run's id

@@ -46,6 +46,15 @@ ExitCode ForPgError(const outbox::pg::PgError& e) {
   return ExitCode::kDbError;
 }
 
+// One message for a corrupt database file, whichever command met it: what the file is and how
+// to recover, never the SQL that tripped over it.
+std::string CorruptMessage(const std::string& db, const outbox::DbError& e) {
+  return fmt::format("database '{}' is corrupt ({}): restore it from a backup, or see the damage "
+                     "with `sqlite3 '{}' 'PRAGMA integrity_check'` (`.recover` may save rows); "
+                     "`reset` starts a new run in a fresh file",
+                     db, e.reason(), db);
+}
+
 int Fail(ExitCode code, const char* message) {
   fmt::print(stderr, "outbox-lab: error: {}\n", message);
   return static_cast<int>(code);
@@ -78,7 +87,11 @@ void RejectSqliteOnlyOptions(const outbox::cli::GlobalOptions& global) {
                     global.synchronous));
 }
 
-int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOptions& global) {
+// validate_only: check the command line as far as it can be checked without touching anything
+// (the parse, -X, failpoints, SQLite-only options) and return 0 without running the command;
+// run.sh asks this (OUTBOX_LAB_VALIDATE_ONLY=1) before it starts or stops a broker for a command.
+int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOptions& global,
+               bool validate_only) {
   // The default VFS while the command runs, so every connection opens through it.
   std::optional<outbox::lab::PowerlossVfs> powerloss;
   try {
@@ -89,6 +102,7 @@ int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOpt
     RejectSqliteOnlyOptions(global);
     if (global.vfs == outbox::lab::PowerlossVfs::kName) powerloss.emplace();
     else outbox::lab::RequireNoVfsFailpoints();
+    if (validate_only) return static_cast<int>(ExitCode::kOk);
     return static_cast<int>(command.run());
   } catch (const outbox::cli::CommandError& e) {
     return Fail(e.code(), e.what());
@@ -98,6 +112,8 @@ int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOpt
                             outbox::cli::CommandLine(global.invocation(), "reset"))
                     .c_str());
   } catch (const outbox::DbError& e) {
+    if (e.primary_code() == SQLITE_CORRUPT && !powerloss)
+      return Fail(ExitCode::kDbNotSqlite, CorruptMessage(global.db, e).c_str());
     return Fail(ForDbError(e), WithFault(e, powerloss).c_str());
   } catch (const outbox::pg::PgError& e) {
     return Fail(ForPgError(e), e.what());
@@ -161,5 +177,6 @@ int main(int argc, char** argv) {
     if (command.app->parsed()) chosen = &command;
   if (!chosen) return Fail(ExitCode::kUsage, "a subcommand is required (see --help for the list)");
   global.process_name = chosen->app->get_name();
-  return RunCommand(*chosen, global);
+  const char* validate_only = std::getenv("OUTBOX_LAB_VALIDATE_ONLY");
+  return RunCommand(*chosen, global, validate_only && std::string(validate_only) == "1");
 }

@@ -49,4 +49,15 @@ CLI::Validator IntegerInRange(std::int64_t min, std::int64_t max) {
       fmt::format("INTEGER in [{}, {}]", min, max), "IntegerInRange");
 }
 
+void AddBusinessTableOptions(CLI::App& sub, std::string& table, std::string& key) {
+  CLI::Option* table_option = sub.add_option(
+      "--business-table", table,
+      "Your application's business table (e.g. orders): atomicity is judged against its rows "
+      "instead of the lab's business_loan; each row's --business-key is an aggregate id");
+  CLI::Option* key_option =
+      sub.add_option("--business-key", key, "The column of --business-table holding the aggregate id");
+  table_option->needs(key_option);
+  key_option->needs(table_option);
+}
+
 }  // namespace outbox::cli

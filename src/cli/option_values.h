@@ -33,4 +33,9 @@ std::string DbPathProblem(std::string_view db);
 // variable: pass max = the largest value that variable holds.
 CLI::Validator IntegerInRange(std::int64_t min, std::int64_t max);
 
+// Adds --business-table TABLE and --business-key COLUMN to sub (check, verify): the
+// application's business table to judge atomicity against, instead of the lab's business_loan.
+// Each needs the other (a usage error otherwise, exit 2).
+void AddBusinessTableOptions(CLI::App& sub, std::string& table, std::string& key);
+
 }  // namespace outbox::cli

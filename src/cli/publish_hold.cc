@@ -22,6 +22,7 @@ Command AddPublishHoldCommand(CLI::App& app, const GlobalOptions& global) {
             lab::ArmHoldUnlessConfigured(lab::kPublishHoldBeforeMark);
             auto store = lab::OpenLabStore(global.db, global.MakeStoreOptions());
             auto publisher = MakePublisher(global, *options, store->RunId());
+            NoteBrokerIncarnation(global, *store, options->delivery_timeout_ms);
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(*publisher, history.get());
             const auto report = RunPerRowRelay(

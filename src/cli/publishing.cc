@@ -1,9 +1,15 @@
 #include "cli/publishing.h"
 
 #include <fmt/format.h>
+#include <sqlite3.h>
+
+#include <algorithm>
 
 #include "cli/duration.h"
 #include "lab/json_bytes.h"
+#include "lab/topic_reader.h"
+#include "outbox/error.h"
+#include "outbox/outbox_store.h"
 
 namespace outbox::cli {
 
@@ -38,6 +44,21 @@ std::unique_ptr<kafka::KafkaPublisher> MakePublisher(const GlobalOptions& global
   publisher_options.properties = ProducerProperties(global);
   publisher_options.run_id = run_id;
   return std::make_unique<kafka::KafkaPublisher>(publisher_options);
+}
+
+bool NoteBrokerIncarnation(const GlobalOptions& global, OutboxStore& store,
+                           std::int64_t timeout_ms) {
+  const std::string incarnation = lab::ReadBrokerIncarnation(
+      global.RequireBrokers(), global.ParsedProperties(),
+      static_cast<int>(std::clamp<std::int64_t>(timeout_ms, 1, 2000)));
+  if (incarnation.empty()) return false;
+  try {
+    store.NoteBrokerIncarnation(incarnation);
+  } catch (const DbError& e) {
+    if (e.primary_code() != SQLITE_READONLY) throw;
+    return false;
+  }
+  return true;
 }
 
 void PrintDeliveryFailure(const char* tag, const PerRowRelayStep& step,

@@ -45,6 +45,14 @@ std::unique_ptr<kafka::KafkaPublisher> MakePublisher(const GlobalOptions& global
                                                      const PublishOptions& options,
                                                      const std::string& run_id);
 
+// Notes on store which broker incarnation --brokers is now (lab::ReadBrokerIncarnation,
+// waiting at most min(timeout_ms, 2000) ms), so that verify and check can tell a restart of the
+// in-memory embedded broker from a lost event. Returns false when the broker did not answer in
+// time (call it again once a delivery was acknowledged) or the database is read-only (nothing is
+// published from it then). Throws the store's other errors.
+bool NoteBrokerIncarnation(const GlobalOptions& global, OutboxStore& store,
+                           std::int64_t timeout_ms);
+
 // "[tag] outboxId=1 key=evt-1001 delivery FAILED: ...; left unpublished", to stdout,
 // with librdkafka's last client error (e.g. connection refused) when it has one.
 void PrintDeliveryFailure(const char* tag, const PerRowRelayStep& step,

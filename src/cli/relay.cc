@@ -62,8 +62,9 @@ struct RelayCliOptions {
 // their rows go out now instead of after the lease. With the default owner
 // name, claims under our own name are a previous relay that had our pid (a
 // container's PID 1) and are released too.
-void ReleaseDeadOwners(OutboxStore& store, const std::string& self, bool default_owner) {
+std::int64_t ReleaseDeadOwners(OutboxStore& store, const std::string& self, bool default_owner) {
   // The leader lease of a dead relay too: a standby or a restart takes over now.
+  std::int64_t released_lease = 0;
   const LeaderLease lease = store.ReadLease();
   if (lease.Live(store.clock().EpochMs()) &&
       ((default_owner && lease.owner == self) ||
@@ -72,6 +73,7 @@ void ReleaseDeadOwners(OutboxStore& store, const std::string& self, bool default
     fmt::print("[relay] released the leader lease (token {}) of dead owner {}\n", lease.token,
                lab::EscapeBytes(lease.owner));
     std::fflush(stdout);
+    released_lease = lease.token;
   }
   for (const ClaimOwner& claim : store.ClaimOwners(store.clock().EpochMs())) {
     const bool earlier_self = default_owner && claim.owner == self;
@@ -82,6 +84,7 @@ void ReleaseDeadOwners(OutboxStore& store, const std::string& self, bool default
                lab::EscapeBytes(claim.owner), claim.age_ms);
     std::fflush(stdout);
   }
+  return released_lease;
 }
 
 namespace {
@@ -137,8 +140,10 @@ void PrintWait(const WaitReport& wait, std::int64_t now_ms, bool json) {
   std::fflush(stdout);
 }
 
-// One line per change of leadership (leader mode).
-void PrintLease(const LeaseEvent& event, bool json) {
+// One line per change of leadership (leader mode). dead_token: the token of a dead leader's
+// lease this relay released at start (0: none), so that its until_ms of 0 is not read as that
+// leader's clean release.
+void PrintLease(const LeaseEvent& event, bool json, std::int64_t dead_token) {
   const char* kind = event.kind == LeaseEvent::Kind::kAcquired ? "acquired"
                      : event.kind == LeaseEvent::Kind::kLost   ? "lost"
                                                                : "released";
@@ -155,7 +160,14 @@ void PrintLease(const LeaseEvent& event, bool json) {
     fmt::print("[relay] leader: acquired the lease with token {}{}\n", event.lease.token,
                event.previous.token == 0
                    ? std::string()
-                   : fmt::format(", taking over from {} (token {})",
+               // until_ms 0: the last leader released its lease (a clean stop), no failover.
+               : event.previous.until_ms == 0 && event.previous.token != dead_token
+                   ? fmt::format(", after its clean release by {} (token {})",
+                                 lab::EscapeBytes(event.previous.owner), event.previous.token)
+               : event.previous.token == dead_token
+                   ? fmt::format(", taking over from {} (token {})",
+                                 lab::EscapeBytes(event.previous.owner), event.previous.token)
+                   : fmt::format(", taking over from {} (token {}), whose lease ran out",
                                  lab::EscapeBytes(event.previous.owner), event.previous.token));
   } else if (event.kind == LeaseEvent::Kind::kLost) {
     fmt::print("[relay] leader: lost the lease of token {} to a newer term; standby now, "
@@ -260,8 +272,11 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             relay_options.coordination = ParseCoordination(
                 !o->coordination.empty() ? o->coordination : on_postgres ? "claims" : "leader");
             const bool leader = relay_options.coordination == Coordination::kLeader;
+            auto dead_lease_token = std::make_shared<std::int64_t>(0);
             if (!o->quiet)
-              relay_options.on_lease = [o](const LeaseEvent& event) { PrintLease(event, o->json); };
+              relay_options.on_lease = [o, dead_lease_token](const LeaseEvent& event) {
+                PrintLease(event, o->json, *dead_lease_token);
+              };
             relay_options.owner = o->owner.empty() ? lab::DefaultRelayOwner() : o->owner;
             if (o->backoff_base_ms > o->backoff_max_ms)
               throw CommandError(
@@ -300,10 +315,15 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             kafka::KafkaPublisher publisher(publisher_options);
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(publisher, history.get());
-            if (history)
-              relay_options.on_settle = [h = history.get()](const SettleRecord& settle) {
-                lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
-              };
+            // The broker the marks go to; when it did not answer yet, after the first mark.
+            const bool noted = NoteBrokerIncarnation(global, store, o->delivery_timeout_ms);
+            if (history || !noted)
+              relay_options.on_settle = [h = history.get(), &global, &store, noted = noted](
+                                            const SettleRecord& settle) mutable {
+                  if (h) lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
+                  if (!noted && !settle.marked.empty())
+                    noted = NoteBrokerIncarnation(global, store, 2000);
+                };
             // Phase records for the kill soak; an idle relay polls often, so only its first
             // idle poll after other work is recorded (one write(2) per transition).
             if (history)
@@ -313,7 +333,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                 if (!(now_idle && idle)) h->RecordPhase(phase, token);
                 idle = now_idle;
               };
-            ReleaseDeadOwners(store, relay_options.owner, o->owner.empty());
+            *dead_lease_token = ReleaseDeadOwners(store, relay_options.owner, o->owner.empty());
             Relay relay(store, recording, relay_options);
             // An SQLite file's commits wake the relay through inotify; a PostgreSQL server is
             // polled (the idle backoff, up to --idle-max).

@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <filesystem>
+
 #include "cli/command.h"
 #include "cli/duration.h"
 #include "lab/checker.h"
@@ -35,15 +37,28 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
             lab::RequireWritableFile(o->html);  // before the topic read, not after it
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
             // Only this run's records (header run_id), as verify and check count them.
-            const auto records = lab::RecordsOfRun(
-                lab::ReadTopic({global.RequireBrokers(), global.topic, global.ParsedProperties(),
-                                static_cast<int>(o->timeout_ms)}),
-                store->RunId()).records;
+            const lab::TopicLog log = lab::ReadTopicLog(
+                {global.RequireBrokers(), global.topic, global.ParsedProperties(),
+                 static_cast<int>(o->timeout_ms)});
+            const auto records = lab::RecordsOfRun(log.records, store->RunId()).records;
+            // The history every other command writes (--history before the subcommand, or
+            // OUTBOX_HISTORY) is the timeline's too when no report --history is given.
+            if (o->histories.empty() && !global.history.empty()) {
+              std::error_code ec;
+              if (!std::filesystem::is_regular_file(global.history, ec))
+                throw CommandError(ExitCode::kUsage,
+                                   fmt::format("report: history file '{}' (--history or "
+                                               "OUTBOX_HISTORY) does not exist",
+                                               global.history));
+              o->histories = {global.history};
+              fmt::print("[report] history {} (--history / OUTBOX_HISTORY)\n", global.history);
+            }
             std::int64_t malformed = 0;
             std::vector<lab::HistoryOp> ops;
             if (!o->histories.empty()) ops = lab::ReadHistories(o->histories, &malformed);
             lab::ReportModel model =
-                lab::BuildReportModel(*store, records, ops, !o->histories.empty(), malformed);
+                lab::BuildReportModel(*store, records, ops, !o->histories.empty(), malformed,
+                                      log.broker_incarnation);
             model.title = o->title;
             model.db_path = global.db;
             model.topic = global.topic;

@@ -29,4 +29,12 @@ bool StopSignalFd::Received() {
   return received_;
 }
 
+void StopSignalFd::Unblock() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
+}
+
 }  // namespace outbox::cli

@@ -22,6 +22,10 @@ class StopSignalFd {
   // signal from the descriptor, and stays true afterwards.
   bool Received();
 
+  // Unblocks SIGTERM and SIGINT for this thread again, so they terminate as by default (e.g.
+  // Ctrl-C at a hold point after the work this descriptor guarded).
+  void Unblock();
+
  private:
   int fd_ = -1;
   bool received_ = false;

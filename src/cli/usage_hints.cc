@@ -237,6 +237,16 @@ std::string ExplainParseError(const CLI::App& app, const CLI::ParseError& error,
   }
   if (!chosen && error.get_name() == "RequiredError")
     return "a subcommand is required (see --help for the list)";
+  // A missing argument (write-hold without N): name the command and show one that works.
+  if (chosen && error.get_name() == "RequiredError")
+    for (const CLI::Option* option : chosen->get_options())
+      if (option->get_required() && option->count() == 0 && option->get_positional()) {
+        const std::string name = option->get_name();
+        const std::string example = name == "N" ? "5" : name;
+        return fmt::format("{} needs {} ({}), e.g. `{}`", chosen->get_name(), name,
+                           option->get_description(),
+                           CommandLine(invocation, chosen->get_name() + " " + example));
+      }
   if (error.get_name() == "ArgumentMismatch") {
     // An option that takes one value given twice, perhaps under its two names (relay's
     // --send-timeout is --delivery-timeout): CLI11 says only "At Most 1 required but received 2".

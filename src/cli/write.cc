@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "cli/command.h"
+#include "cli/stop_signal.h"
 #include "cli/row_lines.h"
 #include "lab/lab_failpoints.h"
 #include "lab/loans.h"
@@ -37,12 +38,21 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
   AddRowLineOptions(*sub, *lines);
   return {sub, [&global, count, lines, workload, rate]() -> ExitCode {
             const bool row_lines = PrintsRowLines(*lines, *count);
+            // Ctrl-C or SIGTERM: the transaction in progress commits, then the count.
+            StopSignalFd stop;
             auto store = lab::OpenLabStore(global.db, global.MakeStoreOptions());
             const auto history = global.OpenHistory();
             const std::int64_t start = lab::NextLoanIndex(*store) - 1;
             const lab::Workload spread = lab::ParseWorkload(*workload);
             const auto begin = std::chrono::steady_clock::now();
             for (std::int64_t k = 1; k <= *count; ++k) {
+              if (stop.Received()) {
+                fmt::print("[write] stopped on signal: committed={} of {} (each one durable with "
+                           "its outbox row; the other {} never began)\n",
+                           k - 1, *count, *count - (k - 1));
+                std::fflush(stdout);
+                return ExitCode::kOk;
+              }
               if (*rate > 0)  // pacing the workload, not synchronising with anyone
                 std::this_thread::sleep_until(begin + std::chrono::nanoseconds(
                                                           (k - 1) * 1'000'000'000 / *rate));
@@ -57,7 +67,8 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
             }
             fmt::print("[write] committed={}\n", *count);
             std::fflush(stdout);
-            // write-hold's hold point, off unless OUTBOX_FAILPOINTS arms it.
+            // write-hold's hold point, off unless OUTBOX_FAILPOINTS arms it; Ctrl-C ends a hold.
+            stop.Unblock();
             HitFailpoint(lab::kWriteHoldBeforePublish, lab::kWriteHoldLine);
             return ExitCode::kOk;
           }};

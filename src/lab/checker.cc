@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -9,6 +10,36 @@
 #include "lab/loans.h"
 
 namespace outbox::lab {
+
+std::map<std::string, std::string> TxnOutcomes(const std::vector<HistoryOp>& ops) {
+  // Per process and event id: the outcome of each attempt, in order; an invoke opens one
+  // ("info" until it completes), an ok or fail completes the process's latest open one (or
+  // stands alone when that process's invoke is missing).
+  std::map<std::pair<std::int64_t, std::string>, std::vector<std::string>> attempts;
+  for (const HistoryOp& op : ops) {
+    if (op.f != "txn") continue;
+    auto& list = attempts[{op.process, op.value}];
+    if (op.type == "invoke") {
+      list.push_back("info");
+    } else if (op.type == "ok" || op.type == "fail") {
+      const auto open = std::find(list.rbegin(), list.rend(), "info");
+      if (open != list.rend()) *open = op.type;
+      else list.push_back(op.type);
+    }
+  }
+  // Across processes and attempts: one commit is enough (ok); an attempt left open may have
+  // committed (info); only an event whose every attempt definitely failed is "fail".
+  std::map<std::string, std::string> outcome;
+  for (const auto& [key, list] : attempts) {
+    for (const std::string& attempt : list) {
+      std::string& event = outcome[key.second];
+      if (attempt == "ok" || event.empty()) event = attempt;
+      else if (attempt == "info" && event == "fail") event = "info";
+    }
+  }
+  return outcome;
+}
+
 namespace {
 
 template <typename OutboxMap, typename SeenMap>
@@ -16,12 +47,7 @@ void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, co
                   const std::vector<std::string>& first_seen, CheckResult& result) {
   HistoryVerdict& h = result.history;
   h.present = true;
-  std::map<std::string, std::string> txn_outcome;  // event id -> "ok" | "fail" | "info"
-  for (const HistoryOp& op : ops) {
-    if (op.f != "txn") continue;
-    if (op.type == "invoke") txn_outcome.emplace(op.value, "info");
-    else if (op.type == "ok" || op.type == "fail") txn_outcome[op.value] = op.type;
-  }
+  const std::map<std::string, std::string> txn_outcome = TxnOutcomes(ops);
   h.attempts = static_cast<std::int64_t>(txn_outcome.size());
   std::set<std::string> phantom(result.phantom.begin(), result.phantom.end());
   for (const auto& [event_id, outcome] : txn_outcome) {
@@ -81,9 +107,12 @@ void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, co
 
 CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records,
                      const std::vector<HistoryOp>* history,
-                     const std::vector<PartitionExtent>& partitions) {
+                     const std::vector<PartitionExtent>& partitions,
+                     const std::string& broker_incarnation,
+                     const BusinessTable* business) {
   CheckResult result;
   result.partitions = partitions;
+  result.broker_restart = JudgeBrokerRestart(store.BrokerIncarnations(), broker_incarnation);
   for (const PartitionExtent& p : partitions) result.dropped_offsets += p.log_start;
   // PRAGMA integrity_check exists on SQLite only; a PostgreSQL server checks its own pages
   // (and reports damage as errors on the reads below).
@@ -96,7 +125,9 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
   std::set<std::string> loans;
   {
     // One read transaction: the loans and the outbox rows of one instant.
-    LabSnapshot lab = ReadLabSnapshot(store);
+    LabSnapshot lab = ReadLabSnapshot(store, business);
+    result.atomicity_skipped = lab.atomicity_skipped;
+    result.business_table = lab.business_table;
     // Archived rows (purge --archive) were published: they still count.
     for (const SnapshotRow& row : lab.outbox.rows) {
       outbox[row.event_id] = {row.id, row.event_id, row.aggregate_id, row.published, row.parked};
@@ -111,10 +142,14 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
   result.business_rows = static_cast<std::int64_t>(loans.size());
   std::set<std::string> aggregates;
   for (const auto& [event_id, entry] : outbox) aggregates.insert(entry.aggregate_id);
+  const bool lab_table = result.business_table == "business_loan";
   for (const auto& loan : loans)
-    if (!aggregates.count(loan)) result.atomicity.push_back(fmt::format("loan {} has no outbox row", loan));
+    if (!aggregates.count(loan))
+      result.atomicity.push_back(lab_table ? fmt::format("loan {} has no outbox row", loan)
+                                           : fmt::format("{} row {} has no outbox row",
+                                                         result.business_table, loan));
   for (const auto& event_id : outbox_order)
-    if (!loans.count(outbox[event_id].aggregate_id))
+    if (!result.atomicity_skipped && !loans.count(outbox[event_id].aggregate_id))
       result.atomicity.push_back(fmt::format("event {} has no business row", event_id));
 
   std::unordered_map<std::string, std::int64_t> seen;
@@ -153,6 +188,10 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
       continue;
     }
     if (!entry.published) continue;
+    if (result.broker_restart.restarted) {
+      result.restart_unknown.push_back(event_id);
+      continue;
+    }
     if (result.dropped_offsets > 0) {
       result.retention_unknown.push_back(event_id);
       continue;
@@ -181,6 +220,7 @@ const std::vector<std::string>& CheckExpectationKeys() {
       "ok",            "lost",               "duplicated",           "phantom",
       "atomicity",     "lost_after_mark",    "stuck",                "order_violations",
       "pending",       "parked",             "retention_unknown",    "other_run_records",
+      "restart_unknown",
       "history_attempts", "history_acknowledged", "history_failed", "history_indeterminate",
       "history_ok",    "history_recovered",  "history_unexpected", "history_marked",
       "history_fenced", "history_parked",    "history_marked_without_ack",
@@ -207,6 +247,7 @@ std::map<std::string, std::int64_t> CheckValues(const CheckResult& r) {
       {"pending", size(r.pending)},
       {"parked", size(r.parked)},
       {"retention_unknown", size(r.retention_unknown)},
+      {"restart_unknown", size(r.restart_unknown)},
       {"other_run_records", r.other_run_records},
       {"undone", size(r.undone)},
       {"undone_phantom", size(r.undone_phantom)},

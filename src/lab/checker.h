@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "lab/history.h"
+#include "lab/loans.h"
+#include "lab/reconciliation.h"
 #include "lab/topic_reader.h"
 #include "outbox/store.h"
 
@@ -22,7 +24,7 @@ namespace outbox::lab {
 // What the histories say, Jepsen total-queue style. Present only with --history.
 struct HistoryVerdict {
   bool present = false;
-  std::int64_t attempts = 0;       // business transactions invoked
+  std::int64_t attempts = 0;       // events whose business transaction was invoked
   std::int64_t acknowledged = 0;   // ... that returned ok to the writer
   std::int64_t failed = 0;         // ... that definitely failed
   std::int64_t indeterminate = 0;  // ... left open by a crash ("info")
@@ -75,7 +77,8 @@ enum class Verdict {
   kValid,        // every committed event is in Kafka, none lost, none phantom
   kInvalid,      // something lost, phantom, half-written, corrupt or undone at full
   kNotDrained,   // nothing wrong so far, but outbox rows are still unpublished (pending or parked)
-  kCannotJudge,  // nothing wrong in what is left, but the broker dropped records (retention)
+  kCannotJudge,  // nothing wrong in what is left, but the broker dropped records (retention or
+                 // a restart of the in-memory embedded broker)
 };
 
 struct CheckResult {
@@ -96,12 +99,20 @@ struct CheckResult {
   // above 0: its record may have been among those the broker dropped
   // (retention), so it is neither ok nor lost.
   std::vector<std::string> retention_unknown;
+  // Marked published and not in Kafka, but the broker they went to was
+  // restarted since (or is another cluster): an in-memory broker took them
+  // with it, so they are neither ok nor lost (JudgeBrokerRestart).
+  std::vector<std::string> restart_unknown;
+  BrokerRestart broker_restart;
   std::vector<PartitionExtent> partitions;  // as given to CheckRun
   std::int64_t dropped_offsets = 0;         // sum of the partitions' log starts
   std::vector<std::pair<std::string, std::int64_t>> duplicated;  // id, times seen (> 1)
   // In Kafka, but no committed outbox row has it (or its transaction definitely failed).
   std::vector<std::string> phantom;
   std::vector<std::string> atomicity;  // "loan L-1 has no outbox row" / "event e has no loan"
+  // Atomicity was not judged (LabSnapshot::atomicity_skipped): outbox against Kafka only.
+  bool atomicity_skipped = false;
+  std::string business_table = "business_loan";  // the table atomicity was judged against
   // Marked published, yet not in Kafka (the lost ones), or marked without an ack (history).
   std::vector<std::string> lost_after_mark;
   std::vector<std::string> stuck;    // pending and parked together, in outbox id order
@@ -134,7 +145,7 @@ struct CheckResult {
   Verdict verdict() const {
     if (has_findings()) return Verdict::kInvalid;
     if (!stuck.empty()) return Verdict::kNotDrained;
-    if (!retention_unknown.empty()) return Verdict::kCannotJudge;
+    if (!retention_unknown.empty() || !restart_unknown.empty()) return Verdict::kCannotJudge;
     return Verdict::kValid;
   }
   bool valid() const { return verdict() == Verdict::kValid; }
@@ -146,7 +157,7 @@ const char* VerdictName(Verdict verdict);
 // The keys of check --expect, in report order: valid (1 or 0), business_rows,
 // outbox_rows, kafka_records, ok, then the sizes of the lists lost, duplicated,
 // phantom, atomicity, lost_after_mark, stuck, order_violations, pending,
-// parked, retention_unknown, then other_run_records, then the
+// parked, retention_unknown, other_run_records, restart_unknown, then the
 // history counts history_attempts ... history_unexpected, history_marked,
 // history_fenced, history_parked, history_marked_without_ack,
 // history_fenced_duplicates and history_producer_duplicates (only with --history).
@@ -156,15 +167,27 @@ const std::vector<std::string>& CheckExpectationKeys();
 // r.history.present.
 std::map<std::string, std::int64_t> CheckValues(const CheckResult& r);
 
+// The outcome of each business transaction ("txn") in ops, by event id: "ok" when an attempt
+// of any process committed it, else "info" when an attempt was left open (a crash: it may have
+// committed), else "fail" (every attempt of every process definitely failed). Judged per
+// process and per attempt, so the order in which histories are read never matters: a second
+// writer failing on an event id the first one committed does not undo that commit.
+std::map<std::string, std::string> TxnOutcomes(const std::vector<HistoryOp>& ops);
+
 // Reads the lab's tables and compares them with records (every record of this
 // run on the topic, see RecordsOfRun) and, when history is not null, with what
 // the writers were told. partitions (from ReadTopicLog) tell whether the
 // broker dropped records: when a log start is above 0, a published event not
 // in records is retention_unknown instead of lost. On SQLite runs PRAGMA
-// integrity_check first. Throws DbError (SQLITE_CORRUPT when the damage stops
-// the reads) or, on PostgreSQL, pg::PgError.
+// integrity_check first. business: the application's business table (null:
+// the lab's business_loan; see LabSnapshot::atomicity_skipped). broker_incarnation (TopicLog::broker_incarnation):
+// when it is not among the incarnations the store noted, a published event not
+// in records is restart_unknown instead of lost. Throws DbError (SQLITE_CORRUPT
+// when the damage stops the reads) or, on PostgreSQL, pg::PgError.
 CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records,
                      const std::vector<HistoryOp>* history = nullptr,
-                     const std::vector<PartitionExtent>& partitions = {});
+                     const std::vector<PartitionExtent>& partitions = {},
+                     const std::string& broker_incarnation = {},
+                     const BusinessTable* business = nullptr);
 
 }  // namespace outbox::lab

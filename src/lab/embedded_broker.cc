@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <cstdlib>
+#include <random>
 #include <set>
 #include <string_view>
 
@@ -26,6 +27,9 @@ EmbeddedBroker::EmbeddedBroker(int broker_count)
                                   "sockets",
                                   listeners, broker_count),
                       0);
+  std::random_device random;
+  incarnation_ = fmt::format("{:08x}{:08x}", random(), random());
+  CreateTopic(kIncarnationTopicPrefix + incarnation_, 1);
 }
 
 namespace {

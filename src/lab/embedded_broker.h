@@ -21,6 +21,13 @@
 
 namespace outbox::lab {
 
+// The embedded broker marks each start with a topic named this prefix plus a
+// random incarnation id (16 hex digits). A reader finds it in the metadata of
+// all topics: a different id than the one a publisher saw means the broker was
+// restarted in between, and with it every record it held (they live in memory).
+// A real Kafka cluster has no such topic; its cluster id stands in for it.
+inline constexpr const char* kIncarnationTopicPrefix = "__outbox_lab_broker.";
+
 struct MockClusterDeleter {
   void operator()(rd_kafka_mock_cluster_t* cluster) const noexcept {
     rd_kafka_mock_cluster_destroy(cluster);
@@ -35,7 +42,8 @@ int DisableNagleOnListeners(const std::string& bootstrap);
 
 class EmbeddedBroker {
  public:
-  // Starts broker_count brokers whose sockets skip Nagle (TCP_NODELAY).
+  // Starts broker_count brokers whose sockets skip Nagle (TCP_NODELAY), with
+  // a fresh random incarnation id and its marker topic (kIncarnationTopicPrefix).
   // Throws ConfigError for broker_count < 1, KafkaError when the cluster
   // cannot start, SystemError when a listening socket could not be set.
   explicit EmbeddedBroker(int broker_count = 1);
@@ -49,10 +57,14 @@ class EmbeddedBroker {
 
   rd_kafka_mock_cluster_t* cluster() const noexcept { return cluster_.get(); }
 
+  // This start's incarnation id: 16 random hex digits, never the same twice.
+  const std::string& Incarnation() const noexcept { return incarnation_; }
+
  private:
   // The cluster runs on host_'s threads: declared first, destroyed last.
   kafka::KafkaHandle host_;
   std::unique_ptr<rd_kafka_mock_cluster_t, MockClusterDeleter> cluster_;
+  std::string incarnation_;
 };
 
 }  // namespace outbox::lab

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
+
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
 #include "outbox/pg/connection.h"
@@ -57,14 +59,6 @@ void RenewLoan(pg::Connection& connection, const std::string& loan_id) {
 bool LoanExists(pg::Connection& connection, const std::string& loan_id) {
   return connection.QueryInt("SELECT COUNT(*) FROM business_loan WHERE loan_id = $1",
                              {pg::Param::Text(loan_id)}, "look for a loan") > 0;
-}
-
-std::vector<std::string> LoanIds(pg::Connection& connection) {
-  const pg::Result rows =
-      connection.Query("SELECT loan_id FROM business_loan ORDER BY loan_id", {}, "read the loans");
-  std::vector<std::string> ids;
-  for (int i = 0; i < rows.rows(); ++i) ids.push_back(rows.Text(i, 0));
-  return ids;
 }
 
 // The backend's own store: backend() tells which class it is.
@@ -254,18 +248,84 @@ std::int64_t CountLoans(OutboxStore& store) {
   return count;
 }
 
-LabSnapshot ReadLabSnapshot(OutboxStore& store) {
+namespace {
+
+bool IsIdentifier(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  for (const char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  return true;
+}
+
+// "schema"."table" or "table", for SQL text: both databases quote identifiers with '"'.
+std::string QuotedTable(const std::string& table) {
+  const std::size_t dot = table.find('.');
+  if (dot == std::string::npos) return '"' + table + '"';
+  return '"' + table.substr(0, dot) + "\".\"" + table.substr(dot + 1) + '"';
+}
+
+std::string KeysSql(const BusinessTable& business) {
+  return fmt::format("SELECT CAST(\"{}\" AS TEXT) FROM {} WHERE \"{}\" IS NOT NULL ORDER BY 1",
+                     business.key, QuotedTable(business.table), business.key);
+}
+
+std::vector<std::string> BusinessKeys(sqlite::Connection& connection, const BusinessTable& business) {
+  std::vector<std::string> ids;
+  auto select = connection.Prepare(KeysSql(business));
+  while (select.Step()) ids.push_back(select.ColumnText(0));
+  return ids;
+}
+
+std::vector<std::string> BusinessKeys(pg::Connection& connection, const BusinessTable& business) {
+  const pg::Result rows = connection.Query(
+      KeysSql(business), {}, fmt::format("read the keys of business table {}", business.table));
+  std::vector<std::string> ids;
+  for (int i = 0; i < rows.rows(); ++i) ids.push_back(rows.Text(i, 0));
+  return ids;
+}
+
+template <typename Connection>
+void ReadBusinessRows(Connection& connection, const BusinessTable* business, LabSnapshot& snapshot) {
+  if (business) {
+    snapshot.business_table = business->table;
+    snapshot.loan_ids = BusinessKeys(connection, *business);
+    return;
+  }
+  snapshot.loan_ids = BusinessKeys(connection, BusinessTable{"business_loan", "loan_id"});
+  snapshot.atomicity_skipped = snapshot.loan_ids.empty() && !snapshot.outbox.rows.empty();
+}
+
+}  // namespace
+
+void RequireBusinessTable(const BusinessTable& business) {
+  const std::size_t dot = business.table.find('.');
+  const bool table_ok =
+      dot == std::string::npos
+          ? IsIdentifier(business.table)
+          : IsIdentifier(business.table.substr(0, dot)) && IsIdentifier(business.table.substr(dot + 1));
+  if (!table_ok)
+    throw ConfigError(fmt::format("--business-table '{}': expected a table name (letters, digits, "
+                                  "'_'; schema.table allowed)",
+                                  business.table));
+  if (!IsIdentifier(business.key))
+    throw ConfigError(fmt::format("--business-key '{}': expected a column name (letters, digits, "
+                                  "'_')",
+                                  business.key));
+}
+
+LabSnapshot ReadLabSnapshot(OutboxStore& store, const BusinessTable* business) {
+  if (business) RequireBusinessTable(*business);
   LabSnapshot snapshot;
   if (Store* sqlite = AsSqlite(store)) {
     auto txn = sqlite->BeginRead();
     snapshot.outbox = sqlite->Snapshot(txn);
-    snapshot.loan_ids = LoanIds(txn.connection());
+    ReadBusinessRows(txn.connection(), business, snapshot);
     return snapshot;
   }
   PgStore& pg_store = AsPostgres(store);
   auto txn = pg_store.BeginRead();
   snapshot.outbox = pg_store.Snapshot(txn);
-  snapshot.loan_ids = LoanIds(txn.connection());
+  ReadBusinessRows(txn.connection(), business, snapshot);
   txn.Commit();
   return snapshot;
 }

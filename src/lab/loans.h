@@ -113,13 +113,32 @@ std::string InsertLoanWithCollidingEvent(OutboxStore& store, const Loan& loan,
 bool LoanExists(OutboxStore& store, const std::string& loan_id);
 std::int64_t CountLoans(OutboxStore& store);
 
-// The loans and the outbox rows of one instant (one read transaction; REPEATABLE READ on
-// PostgreSQL), for reconciliation and the checker. Throws DbError or pg::PgError.
-struct LabSnapshot {
-  std::vector<std::string> loan_ids;  // sorted
-  OutboxSnapshot outbox;
+// The business table whose rows the outbox's events are about: each row's key is an aggregate
+// id. The lab's own is business_loan keyed by loan_id; an application names its own
+// (check/verify --business-table orders --business-key id).
+struct BusinessTable {
+  std::string table;  // [A-Za-z_][A-Za-z0-9_]*, optionally schema-qualified (one dot)
+  std::string key;    // a column of table, read as text
 };
-LabSnapshot ReadLabSnapshot(OutboxStore& store);
+
+// Throws ConfigError unless table and key are plain SQL identifiers (letters, digits, '_', not
+// starting with a digit; table may be schema.table): they are quoted into SQL, never bound.
+void RequireBusinessTable(const BusinessTable& business);
+
+// The loans (or the named business table's keys) and the outbox rows of one instant (one read
+// transaction; REPEATABLE READ on PostgreSQL), for reconciliation and the checker.
+// business: null for the lab's business_loan. Throws DbError or pg::PgError (e.g. no such
+// table or column), ConfigError for a bad business table name.
+struct LabSnapshot {
+  std::vector<std::string> loan_ids;  // the business rows' keys, sorted
+  OutboxSnapshot outbox;
+  // No business table was named and business_loan is empty while the outbox has rows: the
+  // events come from another application, whose business rows the lab cannot find, so the
+  // checker judges the outbox against Kafka only and says it skipped atomicity.
+  bool atomicity_skipped = false;
+  std::string business_table = "business_loan";  // the table read
+};
+LabSnapshot ReadLabSnapshot(OutboxStore& store, const BusinessTable* business = nullptr);
 
 // The lab's own SQL on business_loan: call with the connection of a
 // transaction from Store::BeginWrite() (InsertLoan) or Store::BeginRead().

@@ -22,19 +22,48 @@ constexpr std::array<const char*, 9> kExpectationKeys = {
 
 }  // namespace
 
-DbSnapshot TakeDbSnapshot(OutboxStore& store) {
+DbSnapshot TakeDbSnapshot(OutboxStore& store, const BusinessTable* business) {
   DbSnapshot snapshot;
-  const LabSnapshot lab = ReadLabSnapshot(store);  // business and outbox rows of one instant
+  // business and outbox rows of one instant
+  const LabSnapshot lab = ReadLabSnapshot(store, business);
+  snapshot.atomicity_skipped = lab.atomicity_skipped;
   snapshot.business_loans = static_cast<std::int64_t>(lab.loan_ids.size());
   const OutboxSnapshot& outbox = lab.outbox;
   snapshot.outbox = outbox.Counts();
   for (const SnapshotRow& row : outbox.rows) {
-    if (row.archived) continue;
+    if (row.archived) {
+      snapshot.archived_event_ids.push_back(row.event_id);
+      continue;
+    }
     snapshot.outbox_event_ids.push_back(row.event_id);
     if (!row.published) snapshot.unpublished_event_ids.push_back(row.event_id);
   }
   snapshot.run_id = store.RunId();
+  snapshot.broker_incarnations = store.BrokerIncarnations();
   return snapshot;
+}
+
+BrokerRestart JudgeBrokerRestart(const std::vector<std::string>& noted, const std::string& current) {
+  BrokerRestart restart;
+  restart.current = current;
+  if (current.empty()) return restart;  // a broker that names no incarnation: nothing to compare
+  for (const std::string& id : noted) {
+    if (id == current) continue;
+    restart.restarted = true;
+    restart.gone = id;
+    restart.embedded = id.rfind("embedded:", 0) == 0;
+    break;
+  }
+  return restart;
+}
+
+std::string BrokerRestartReason(const BrokerRestart& restart) {
+  if (restart.embedded)
+    return "the embedded broker was restarted after these were published (it keeps records in "
+           "memory); rerun from reset";
+  return fmt::format("they were published to another Kafka cluster ({}) than the one read now "
+                     "({}); check --brokers, or rerun from reset",
+                     restart.gone, restart.current);
 }
 
 RunRecords RecordsOfRun(std::vector<TopicRecord> records, const std::string& run_id) {
@@ -56,8 +85,24 @@ KafkaReconciliation Reconcile(const DbSnapshot& db, const TopicLog& log) {
   const std::unordered_set<std::string> missing(result.missing.begin(), result.missing.end());
   for (const std::string& id : db.unpublished_event_ids)
     if (!missing.count(id)) result.sent_unmarked.push_back(id);
+  if (!db.archived_event_ids.empty()) {
+    const std::unordered_set<std::string> archived(db.archived_event_ids.begin(),
+                                                   db.archived_event_ids.end());
+    std::vector<std::string> unexpected;
+    for (std::string& id : result.unexpected) {
+      if (archived.count(id)) ++result.archived_in_kafka;
+      else unexpected.push_back(std::move(id));
+    }
+    result.unexpected = std::move(unexpected);
+    std::unordered_set<std::string> seen;
+    for (const TopicRecord& record : run.records) seen.insert(record.event_id);
+    for (const std::string& id : db.archived_event_ids)
+      if (!seen.count(id)) result.missing.push_back(id);
+  }
+  result.broker_restart = JudgeBrokerRestart(db.broker_incarnations, log.broker_incarnation);
   for (const std::string& id : result.missing) {
     if (unpublished.count(id)) result.unsent.push_back(id);
+    else if (result.broker_restart.restarted) result.restart_unknown.push_back(id);
     else if (result.dropped_offsets > 0) result.retention_unknown.push_back(id);
     else result.lost.push_back(id);
   }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -21,7 +22,29 @@
 
 namespace outbox::lab {
 
+namespace {
+
+// Throws ConfigError naming path's folder when it does not exist or is not a folder: the
+// temporary file's strerror ("write 'out/x.html.tmp': No such file or directory") names a file
+// the user never asked for.
+void RequireFolderOf(const std::string& path) {
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  if (folder.empty()) return;
+  std::error_code ec;
+  const auto status = std::filesystem::status(folder, ec);
+  if (status.type() == std::filesystem::file_type::not_found)
+    throw ConfigError(fmt::format("write '{}': the folder '{}' does not exist (create it first: "
+                                  "mkdir -p '{}')",
+                                  path, folder.string(), folder.string()));
+  if (!ec && status.type() != std::filesystem::file_type::directory)
+    throw ConfigError(
+        fmt::format("write '{}': '{}' is not a folder", path, folder.string()));
+}
+
+}  // namespace
+
 void WriteFileAtomically(const std::string& path, const std::string& text) {
+  RequireFolderOf(path);
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -37,6 +60,7 @@ void WriteFileAtomically(const std::string& path, const std::string& text) {
 }
 
 void RequireWritableFile(const std::string& path) {
+  RequireFolderOf(path);
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -281,12 +305,13 @@ std::vector<ReportCell> BuildCells(const std::vector<TopicRecord>& records,
 
 ReportModel BuildReportModel(Store& store, const std::vector<TopicRecord>& records,
                              const std::vector<HistoryOp>& ops, bool has_history,
-                             std::int64_t malformed_lines) {
+                             std::int64_t malformed_lines,
+                             const std::string& broker_incarnation) {
   ReportModel model;
   model.generated_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                            std::chrono::system_clock::now().time_since_epoch())
                            .count();
-  model.check = CheckRun(store, records, has_history ? &ops : nullptr);
+  model.check = CheckRun(store, records, has_history ? &ops : nullptr, {}, broker_incarnation);
   model.check.history.malformed_lines = malformed_lines;
   model.db = TakeDbSnapshot(store);
   model.kafka = Reconcile(model.db.outbox_event_ids, records);

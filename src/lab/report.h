@@ -117,9 +117,12 @@ std::vector<ReportCell> BuildCells(const std::vector<TopicRecord>& records,
 // Reads the database through the checker and the reconciliation, and joins
 // them with records (the whole topic) and the histories' ops. has_history
 // false: no --history was given. Throws DbError.
+// broker_incarnation: TopicLog::broker_incarnation of the read (empty: not compared), so that
+// the verdict after a restart of the in-memory broker is "cannot judge", as check's.
 ReportModel BuildReportModel(Store& store, const std::vector<TopicRecord>& records,
                              const std::vector<HistoryOp>& ops, bool has_history,
-                             std::int64_t malformed_lines);
+                             std::int64_t malformed_lines,
+                             const std::string& broker_incarnation = {});
 
 struct RenderOptions {
   // Above these, the page aggregates: time bins instead of one glyph per
@@ -136,7 +139,8 @@ struct RenderOptions {
 std::string RenderReportHtml(const ReportModel& model, const RenderOptions& options = {});
 
 // Writes text to path.tmp and renames it over path, so that a reader never
-// sees half a page. Throws ConfigError naming the file and strerror.
+// sees half a page. Throws ConfigError naming the file and strerror, or naming
+// its folder when that does not exist.
 void WriteFileAtomically(const std::string& path, const std::string& text);
 
 // Checks, before a long measurement or read, that WriteFileAtomically(path, ...)

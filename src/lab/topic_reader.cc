@@ -5,13 +5,18 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <memory>
+#include <string_view>
 #include <nlohmann/json.hpp>
 
+#include "lab/embedded_broker.h"
 #include "lab/partition_reader.h"
 #include "outbox/error.h"
 
 namespace outbox::lab {
 namespace {
+
+void FreeKafkaMemory(void* p) { rd_kafka_mem_free(nullptr, p); }
 
 std::string HeaderOf(const rd_kafka_message_t* msg, const char* name) {
   rd_kafka_headers_t* headers = nullptr;
@@ -61,6 +66,32 @@ std::int64_t TopicLog::Dropped() const {
   return dropped;
 }
 
+std::string BrokerIncarnationOf(rd_kafka_t* client, const rd_kafka_metadata_t& metadata,
+                                int timeout_ms) {
+  const std::string_view prefix = kIncarnationTopicPrefix;
+  for (int t = 0; t < metadata.topic_cnt; ++t) {
+    const std::string_view name = metadata.topics[t].topic ? metadata.topics[t].topic : "";
+    if (name.substr(0, prefix.size()) == prefix)
+      return "embedded:" + std::string(name.substr(prefix.size()));
+  }
+  std::unique_ptr<char, void (*)(void*)> cluster_id(rd_kafka_clusterid(client, timeout_ms),
+                                                    FreeKafkaMemory);
+  return cluster_id ? "cluster:" + std::string(cluster_id.get()) : std::string();
+}
+
+std::string ReadBrokerIncarnation(const std::string& brokers,
+                                  const std::vector<kafka::Property>& properties, int timeout_ms) {
+  std::vector<kafka::Property> all = {{"bootstrap.servers", brokers}, {"log_level", "2"}};
+  all.insert(all.end(), properties.begin(), properties.end());
+  kafka::KafkaHandle client = kafka::MakeClient(RD_KAFKA_PRODUCER, kafka::MakeConf(all));
+  const rd_kafka_metadata_t* raw_metadata = nullptr;
+  const rd_kafka_resp_err_t err =
+      rd_kafka_metadata(client.get(), 1, nullptr, &raw_metadata, timeout_ms);
+  kafka::MetadataHandle metadata(raw_metadata);
+  if (err || !metadata) return {};
+  return BrokerIncarnationOf(client.get(), *metadata, std::min(timeout_ms, 1000));
+}
+
 std::vector<TopicRecord> ReadTopic(const TopicReadOptions& options) {
   return ReadTopicLog(options).records;
 }
@@ -85,6 +116,7 @@ TopicLog ReadTopicLog(const TopicReadOptions& options) {
   if (err) kafka::ThrowKafkaError(what + ": broker unreachable", err);
 
   TopicLog log;
+  log.broker_incarnation = BrokerIncarnationOf(consumer.get(), *metadata, 1000);
   log.topic = options.topic;
   log.brokers = options.brokers;
   std::vector<std::int32_t> partitions;

@@ -41,6 +41,9 @@ struct TopicLog {
   // False when the broker's metadata does not list the topic (Kafka's
   // UNKNOWN_TOPIC_OR_PART): the read found nothing because there is nothing.
   bool topic_exists = false;
+  // The broker's incarnation when the read began (BrokerIncarnationOf): empty
+  // when the broker names none.
+  std::string broker_incarnation;
   std::string topic;    // the topic read, and the bootstrap servers it was read from,
   std::string brokers;  // for messages about the read
 
@@ -66,6 +69,22 @@ std::vector<TopicRecord> ReadTopic(const TopicReadOptions& options);
 // that a checker can tell "not in Kafka" from "maybe dropped by retention".
 // Throws as ReadTopic.
 TopicLog ReadTopicLog(const TopicReadOptions& options);
+
+// Which broker incarnation a client talks to: "embedded:<id>" for the lab's
+// embedded broker (its marker topic, see kIncarnationTopicPrefix in
+// lab/embedded_broker.h; a new id at every start, since its records live in
+// memory and die with it), else "cluster:<id>" for a real Kafka cluster (its
+// cluster id, which outlives broker restarts, as its records do), else empty.
+// metadata: of all topics, from client. Waits at most timeout_ms (ms) for the
+// cluster id. Never throws.
+std::string BrokerIncarnationOf(rd_kafka_t* client, const rd_kafka_metadata_t& metadata,
+                                int timeout_ms);
+
+// Connects to brokers and returns BrokerIncarnationOf, or empty when the
+// broker cannot be reached within timeout_ms (ms). Throws ConfigError for a
+// bad -X property only.
+std::string ReadBrokerIncarnation(const std::string& brokers,
+                                  const std::vector<kafka::Property>& properties, int timeout_ms);
 
 // A topic that does not exist is simply empty while nothing was published to
 // it; once published_rows (outbox rows marked published, >= 0) is above 0, it

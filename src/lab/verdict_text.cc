@@ -69,7 +69,9 @@ const char* DuplicateNote(Lang lang) {
 std::string ExplainReconciliation(const DbSnapshot& db, const KafkaReconciliation* kafka,
                                   Lang lang) {
   const bool zh = lang == Lang::kZh;
-  const std::int64_t orphans = db.business_loans - db.outbox.total;
+  // Archived and purged rows were published: their loans are not orphans.
+  const std::int64_t orphans =
+      db.business_loans - db.outbox.total - Size(db.archived_event_ids);
   if (orphans > 0) {
     if (zh)
       return fmt::format("有业务行、无事件：{} 笔借阅提交时没有 outbox 行，它的事件永远丢失", orphans);
@@ -77,6 +79,16 @@ std::string ExplainReconciliation(const DbSnapshot& db, const KafkaReconciliatio
                         : fmt::format("{} loans committed without an outbox row: their events "
                                       "are lost for good",
                                       orphans);
+  }
+  if (kafka && !kafka->restart_unknown.empty()) {
+    const std::int64_t n = Size(kafka->restart_unknown);
+    if (zh && kafka->broker_restart.embedded)
+      return fmt::format("无法判定 {} 个已发布事件：发布之后内嵌 broker 重启过（记录只在内存里）；"
+                         "请从 reset 重新开始",
+                         n);
+    return fmt::format("cannot judge {} marked published and not in Kafka: {}",
+                       Count(n, "event", "events"),
+                       BrokerRestartReason(kafka->broker_restart));
   }
   if (kafka && !kafka->lost.empty()) {
     const std::int64_t n = Size(kafka->lost);
@@ -102,8 +114,8 @@ std::string ExplainReconciliation(const DbSnapshot& db, const KafkaReconciliatio
     const std::int64_t sent = Size(kafka->sent_unmarked);
     const std::int64_t unsent = Size(kafka->unsent);
     if (sent == 0) {
-      if (zh) return fmt::format("{} 条发送意图已落盘，已发送 0 条；relay 会补发", unsent);
-      return fmt::format("{} durable, 0 sent; the relay will send {}",
+      if (zh) return fmt::format("{} 条发送意图已落盘，尚未发送；relay 会补发", unsent);
+      return fmt::format("{} durable, not sent yet; the relay will send {}",
                          Count(unsent, "intent is", "intents are"), unsent == 1 ? "it" : "them");
     }
     std::string text =
@@ -193,6 +205,15 @@ std::string CheckVerdictLine(const CheckResult& r, Lang lang) {
       return text;
     }
     case Verdict::kCannotJudge:
+      if (!r.restart_unknown.empty()) {
+        if (zh && r.broker_restart.embedded)
+          return fmt::format("无法判定 {} 个已发布事件：发布之后内嵌 broker 重启过（记录只在内存里）；"
+                             "请从 reset 重新开始",
+                             r.restart_unknown.size());
+        return fmt::format("cannot judge {}: {}",
+                           Count(Size(r.restart_unknown), "published event", "published events"),
+                           BrokerRestartReason(r.broker_restart));
+      }
       if (zh)
         return fmt::format("无法判定（broker 保留策略）：broker 删除了 {} 个 offset，{} 个已发布事件"
                            "可能就在其中",

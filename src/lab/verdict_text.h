@@ -28,7 +28,7 @@ std::string ShortIdList(const std::vector<std::string>& ids, bool all);
 
 // One sentence for the end of verify: what db and kafka (null: verify
 // --no-kafka) mean at this stage of the chapter's experiment. Examples (en):
-//   after write-hold   "5 intents are durable, 0 sent; the relay will send them"
+//   after write-hold   "5 intents are durable, not sent yet; the relay will send them"
 //   after publish-hold "3 records are in Kafka but not marked; they will be sent
 //                       again (at-least-once); 2 more intents are durable, not sent yet"
 //   at the end         "8 records = 3 sent but not marked before a crash + 5 sent and

@@ -41,6 +41,13 @@ CREATE INDEX IF NOT EXISTS outbox_pending_by_aggregate ON outbox(aggregate_id, i
 CREATE SEQUENCE IF NOT EXISTS outbox_fence;
 CREATE TABLE IF NOT EXISTS outbox_archive (LIKE outbox INCLUDING DEFAULTS, archived_at BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS outbox_run (run_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox_purged (
+  id BIGINT PRIMARY KEY, event_id TEXT NOT NULL, aggregate_id TEXT NOT NULL,
+  purged_at BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS outbox_broker (
+  incarnation TEXT PRIMARY KEY, noted_at BIGINT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS outbox_offset (last_id BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS outbox_lease (
   id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -188,7 +195,9 @@ bool PgStore::SchemaCurrent() {
              "SELECT (to_regclass('outbox') IS NOT NULL AND to_regclass('outbox_archive') IS NOT NULL "
              "AND to_regclass('outbox_fence') IS NOT NULL AND to_regclass('outbox_run') IS NOT NULL "
              "AND to_regclass('outbox_offset') IS NOT NULL AND to_regclass('outbox_lease') IS NOT NULL "
-             "AND to_regclass('outbox_failed_by_aggregate') IS NOT NULL)::int",
+             "AND to_regclass('outbox_failed_by_aggregate') IS NOT NULL "
+             "AND to_regclass('outbox_purged') IS NOT NULL "
+             "AND to_regclass('outbox_broker') IS NOT NULL)::int",
              {}, "read the outbox schema") == 1;
 }
 
@@ -238,7 +247,9 @@ ResetCounts PgStore::ResetSchema() {
     if (exists("outbox_archive"))
       counts.archived = connection_.QueryInt("SELECT COUNT(*) FROM outbox_archive", {},
                                              "count the archived rows");
-    connection_.Exec("DROP TABLE IF EXISTS outbox_archive; DROP TABLE IF EXISTS outbox; "
+    connection_.Exec("DROP TABLE IF EXISTS outbox_archive; DROP TABLE IF EXISTS outbox_purged; "
+                     "DROP TABLE IF EXISTS outbox_broker; "
+                     "DROP TABLE IF EXISTS outbox; "
                      "DROP SEQUENCE IF EXISTS outbox_fence; DROP TABLE IF EXISTS outbox_run; "
                      "DROP TABLE IF EXISTS outbox_offset;",
                      "drop the outbox schema");
@@ -350,6 +361,21 @@ std::int64_t PgStore::NextId() {
       "read the next outbox id");
 }
 
+void PgStore::NoteBrokerIncarnation(const std::string& incarnation) {
+  connection_.Query(std::string("INSERT INTO outbox_broker(incarnation, noted_at) VALUES ($1, ") +
+                        kEpochMsNow + ") ON CONFLICT (incarnation) DO NOTHING",
+                    {pg::Param::Text(incarnation)}, "note the broker incarnation");
+}
+
+std::vector<std::string> PgStore::BrokerIncarnations() {
+  const pg::Result rows = connection_.Query(
+      "SELECT incarnation FROM outbox_broker ORDER BY noted_at, incarnation", {},
+      "read the broker incarnations");
+  std::vector<std::string> incarnations;
+  for (int i = 0; i < rows.rows(); ++i) incarnations.push_back(rows.Text(i, 0));
+  return incarnations;
+}
+
 OutboxSnapshot PgStore::Snapshot() {
   pg::Transaction txn = BeginRead();
   OutboxSnapshot snapshot = Snapshot(txn);
@@ -364,7 +390,8 @@ OutboxSnapshot PgStore::Snapshot(pg::Transaction& txn) {
       "SELECT id, event_id, aggregate_id, "
       "(published OR id <= COALESCE((SELECT max(last_id) FROM outbox_offset), 0))::int, "
       "(parked_at IS NOT NULL)::int, 0 FROM outbox "
-      "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 1 FROM outbox_archive ORDER BY 1",
+      "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 1 FROM outbox_archive "
+      "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 2 FROM outbox_purged ORDER BY 1",
       {}, "read the outbox snapshot");
   OutboxSnapshot snapshot;
   for (int i = 0; i < rows.rows(); ++i) {
@@ -374,7 +401,8 @@ OutboxSnapshot PgStore::Snapshot(pg::Transaction& txn) {
     row.aggregate_id = rows.Text(i, 2);
     row.published = rows.Int(i, 3) == 1;
     row.parked = !row.published && rows.Int(i, 4) == 1;
-    row.archived = rows.Int(i, 5) == 1;
+    row.archived = rows.Int(i, 5) != 0;
+    row.purged = rows.Int(i, 5) == 2;
     snapshot.rows.push_back(std::move(row));
   }
   return snapshot;
@@ -508,8 +536,13 @@ kept AS (
                              published, published_at, attempts, last_error, archived_at)
   SELECT id, event_id, aggregate_id, event_type, payload, created_at, true, published_at,
          attempts, last_error, $4 FROM gone WHERE $3::boolean
+  RETURNING 1),
+noted AS (
+  INSERT INTO outbox_purged(id, event_id, aggregate_id, purged_at)
+  SELECT id, event_id, aggregate_id, $4 FROM gone WHERE NOT $3::boolean
+  ON CONFLICT (id) DO NOTHING
   RETURNING 1)
-SELECT (SELECT COUNT(*) FROM gone), (SELECT COUNT(*) FROM kept)
+SELECT (SELECT COUNT(*) FROM gone), (SELECT COUNT(*) FROM kept), (SELECT COUNT(*) FROM noted)
 )sql";
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 #include <system_error>
+#include <optional>
 #include <unordered_set>
 
 #include "outbox/error.h"
@@ -142,6 +143,20 @@ CREATE INDEX IF NOT EXISTS outbox_failed_by_aggregate ON outbox(aggregate_id, id
 PRAGMA user_version = 5;
 )sql";
 
+// What a purge without --archive keeps of each row it deletes: the event id and aggregate of a
+// published event, so that the checker still counts its record in Kafka as published (not as a
+// phantom) once the row is gone. Not part of the versioned schema: created by the first such
+// purge, dropped by a reset. About 60 bytes a row against the row's payload.
+constexpr const char* kPurgedTable =
+    "CREATE TABLE IF NOT EXISTS outbox_purged (id INTEGER PRIMARY KEY, event_id TEXT NOT NULL, "
+    "aggregate_id TEXT NOT NULL, purged_at INTEGER NOT NULL)";
+
+// The broker incarnations this run's publishes went to (NoteBrokerIncarnation). Not part of the
+// versioned schema: created on first use, dropped by a reset.
+constexpr const char* kBrokerTable =
+    "CREATE TABLE IF NOT EXISTS outbox_broker (incarnation TEXT PRIMARY KEY, "
+    "noted_at INTEGER NOT NULL)";
+
 // Rows that break the created_at contract (rows written before schema 3, or
 // with the triggers dropped): the same range as the triggers.
 constexpr const char* kCreatedAtValid =
@@ -222,6 +237,12 @@ int OpenFlags(OpenMode mode, const std::string& path) {
 const std::string& CheckPath(const std::string& path, OpenMode mode) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  // SQLite says only "unable to open database file" for a folder.
+  if (fs::is_directory(path, ec))
+    throw DbError(fmt::format("open database '{}': '{}' is a folder, not a database file; give a "
+                              "file path, such as '{}/outbox.db' (SQLITE_CANTOPEN)",
+                              path, path, path),
+                  SQLITE_CANTOPEN);
   if (mode != OpenMode::kCreate) {
     if (!fs::exists(path, ec))
       throw SchemaMissingError(
@@ -298,14 +319,39 @@ std::string OpenFailure(const std::string& path, sqlite3* db, int code) {
       break;
     default:
       switch (code & 0xff) {
-        case SQLITE_NOTADB: reason = "not an SQLite database"; break;
+        case SQLITE_NOTADB:
+          reason = "not an SQLite database (its header is not \"SQLite format 3\": another "
+                   "program's file, or not a database at all); the lab never overwrites it: move "
+                   "it away or give another path";
+          break;
         case SQLITE_CORRUPT: reason = "the database file is corrupt"; break;
         case SQLITE_FULL: reason = "disk full"; break;
         case SQLITE_READONLY: reason = "the database is read-only"; break;
         case SQLITE_BUSY:
         case SQLITE_LOCKED: reason = "locked by another process past the busy timeout"; break;
-        case SQLITE_IOERR:
-        case SQLITE_CANTOPEN: reason = std::string(sqlite3_errstr(code)) + why; break;
+        case SQLITE_CANTOPEN: {
+          // Name the cause: a folder where the file should be, or a folder that does not let
+          // this user create or open the file.
+          std::error_code ec;
+          const std::filesystem::path file(path);
+          const std::filesystem::path folder =
+              file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
+          if (std::filesystem::is_directory(file, ec)) {
+            reason = fmt::format("'{}' is a folder, not a database file; give a file path, such "
+                                 "as '{}/outbox.db'",
+                                 path, path);
+          } else if (system_errno == EACCES || system_errno == EPERM || system_errno == EROFS) {
+            reason = std::filesystem::exists(file, ec)
+                         ? fmt::format("this user may not open the file{}", why)
+                         : fmt::format("cannot create the file in folder '{}'{} (a read-only "
+                                       "folder or file system: give a path in a writable folder)",
+                                       folder.string(), why);
+          } else {
+            reason = std::string(sqlite3_errstr(code)) + why;
+          }
+          break;
+        }
+        case SQLITE_IOERR: reason = std::string(sqlite3_errstr(code)) + why; break;
         default: reason = db ? sqlite3_errmsg(db) : sqlite3_errstr(code);
       }
   }
@@ -543,6 +589,7 @@ ResetCounts Store::ResetSchema() {
   connection_.Exec(
       "DROP TABLE IF EXISTS outbox; DROP TABLE IF EXISTS outbox_fence; "
       "DROP TABLE IF EXISTS outbox_archive; DROP TABLE IF EXISTS outbox_run; "
+      "DROP TABLE IF EXISTS outbox_purged; DROP TABLE IF EXISTS outbox_broker; "
       "DROP TABLE IF EXISTS outbox_lease; PRAGMA user_version = 0;");
   connection_.Exec(kOutboxSchemaV1);
   MigrateToV2();
@@ -570,6 +617,28 @@ std::string Store::RunId() {
     return {};
   auto select = connection_.Prepare("SELECT run_id FROM outbox_run WHERE id = 1");
   return select.Step() ? select.ColumnText(0) : std::string();
+}
+
+void Store::NoteBrokerIncarnation(const std::string& incarnation) {
+  Phrased(std::string("note the broker incarnation"), path(), [&] {
+    sqlite::Transaction txn(connection_);
+    connection_.Exec(kBrokerTable);
+    auto insert = connection_.Prepare(
+        "INSERT OR IGNORE INTO outbox_broker(incarnation, noted_at) VALUES(?1, ?2)");
+    insert.Bind(1, incarnation).Bind(2, clock_->EpochMs()).Run();
+    txn.Commit();
+    return 0;
+  });
+}
+
+std::vector<std::string> Store::BrokerIncarnations() {
+  std::vector<std::string> incarnations;
+  if (connection_.QueryInt64("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND "
+                             "name = 'outbox_broker'") == 0)
+    return incarnations;
+  auto select = connection_.Prepare("SELECT incarnation FROM outbox_broker ORDER BY rowid");
+  while (select.Step()) incarnations.push_back(select.ColumnText(0));
+  return incarnations;
 }
 
 // Inside the caller's transaction. A table that already has the column (a
@@ -654,9 +723,14 @@ OutboxSnapshot Store::Snapshot(sqlite::ReadTransaction& txn) {
                                   "connection; begin it with Store::BeginRead()",
                                   connection_.path()));
   OutboxSnapshot snapshot;
-  auto select = connection_.Prepare(
+  // outbox_purged exists once a purge without --archive ran (kPurgedTable).
+  const bool purged = connection_.QueryInt64("SELECT COUNT(*) FROM sqlite_master WHERE type = "
+                                             "'table' AND name = 'outbox_purged'") == 1;
+  auto select = connection_.Prepare(std::string(
       "SELECT id, event_id, aggregate_id, published <> 0, parked_at IS NOT NULL, 0 FROM outbox "
-      "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 1 FROM outbox_archive ORDER BY 1");
+      "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 1 FROM outbox_archive ") +
+      (purged ? "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 2 FROM outbox_purged " : "") +
+      "ORDER BY 1");
   while (select.Step()) {
     SnapshotRow row;
     row.id = select.ColumnInt64(0);
@@ -665,6 +739,7 @@ OutboxSnapshot Store::Snapshot(sqlite::ReadTransaction& txn) {
     row.published = select.ColumnInt64(3) != 0;
     row.parked = !row.published && select.ColumnInt64(4) != 0;
     row.archived = select.ColumnInt64(5) != 0;
+    row.purged = select.ColumnInt64(5) == 2;
     snapshot.rows.push_back(std::move(row));
   }
   return snapshot;
@@ -673,6 +748,13 @@ OutboxSnapshot Store::Snapshot(sqlite::ReadTransaction& txn) {
 OutboxSnapshot Store::Snapshot() {
   sqlite::ReadTransaction txn(connection_);
   return Snapshot(txn);
+}
+
+std::string Store::QuickCheck() {
+  auto check = connection_.Prepare("PRAGMA quick_check");
+  std::string answer;
+  while (check.Step()) answer += (answer.empty() ? "" : "; ") + check.ColumnText(0);
+  return answer;
 }
 
 std::string Store::IntegrityCheck() {
@@ -1255,6 +1337,13 @@ PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_siz
         "created_at, published_at, attempts, archived_at, headers) SELECT id, event_id, "
         "aggregate_id, event_type, payload, created_at, published_at, attempts, ?2, headers "
         "FROM outbox WHERE id = ?1");
+    std::optional<sqlite::Statement> note;
+    if (!archive) {
+      connection_.Exec(kPurgedTable);
+      note.emplace(connection_.Prepare(
+          "INSERT OR IGNORE INTO outbox_purged(id, event_id, aggregate_id, purged_at) SELECT id, "
+          "event_id, aggregate_id, ?2 FROM outbox WHERE id = ?1 AND published <> 0"));
+    }
     auto remove = connection_.Prepare("DELETE FROM outbox WHERE id = ?1 AND published <> 0");
     for (;;) {
       sqlite::Transaction txn(connection_);
@@ -1269,6 +1358,9 @@ PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_siz
           copy.Reset();
           copy.Bind(1, id).Bind(2, now_ms).Run();
           ++report.archived;
+        } else {
+          note->Reset();
+          note->Bind(1, id).Bind(2, now_ms).Run();
         }
         remove.Reset();
         remove.Bind(1, id).Run();

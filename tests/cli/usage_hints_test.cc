@@ -183,3 +183,12 @@ TEST_CASE("A global option of one value given twice says to give it once", "[cli
   CHECK(lab.Explain({"--topic", "a", "reset", "--topic", "b"}) ==
         "--topic is given 2 times; give it once");
 }
+
+TEST_CASE("A subcommand without its required count names itself and shows an example", "[cli]") {
+  LabLikeApp lab;
+  CHECK(lab.Explain({"--db", "/tmp/x.db", "write"}) ==
+        "write needs N (Loans), e.g. `outbox-lab --db /tmp/x.db write 5`");
+  LabLikeApp behind_run_sh;
+  CHECK(behind_run_sh.Explain({"--db", "/tmp/x.db", "write"}, "./run.sh") ==
+        "write needs N (Loans), e.g. `./run.sh -Doutbox.db=/tmp/x.db OutboxLab write 5`");
+}

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -19,6 +20,7 @@
 #include "lab/reconciliation.h"
 #include "outbox/error.h"
 #include "lab/topic_reader.h"
+#include "lab/verdict_text.h"
 #include "outbox/sqlite/connection.h"
 #include "outbox/store.h"
 #include "relay_test_support.h"
@@ -321,7 +323,7 @@ TEST_CASE("CheckValues gives check --expect every key with the report's numbers 
                       {"lost_after_mark", 0}, {"stuck", 2},        {"order_violations", 0},
                       {"pending", 2},      {"parked", 0},          {"retention_unknown", 0},
                       {"other_run_records", 0}, {"undone", 0},   {"undone_phantom", 0},
-                      {"corrupt", 0}});
+                      {"corrupt", 0},      {"restart_unknown", 0}});
   // Every value has a key check --expect accepts; history keys only with a history.
   const auto& keys = outbox::lab::CheckExpectationKeys();
   for (const auto& [key, value] : values) {
@@ -503,4 +505,173 @@ TEST_CASE("Phase records carry a monotonic time and the token and the checker ig
   CHECK(r.valid());
   CHECK(r.history.marked == 1);
   CHECK(r.history.unexpected.empty());
+}
+
+TEST_CASE("CheckRun with two writers of one event id judges the committed one ok in either "
+          "history order",
+          "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(1);
+  f.MarkAll();
+  // Writer 11 paused before its commit, writer 12 failed on the same event id (the unique key),
+  // then writer 11 committed. Read as hA then hB, the failure comes last.
+  const std::vector<outbox::lab::HistoryOp> writer_a = {Op(11, "invoke", "txn", "evt-1001"),
+                                                        Op(11, "ok", "txn", "evt-1001")};
+  const std::vector<outbox::lab::HistoryOp> writer_b = {Op(12, "invoke", "txn", "evt-1001"),
+                                                        Op(12, "fail", "txn", "evt-1001")};
+  for (const bool a_first : {true, false}) {
+    std::vector<outbox::lab::HistoryOp> ops = a_first ? writer_a : writer_b;
+    const auto& second = a_first ? writer_b : writer_a;
+    ops.insert(ops.end(), second.begin(), second.end());
+
+    const CheckResult r = CheckRun(*f.store, Records({"evt-1001"}), &ops);
+
+    INFO("writer A's history read first: " << a_first);
+    CHECK(r.phantom.empty());
+    CHECK(r.history.acknowledged == 1);
+    CHECK(r.history.failed == 0);
+    CHECK(r.history.ok == 1);
+    CHECK(r.valid());
+  }
+}
+
+TEST_CASE("TxnOutcomes calls an event failed only when every attempt of every process failed",
+          "[checker]") {
+  const std::vector<outbox::lab::HistoryOp> ops = {
+      // evt-1: one process, a failed attempt then a committed retry
+      Op(1, "invoke", "txn", "evt-1"), Op(1, "fail", "txn", "evt-1"),
+      Op(1, "invoke", "txn", "evt-1"), Op(1, "ok", "txn", "evt-1"),
+      // evt-2: a committed attempt, then another process fails on the same id
+      Op(2, "invoke", "txn", "evt-2"), Op(2, "ok", "txn", "evt-2"),
+      Op(3, "invoke", "txn", "evt-2"), Op(3, "fail", "txn", "evt-2"),
+      // evt-3: two processes, both failed
+      Op(2, "invoke", "txn", "evt-3"), Op(2, "fail", "txn", "evt-3"),
+      Op(3, "invoke", "txn", "evt-3"), Op(3, "fail", "txn", "evt-3"),
+      // evt-4: one failed, one killed while open: it may have committed
+      Op(3, "invoke", "txn", "evt-4"), Op(3, "fail", "txn", "evt-4"),
+      Op(4, "invoke", "txn", "evt-4"),
+      // evt-5: a process's failed retry after its own commit
+      Op(5, "invoke", "txn", "evt-5"), Op(5, "ok", "txn", "evt-5"),
+      Op(5, "invoke", "txn", "evt-5"), Op(5, "fail", "txn", "evt-5")};
+
+  const auto outcomes = outbox::lab::TxnOutcomes(ops);
+
+  CHECK(outcomes == std::map<std::string, std::string>{{"evt-1", "ok"},
+                                                       {"evt-2", "ok"},
+                                                       {"evt-3", "fail"},
+                                                       {"evt-4", "info"},
+                                                       {"evt-5", "ok"}});
+}
+
+TEST_CASE("CheckRun judges published events missing after a broker restart as unjudgeable and "
+          "not lost",
+          "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(3);
+  f.MarkAll();
+  f.store->NoteBrokerIncarnation("embedded:00000000000000a1");
+  // The broker restarted: the new one holds only what was sent to it since (evt-1003 again).
+  const CheckResult restarted =
+      CheckRun(*f.store, Records({"evt-1003"}), nullptr, {}, "embedded:00000000000000b2");
+
+  CHECK(restarted.lost.empty());
+  CHECK(restarted.lost_after_mark.empty());
+  CHECK(restarted.restart_unknown == Strings{"evt-1001", "evt-1002"});
+  CHECK(restarted.ok == 1);
+  CHECK(restarted.broker_restart.restarted);
+  CHECK(restarted.broker_restart.embedded);
+  CHECK(restarted.broker_restart.gone == "embedded:00000000000000a1");
+  CHECK(restarted.verdict() == outbox::lab::Verdict::kCannotJudge);
+  CHECK(outbox::lab::CheckValues(restarted).at("restart_unknown") == 2);
+
+  // The same broker: the two are lost for real.
+  const CheckResult same =
+      CheckRun(*f.store, Records({"evt-1003"}), nullptr, {}, "embedded:00000000000000a1");
+  CHECK(same.lost == Strings{"evt-1001", "evt-1002"});
+  CHECK(same.restart_unknown.empty());
+  CHECK(same.verdict() == outbox::lab::Verdict::kInvalid);
+}
+
+TEST_CASE("JudgeBrokerRestart needs a known current incarnation that differs from a noted one",
+          "[checker]") {
+  using outbox::lab::JudgeBrokerRestart;
+  CHECK_FALSE(JudgeBrokerRestart({}, "embedded:b").restarted);
+  CHECK_FALSE(JudgeBrokerRestart({"embedded:a"}, "").restarted);
+  CHECK_FALSE(JudgeBrokerRestart({"embedded:a"}, "embedded:a").restarted);
+  CHECK(JudgeBrokerRestart({"embedded:a", "embedded:b"}, "embedded:b").restarted);
+  const auto cluster = JudgeBrokerRestart({"cluster:X"}, "cluster:Y");
+  CHECK(cluster.restarted);
+  CHECK_FALSE(cluster.embedded);
+  CHECK_THAT(outbox::lab::BrokerRestartReason(cluster),
+             Catch::Contains("another Kafka cluster (cluster:X) than the one read now (cluster:Y)"));
+  CHECK(outbox::lab::BrokerRestartReason(JudgeBrokerRestart({"embedded:a"}, "embedded:b")) ==
+        "the embedded broker was restarted after these were published (it keeps records in "
+        "memory); rerun from reset");
+}
+
+TEST_CASE("CheckRun counts events purged after publishing as published and never phantom",
+          "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(10);
+  f.MarkAll();
+  const bool archive = GENERATE(false, true);
+  INFO("archive " << archive);
+  REQUIRE(f.store->PurgePublished(std::numeric_limits<std::int64_t>::max(), 4, archive).deleted ==
+          10);
+  Strings ids;
+  for (int i = 1; i <= 10; ++i) ids.push_back("evt-" + std::to_string(1000 + i));
+
+  const CheckResult r = CheckRun(*f.store, Records(ids));
+
+  CHECK(r.valid());
+  CHECK(r.ok == 10);
+  CHECK(r.outbox_rows == 10);
+  CheckNoFindings(r);
+
+  // verify: the records are the purged events, not unexpected ones; no loan is an orphan.
+  const outbox::lab::DbSnapshot db = outbox::lab::TakeDbSnapshot(*f.store);
+  CHECK(db.outbox.total == 0);
+  CHECK(db.archived_event_ids.size() == 10);
+  outbox::lab::TopicLog log;
+  log.records = Records(ids);
+  log.topic_exists = true;
+  for (auto& record : log.records) record.run_id = db.run_id;
+  const outbox::lab::KafkaReconciliation kafka = outbox::lab::Reconcile(db, log);
+  CHECK(kafka.unexpected.empty());
+  CHECK(kafka.lost.empty());
+  CHECK(kafka.archived_in_kafka == 10);
+  CHECK(outbox::lab::ExplainReconciliation(db, &kafka, outbox::lab::Lang::kEn) ==
+        "10 records = 10 events, each once: nothing lost, nothing duplicated");
+}
+
+TEST_CASE("CheckRun against a named business table judges its rows and without one skips "
+          "atomicity for another application's events",
+          "[checker]") {
+  CheckerFixture f;
+  {
+    auto txn = f.store->BeginWrite();
+    txn.connection().Exec("CREATE TABLE orders(id TEXT PRIMARY KEY, total INTEGER)");
+    txn.connection().Exec("INSERT INTO orders VALUES ('O-1', 100), ('O-2', 200)");
+    txn.connection().Exec(
+        "INSERT INTO outbox(event_id, aggregate_id, event_type, payload) VALUES "
+        "('order-evt-1', 'O-1', 'OrderPlaced', '{}')");
+    txn.Commit();
+  }
+  f.MarkAll();
+  const auto records = Records({"order-evt-1"});
+
+  const CheckResult skipped = CheckRun(*f.store, records);
+  CHECK(skipped.atomicity_skipped);
+  CHECK(skipped.atomicity.empty());
+  CHECK(skipped.valid());
+
+  const outbox::lab::BusinessTable orders{"orders", "id"};
+  const CheckResult judged = CheckRun(*f.store, records, nullptr, {}, {}, &orders);
+  CHECK_FALSE(judged.atomicity_skipped);
+  CHECK(judged.business_rows == 2);
+  CHECK(judged.atomicity == Strings{"orders row O-2 has no outbox row"});
+  CHECK_FALSE(judged.valid());
+
+  const outbox::lab::BusinessTable bad{"orders; DROP TABLE outbox", "id"};
+  CHECK_THROWS_AS(CheckRun(*f.store, records, nullptr, {}, {}, &bad), outbox::ConfigError);
 }

@@ -381,14 +381,21 @@ TEST_CASE("The page switches to bins one record or operation past its detail lim
   CHECK(Count(html, "class=\"range dup\"") >= 1);
 }
 
-TEST_CASE("RequireWritableFile refuses a page under a missing directory and leaves no file behind",
+TEST_CASE("RequireWritableFile refuses a page under a missing directory naming that folder and "
+          "leaves no file behind",
           "[report]") {
   outbox::testing::TempDir dir;
   const std::string missing = dir.File("nonexist/x.html");
   const auto error =
       outbox::testing::CaptureThrow<outbox::ConfigError>([&] { outbox::lab::RequireWritableFile(missing); });
   REQUIRE(error);
-  CHECK(std::string(error->what()) == "write '" + missing + ".tmp': No such file or directory");
+  CHECK(std::string(error->what()) == "write '" + missing + "': the folder '" +
+                                          dir.File("nonexist") + "' does not exist (create it "
+                                          "first: mkdir -p '" + dir.File("nonexist") + "')");
+  const auto written = outbox::testing::CaptureThrow<outbox::ConfigError>(
+      [&] { outbox::lab::WriteFileAtomically(missing, "<html></html>"); });
+  REQUIRE(written);
+  CHECK(std::string(written->what()) == std::string(error->what()));
 
   const std::string page = dir.File("x.html");
   CHECK_NOTHROW(outbox::lab::RequireWritableFile(page));

@@ -60,9 +60,9 @@ TEST_CASE("verify explains each stage of the chapter's experiment in one sentenc
     const DbSnapshot db = ChapterDb(5, 0);
     const KafkaReconciliation kafka = Reconcile(db, Log({}));
     CHECK(ExplainReconciliation(db, &kafka, Lang::kEn) ==
-          "5 intents are durable, 0 sent; the relay will send them");
+          "5 intents are durable, not sent yet; the relay will send them");
     CHECK(ExplainReconciliation(db, &kafka, Lang::kZh) ==
-          "5 条发送意图已落盘，已发送 0 条；relay 会补发");
+          "5 条发送意图已落盘，尚未发送；relay 会补发");
     CHECK(ExplainReconciliation(db, nullptr, Lang::kEn) ==
           "5 intents are durable (unpublished outbox rows); the relay will send them");
   }

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <latch>
 #include <memory>
@@ -887,6 +888,15 @@ TEST_CASE("PostgreSQL purge deletes or archives only published rows older than t
     CHECK(store.Count().total == 2);
     CHECK(store.Status(0).parked == 1);
     CHECK(store.Status(0).pending == 1);
+    // The purged row stays in the snapshot as a published event (outbox_purged), so a checker
+    // never calls its record a phantom.
+    const OutboxSnapshot after = store.Snapshot();
+    REQUIRE(after.rows.size() == 6);
+    CHECK(after.rows[3].event_id == "evt-1004");
+    CHECK(after.rows[3].published);
+    CHECK(after.rows[3].archived);
+    CHECK(after.rows[3].purged);
+    CHECK_FALSE(after.rows[0].purged);
   }
   SECTION("a negative age or a batch size below 1 is refused before anything is deleted") {
     CHECK_THROWS_AS(outbox.PurgeOlderThan(-1, 10, false), ConfigError);
@@ -918,4 +928,20 @@ TEST_CASE("PostgreSQL an error at purge.mid_batch rolls back only the purge batc
   CHECK(rest.batches == 2);
   CHECK(store.Count().total == 0);
   CHECK(store.Status(0).archived == 5);
+}
+
+TEST_CASE("PostgreSQL keeps the broker incarnations noted by publishers once each until a reset",
+          "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  CHECK(store.BrokerIncarnations().empty());
+  store.NoteBrokerIncarnation("embedded:00000000000000a1");
+  store.NoteBrokerIncarnation("cluster:AbCdEf");
+  store.NoteBrokerIncarnation("embedded:00000000000000a1");
+  const std::vector<std::string> noted = store.BrokerIncarnations();
+  CHECK(noted.size() == 2);
+  CHECK(std::count(noted.begin(), noted.end(), "embedded:00000000000000a1") == 1);
+  CHECK(std::count(noted.begin(), noted.end(), "cluster:AbCdEf") == 1);
+  store.ResetSchema();
+  CHECK(store.BrokerIncarnations().empty());
 }

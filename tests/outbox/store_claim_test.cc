@@ -492,6 +492,20 @@ TEST_CASE("PurgePublished deletes published rows older than the cutoff in ceil(n
   CHECK(status.parked == 1);
   CHECK(status.pending == 1);
   CHECK(status.archived == (archive ? 7 : 0));
+  // Archived or only purged, each deleted row stays in the snapshot as a published event, so a
+  // checker counts its record in Kafka as published, never as a phantom.
+  const auto rows = f.store.Snapshot().rows;
+  REQUIRE(rows.size() == 10);
+  for (int i = 0; i < 7; ++i) {
+    INFO("deleted row " << i + 1);
+    CHECK(rows[i].id == i + 1);
+    CHECK(rows[i].event_id == MakeEvent(i + 1).event_id);
+    CHECK(rows[i].aggregate_id == MakeEvent(i + 1).aggregate_id);
+    CHECK(rows[i].published);
+    CHECK(rows[i].archived);
+    CHECK(rows[i].purged == !archive);
+  }
+  CHECK(f.store.Count().total == 3);
   if (archive) {
     auto txn = f.store.BeginRead();
     auto copied = txn.connection().Prepare(
@@ -629,4 +643,17 @@ TEST_CASE("BackoffMs never exceeds a day whatever backoff_max_ms says", "[store]
   CHECK(outbox::BackoffMs(1, policy) == 1000);
   CHECK(outbox::BackoffMs(60, policy) == outbox::kMaxHoldMs);
   CHECK(outbox::kMaxHoldMs == 86'400'000);
+}
+
+TEST_CASE("The broker incarnations noted by publishers are kept once each in order until a reset",
+          "[store]") {
+  StoreFixture f;
+  CHECK(f.store.BrokerIncarnations().empty());
+  f.store.NoteBrokerIncarnation("embedded:00000000000000a1");
+  f.store.NoteBrokerIncarnation("embedded:00000000000000b2");
+  f.store.NoteBrokerIncarnation("embedded:00000000000000a1");
+  CHECK(f.store.BrokerIncarnations() ==
+        std::vector<std::string>{"embedded:00000000000000a1", "embedded:00000000000000b2"});
+  f.store.ResetSchema();
+  CHECK(f.store.BrokerIncarnations().empty());
 }

@@ -2,6 +2,8 @@
 // extended result codes by name (issue 9 §3).
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
 #include <string>
 
 #include "outbox/error.h"
@@ -45,6 +47,22 @@ TEST_CASE("A garbage file fails with open database F not an SQLite database and 
       CaptureThrow<DbError>([&] { Store store(path, StoreOptions{}, OpenMode::kExisting); });
   REQUIRE(error.has_value());
   CHECK(std::string(error->what()) ==
-        "open database '" + path + "': not an SQLite database (SQLITE_NOTADB)");
+        "open database '" + path + "': not an SQLite database (its header is not \"SQLite "
+        "format 3\": another program's file, or not a database at all); the lab never "
+        "overwrites it: move it away or give another path (SQLITE_NOTADB)");
   CHECK(error->primary_code() == SQLITE_NOTADB);
+}
+
+TEST_CASE("A folder given as the database says it is a folder and shows a file path", "[store]") {
+  TempDir dir;
+  const std::string path = dir.File("a-folder");
+  std::filesystem::create_directory(path);
+  for (const OpenMode mode : {OpenMode::kExisting, OpenMode::kCreate}) {
+    const auto error = CaptureThrow<DbError>([&] { Store store(path, StoreOptions{}, mode); });
+    REQUIRE(error.has_value());
+    CHECK(std::string(error->what()) == "open database '" + path + "': '" + path +
+                                            "' is a folder, not a database file; give a file "
+                                            "path, such as '" + path + "/outbox.db' "
+                                            "(SQLITE_CANTOPEN)");
+  }
 }
