@@ -10,6 +10,7 @@
 #include <limits>
 
 #include <nlohmann/json.hpp>
+#include <sqlite3.h>
 
 #include "cli/command.h"
 #include "lab/json_bytes.h"
@@ -316,7 +317,17 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(publisher, history.get());
             // The broker the marks go to; when it did not answer yet, after the first mark.
-            const bool noted = NoteBrokerIncarnation(global, store, o->delivery_timeout_ms);
+            // An I/O error while noting it is transient like any other of the relay's: the
+            // note waits for the first mark, and the relay goes on.
+            bool noted = false;
+            try {
+              noted = NoteBrokerIncarnation(global, store, o->delivery_timeout_ms);
+            } catch (const DbError& e) {
+              if (e.primary_code() != SQLITE_IOERR) throw;
+              fmt::print("[relay] broker incarnation not noted at start ({}); noted after the "
+                         "first mark\n",
+                         e.what());
+            }
             if (history || !noted)
               relay_options.on_settle = [h = history.get(), &global, &store, noted = noted](
                                             const SettleRecord& settle) mutable {
