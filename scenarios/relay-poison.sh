@@ -24,8 +24,7 @@
 #      check is valid (nothing lost) and reports exactly that one order violation — the price of
 #      skip, which the chapter's "顺序错乱" row warns about.
 # Every relay here runs --coordination claims: one row per aggregate per batch is claims mode's
-# block-key. In leader mode (the default) evt-9002 would go out in the poison's own batch, before
-# its first failure (README, "Order in leader mode").
+# block-key (leader mode keeps the same rule: README, "Order in leader mode").
 # A relay that hangs is stopped after 15 s (run's RUN_TIMEOUT_S) and reported; draining 22 rows
 # takes about a second.
 # shellcheck source-path=SCRIPTDIR source=lib.sh

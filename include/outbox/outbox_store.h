@@ -106,9 +106,10 @@ class OutboxStore {
   // Owners of live claims at now_ms, by owner name. Read only.
   virtual std::vector<ClaimOwner> ClaimOwners(std::int64_t now_ms) = 0;
 
-  // Releases every claim of owner (a relay known dead) without recording an attempt. Returns the
-  // rows released.
-  virtual std::int64_t ReleaseClaimsOf(const std::string& owner) = 0;
+  // Releases the claims of owner (a relay known dead) with a token up to up_to_token (its
+  // ClaimOwner::max_token as read), without recording an attempt: a claim taken after that read
+  // proves the owner alive and is left alone. Returns the rows released.
+  virtual std::int64_t ReleaseClaimsOf(const std::string& owner, std::int64_t up_to_token) = 0;
 
   // Counts for status and metrics at now_ms.
   virtual OutboxStatus Status(std::int64_t now_ms) = 0;

@@ -33,7 +33,7 @@ LoopReport DrainOutbox(const GlobalOptions& global, std::int64_t delivery_timeou
     relay_options.on_settle = [h = history.get()](const SettleRecord& settle) {
       lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
     };
-  ReleaseDeadOwners(store, relay_options.owner, /*default_owner=*/true);
+  ReleaseDeadOwners(store);
   Relay relay(store, recording, relay_options);
   LoopOptions loop_options;
   loop_options.mode = LoopMode::kUntilEmpty;

@@ -57,28 +57,15 @@ struct RelayCliOptions {
 
 }  // namespace
 
-// At start, before this relay claims anything: the claims of owners on this
-// host whose process is gone (a relay killed mid-batch) are released, so
-// their rows go out now instead of after the lease. With the default owner
-// name, claims under our own name are a previous relay that had our pid (a
-// container's PID 1) and are released too.
-void ReleaseDeadOwners(OutboxStore& store, const std::string& self, bool default_owner) {
-  // The leader lease of a dead relay too: a standby or a restart takes over now.
-  const LeaderLease lease = store.ReadLease();
-  if (lease.Live(store.clock().EpochMs()) &&
-      ((default_owner && lease.owner == self) ||
-       lab::OwnerLivenessHere(lease.owner) == lab::OwnerLiveness::kDead) &&
-      store.ReleaseLease(lease.token)) {
-    fmt::print("[relay] released the leader lease (token {}) of dead owner {}\n", lease.token,
-               lab::EscapeBytes(lease.owner));
+void ReleaseDeadOwners(OutboxStore& store) {
+  const lab::DeadOwnersReleased released = lab::ReleaseDeadOwners(store);
+  if (released.lease.token > 0) {
+    fmt::print("[relay] released the leader lease (token {}) of dead owner {}\n",
+               released.lease.token, lab::EscapeBytes(released.lease.owner));
     std::fflush(stdout);
   }
-  for (const ClaimOwner& claim : store.ClaimOwners(store.clock().EpochMs())) {
-    const bool earlier_self = default_owner && claim.owner == self;
-    if (!earlier_self && lab::OwnerLivenessHere(claim.owner) != lab::OwnerLiveness::kDead)
-      continue;
-    const std::int64_t released = store.ReleaseClaimsOf(claim.owner);
-    fmt::print("[relay] released {} rows claimed by dead owner {} {} ms ago\n", released,
+  for (const ClaimOwner& claim : released.claims) {
+    fmt::print("[relay] released {} rows claimed by dead owner {} {} ms ago\n", claim.rows,
                lab::EscapeBytes(claim.owner), claim.age_ms);
     std::fflush(stdout);
   }
@@ -223,7 +210,9 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                     "Cap of the exponential retry delay, at most 1h", 0, 3'600'000);
   AddDurationOption(*sub, "--idle-max", o->idle_max_ms, "Longest idle wait between polls", 1,
                     60'000);
-  sub->add_option("--owner", o->owner, "Name recorded with claims (default relay-PID@HOST)")
+  sub->add_option("--owner", o->owner, "Name recorded with claims and the leader lease (default "
+                  "relay-PID@HOST/PIDNS/INCARNATION: the PID namespace's inode and a random id "
+                  "per process, so a relay in another PID namespace is never taken for dead)")
       ->check(CLI::Validator(
           [](const std::string& owner) -> std::string {
             if (owner.empty())
@@ -313,7 +302,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                 if (!(now_idle && idle)) h->RecordPhase(phase, token);
                 idle = now_idle;
               };
-            ReleaseDeadOwners(store, relay_options.owner, o->owner.empty());
+            ReleaseDeadOwners(store);
             Relay relay(store, recording, relay_options);
             // An SQLite file's commits wake the relay through inotify; a PostgreSQL server is
             // polled (the idle backoff, up to --idle-max).

@@ -58,8 +58,9 @@ CREATE INDEX IF NOT EXISTS outbox_failed_by_aggregate ON outbox(aggregate_id, id
 // outbox_lease (relay --coordination leader, PgStore::AcquireLease): one row from the start, so
 // every lease operation is an UPDATE of row 1, whose row lock serializes a takeover with the
 // holder's settle. until and acquired_at are the server's clock; '-infinity' means never held
-// (acquired_at) or released (until). outbox_failed_by_aggregate serves the leader's hold-back test
-// (ReadPage): it holds only failed unpublished rows, so a write with attempts = 0 never touches it.
+// (acquired_at) or released (until). outbox_failed_by_aggregate once served the leader's hold-back
+// test (ReadPage), which now holds back behind any unpublished row, as the claim does, and reads
+// outbox_pending_by_aggregate; the index stays (it holds only failed rows: no cost on writes).
 
 // The claimable rows' condition, shared by the claim and HasClaimable. $1: block key (boolean),
 // $2: the naive mode (boolean): only ids above the stored offset.
@@ -426,21 +427,21 @@ std::vector<ClaimOwner> PgStore::ClaimOwners(std::int64_t /*now_ms*/) {
   const pg::Result rows = connection_.Query(
       "SELECT claim_owner, COUNT(*), "
       "GREATEST(0, (extract(epoch FROM now() - min(claimed_at)) * 1000)::bigint), "
-      "GREATEST(0, (extract(epoch FROM max(claim_until) - now()) * 1000)::bigint) "
-      "FROM outbox WHERE NOT published AND claim_until > now() "
+      "GREATEST(0, (extract(epoch FROM max(claim_until) - now()) * 1000)::bigint), "
+      "max(claim_token) FROM outbox WHERE NOT published AND claim_until > now() "
       "GROUP BY claim_owner ORDER BY claim_owner",
       {}, "read the claim owners");
   std::vector<ClaimOwner> owners;
   for (int i = 0; i < rows.rows(); ++i)
-    owners.push_back({rows.Text(i, 0), rows.Int(i, 1), rows.Int(i, 2), rows.Int(i, 3)});
+    owners.push_back({rows.Text(i, 0), rows.Int(i, 1), rows.Int(i, 2), rows.Int(i, 3), rows.Int(i, 4)});
   return owners;
 }
 
-std::int64_t PgStore::ReleaseClaimsOf(const std::string& owner) {
+std::int64_t PgStore::ReleaseClaimsOf(const std::string& owner, std::int64_t up_to_token) {
   return connection_
       .Query("UPDATE outbox SET claim_token = NULL, claim_owner = NULL, claim_until = NULL "
-             "WHERE claim_owner = $1 AND NOT published",
-             {pg::Param::Text(owner)}, "release a dead relay's claims")
+             "WHERE claim_owner = $1 AND claim_token <= $2 AND NOT published",
+             {pg::Param::Text(owner), pg::Param::Int(up_to_token)}, "release a dead relay's claims")
       .Affected();
 }
 
@@ -686,12 +687,12 @@ std::vector<OutboxRow> PgStore::ReadPage(const PageRequest& request) {
       "FROM outbox o WHERE NOT o.published AND o.id > $1 AND o.id <= $2 AND o.parked_at IS NULL "
       "AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now()) "
       "AND (NOT $3::boolean OR NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = "
-      "o.aggregate_id AND e.id < o.id AND NOT e.published AND e.attempts > 0)) "
+      "o.aggregate_id AND e.id < o.id AND NOT e.published)) "
       "ORDER BY o.id LIMIT $4",
       {pg::Param::Int(request.after_id),
        pg::Param::Int(request.up_to_id > 0 ? request.up_to_id
                                            : std::numeric_limits<std::int64_t>::max()),
-       Bool(request.hold_back_failed), pg::Param::Int(request.limit)},
+       Bool(request.block_key), pg::Param::Int(request.limit)},
       "read a leader's page");
   std::vector<OutboxRow> out;
   for (int i = 0; i < rows.rows(); ++i) out.push_back(ReadRow(rows, i));

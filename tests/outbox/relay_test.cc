@@ -964,3 +964,55 @@ TEST_CASE("A lock held past the busy timeout fails a relay until empty with SQLI
     CHECK(waiter.waits == 6);
   }
 }
+
+namespace {
+
+// A clock that moves step_ms forward after every EpochMs reading: a question
+// that reads it twice sees two instants.
+class SteppingClock : public outbox::Clock {
+ public:
+  std::int64_t EpochMs() override {
+    const std::int64_t now = epoch_ms;
+    epoch_ms += step_ms;
+    return now;
+  }
+  std::int64_t MonotonicUs() override { return epoch_ms * 1000; }
+
+  std::int64_t epoch_ms = kNowMs;
+  std::int64_t step_ms = 0;
+};
+
+}  // namespace
+
+TEST_CASE("CanOnlyWaitForever is false while a row's backoff ends between two readings of the "
+          "clock",
+          "[relay]") {
+  const outbox::Coordination coordination =
+      GENERATE(outbox::Coordination::kClaims, outbox::Coordination::kLeader);
+  TempDir dir;
+  SteppingClock clock;
+  StoreOptions store_options = FastStoreOptions();
+  store_options.clock = &clock;
+  Store store(dir.File("lab.db"), store_options, OpenMode::kCreate);
+  store.ResetSchema();
+  EnqueueRange(store, 1, 1);
+  RowFailingPublisher publisher;
+  publisher.failing = {1};
+  RelayOptions options;
+  options.owner = "relay-a";
+  options.clock = &clock;
+  options.coordination = coordination;
+  options.settle.backoff_base_ms = 100;
+  options.settle.backoff_max_ms = 100;
+  Relay relay(store, publisher, options);
+  REQUIRE(relay.RunBatch().settle.retried == 1);
+  const std::int64_t due_at = *IntColumn(store, "next_attempt_at", 1);
+
+  // The first reading falls 1 ms before the row is due, any later one 1 ms after.
+  clock.epoch_ms = due_at - 1;
+  clock.step_ms = 2;
+  CHECK_FALSE(relay.CanOnlyWaitForever());
+  clock.step_ms = 0;
+  clock.epoch_ms = due_at;
+  CHECK_FALSE(relay.CanOnlyWaitForever());  // due now: sendable
+}
