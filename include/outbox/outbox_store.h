@@ -42,6 +42,7 @@ struct LeaseAcquisition;
 struct PageRequest;
 struct CheckpointReport;
 struct TroubledRows;
+struct Stall;
 struct PurgeReport;
 
 // Which database an OutboxStore talks to.
@@ -151,6 +152,11 @@ class OutboxStore {
   // next_attempt_at_ms as now_ms plus the server's time left, so `parked` shows the right wait
   // whatever the skew between the two hosts. Read only. Throws ConfigError for limit <= 0.
   virtual TroubledRows ListTroubled(std::int64_t now_ms, std::int64_t limit) = 0;
+
+  // Up to limit parked rows that hold back later pending rows of their aggregate (each the
+  // oldest unpublished row of its aggregate), in id order: what a block-key relay cannot send
+  // until they are unparked. Read only.
+  virtual std::vector<Stall> Stalls(std::int64_t limit) = 0;
 
   // Makes parked row id claimable again at once (not parked, attempts 0, no backoff; last_error
   // kept). Returns false when id does not exist, is published, or is not parked.

@@ -108,6 +108,7 @@ class PgStore : public OutboxStore {
   // FailpointError (purge.mid_batch), pg::PgError; a purge's PgError keeps the SQLSTATE and says
   // how many batches and rows were committed before it.
   TroubledRows ListTroubled(std::int64_t now_ms, std::int64_t limit) override;
+  std::vector<Stall> Stalls(std::int64_t limit) override;
   bool Unpark(std::int64_t id) override;
   std::int64_t UnparkAll() override;
   PurgeReport PurgeOlderThan(std::int64_t older_than_ms, std::int64_t batch_size,

@@ -258,6 +258,16 @@ struct TroubledRow {
   std::int64_t next_attempt_at_ms = 0;  // epoch ms; meaningful when not parked
 };
 
+// A parked row that is its aggregate's oldest unpublished row, and the pending
+// rows of that aggregate behind it: under block-key they wait for an unpark
+// (Store::Stalls).
+struct Stall {
+  std::int64_t parked_id = 0;
+  std::string event_id;
+  std::string aggregate_id;
+  std::int64_t rows_held = 0;  // unpublished, unparked rows of the aggregate behind it, > 0
+};
+
 struct TroubledRows {
   std::int64_t parked = 0;   // all parked rows
   std::int64_t failing = 0;  // all unparked, unpublished rows with attempts > 0
@@ -538,6 +548,9 @@ class Store : public OutboxStore {
   // for an operator deciding what to unpark. Read only. Throws ConfigError
   // for limit <= 0, DbError.
   TroubledRows ListTroubled(std::int64_t now_ms, std::int64_t limit);
+
+  // See OutboxStore::Stalls. Throws DbError.
+  std::vector<Stall> Stalls(std::int64_t limit);
 
   // Makes a parked row claimable again (attempts reset to 0). Returns false
   // when id does not exist or is not parked. Throws DbError.

@@ -73,6 +73,17 @@ void ReleaseDeadOwners(OutboxStore& store) {
 
 namespace {
 
+// Stalled aggregates named at the end of --until-empty and by status, at most.
+constexpr std::int64_t kStallsShown = 10;
+
+nlohmann::ordered_json StallsJson(const std::vector<Stall>& stalls) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const Stall& s : stalls)
+    out.push_back({{"parked_id", s.parked_id}, {"event_id", s.event_id},
+                   {"aggregate_id", s.aggregate_id}, {"rows_held", s.rows_held}});
+  return out;
+}
+
 // "23:59:01.123Z (in 28980ms)": an epoch-ms instant as UTC time of day and as a
 // distance from now_ms.
 std::string Until(std::int64_t until_ms, std::int64_t now_ms) {
@@ -165,7 +176,8 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   auto o = std::make_shared<RelayCliOptions>();
   auto* once = sub->add_flag("--once", o->once, "Run one batch, then exit");
   sub->add_flag("--until-empty", o->until_empty,
-                "Run until no row waits (all published or parked), then exit")
+                "Run until no row waits (all published or parked), then exit; exit 20, naming "
+                "the parked rows, when rows are left stalled behind them (block-key)")
       ->excludes(once);
   sub->add_option("--batch-size", o->batch_size, "Rows per batch")
       ->check(PositiveInteger())
@@ -415,8 +427,14 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             }
             relay.Resign();  // a clean stop: a standby takes over now, not after the lease
             const std::int64_t parked_left = store.Status(store.clock().EpochMs()).parked;
-            const ExitCode done =
+            // --until-empty ended with rows that only an unpark can move: say which, and do
+            // not exit 0 (a CI gate must not pass with work left).
+            const bool until_empty = loop_options.mode == LoopMode::kUntilEmpty && !report.stopped;
+            const std::vector<Stall> stalls =
+                until_empty && parked_left > 0 ? store.Stalls(kStallsShown) : std::vector<Stall>{};
+            ExitCode done =
                 o->fail_on_parked && parked_left > 0 ? ExitCode::kParkedRows : ExitCode::kOk;
+            if (done == ExitCode::kOk && !stalls.empty()) done = ExitCode::kStalled;
             if (o->json) {
               const nlohmann::ordered_json final_report = {
                   {"report", "final"},       {"stopped", report.stopped},
@@ -424,7 +442,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                   {"marked", report.marked}, {"failed", report.failed},
                   {"parked", report.parked}, {"fenced", report.fenced},
                   {"pending", store.PendingCount()}, {"io_errors", report.io_errors},
-                  {"parked_left", parked_left}};
+                  {"parked_left", parked_left}, {"stalls", StallsJson(stalls)}};
               fmt::print("{}\n", lab::DumpJson(final_report));
               // Out before the publisher's teardown (rd_kafka_destroy), however long that takes.
               std::fflush(stdout);
@@ -440,6 +458,11 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                        report.stopped ? "stopped on signal:" : "done:", report.batches,
                        report.acked, report.marked, report.failed, report.parked, report.fenced,
                        store.PendingCount());
+            for (const Stall& stall : stalls)
+              fmt::print("[relay] stalled: {} rows of aggregate {} wait behind parked row id={} "
+                         "event={}; `outbox-lab unpark {}` lets them go\n",
+                         stall.rows_held, lab::EscapeBytes(stall.aggregate_id), stall.parked_id,
+                         lab::EscapeBytes(stall.event_id), stall.parked_id);
             std::fflush(stdout);
             return done;
           }};

@@ -447,6 +447,21 @@ std::int64_t PgStore::ReleaseClaimsOf(const std::string& owner, std::int64_t up_
 
 // --- The operator's commands: parked, unpark, purge ---
 
+std::vector<Stall> PgStore::Stalls(std::int64_t limit) {
+  const pg::Result rows = connection_.Query(
+      "SELECT id, event_id, aggregate_id, held FROM (SELECT p.id, p.event_id, p.aggregate_id, "
+      "(SELECT COUNT(*) FROM outbox o WHERE o.aggregate_id = p.aggregate_id AND o.id > p.id "
+      "AND NOT o.published AND o.parked_at IS NULL) AS held FROM outbox p "
+      "WHERE NOT p.published AND p.parked_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM outbox e "
+      "WHERE e.aggregate_id = p.aggregate_id AND e.id < p.id AND NOT e.published)) s "
+      "WHERE held > 0 ORDER BY id LIMIT $1",
+      {pg::Param::Int(limit)}, "read the stalled aggregates");
+  std::vector<Stall> stalls;
+  for (int i = 0; i < rows.rows(); ++i)
+    stalls.push_back({rows.Int(i, 0), rows.Text(i, 1), rows.Text(i, 2), rows.Int(i, 3)});
+  return stalls;
+}
+
 TroubledRows PgStore::ListTroubled(std::int64_t now_ms, std::int64_t limit) {
   if (limit <= 0)
     throw ConfigError(fmt::format("list parked rows: limit {}: must be at least 1", limit));

@@ -1181,6 +1181,22 @@ FROM outbox
   return status;
 }
 
+std::vector<Stall> Store::Stalls(std::int64_t limit) {
+  auto select = connection_.Prepare(
+      "SELECT id, event_id, aggregate_id, held FROM (SELECT p.id, p.event_id, p.aggregate_id, "
+      "(SELECT COUNT(*) FROM outbox o WHERE o.aggregate_id = p.aggregate_id AND o.id > p.id "
+      "AND o.published = 0 AND o.parked_at IS NULL) AS held FROM outbox p "
+      "WHERE p.published = 0 AND p.parked_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM outbox e "
+      "WHERE e.aggregate_id = p.aggregate_id AND e.id < p.id AND e.published = 0)) "
+      "WHERE held > 0 ORDER BY id LIMIT ?1");
+  select.Bind(1, limit);
+  std::vector<Stall> stalls;
+  while (select.Step())
+    stalls.push_back({select.ColumnInt64(0), select.ColumnText(1), select.ColumnText(2),
+                      select.ColumnInt64(3)});
+  return stalls;
+}
+
 TroubledRows Store::ListTroubled(std::int64_t now_ms, std::int64_t limit) {
   if (limit <= 0) throw ConfigError(fmt::format("list parked rows: limit {}: must be at least 1", limit));
   sqlite::ReadTransaction txn(connection_);

@@ -648,6 +648,25 @@ TEST_CASE("PostgreSQL leader page under block-key holds only each aggregate's ol
   CHECK(ids == std::vector<std::int64_t>{b1});  // past the cursor too
 }
 
+TEST_CASE("PostgreSQL Stalls names the parked row that holds back later rows of its aggregate",
+          "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  const std::int64_t a1 = EnqueueOne(store, Event("evt-1001", "L-1"));
+  EnqueueOne(store, Event("evt-1002", "L-1"));
+  EnqueueOne(store, Event("evt-1003", "L-1"));
+  const std::int64_t b1 = EnqueueOne(store, Event("evt-1004", "L-2"));
+  CHECK(store.Stalls(10).empty());
+  const Claim claim = store.ClaimBatch(Request("relay-a"));  // a1 and b1: one row per aggregate
+  store.SettleBatch(claim.token, {}, {{a1, "poison", true}, {b1, "poison", true}}, SettlePolicy{});
+  const std::vector<outbox::Stall> stalls = store.Stalls(10);
+  REQUIRE(stalls.size() == 1);  // b1 is parked too, but nothing of L-2 waits behind it
+  CHECK(stalls[0].parked_id == a1);
+  CHECK(stalls[0].event_id == "evt-1001");
+  CHECK(stalls[0].aggregate_id == "L-1");
+  CHECK(stalls[0].rows_held == 2);
+}
+
 TEST_CASE("PostgreSQL leader page reads past the cursor in id order and skips rows a claims relay holds", "[postgres]") {
   Schema schema;
   PgStore store(schema.url());

@@ -1016,3 +1016,30 @@ TEST_CASE("CanOnlyWaitForever is false while a row's backoff ends between two re
   clock.epoch_ms = due_at;
   CHECK_FALSE(relay.CanOnlyWaitForever());  // due now: sendable
 }
+
+TEST_CASE("Stalls names the parked row that holds back later rows of its aggregate and how many",
+          "[store]") {
+  TempDir dir;
+  FakeClock clock;
+  StoreOptions store_options = FastStoreOptions();
+  store_options.clock = &clock;
+  Store store(dir.File("lab.db"), store_options, OpenMode::kCreate);
+  store.ResetSchema();
+  EnqueueAll(store, {EventOn(1, "L-a"), EventOn(2, "L-a"), EventOn(3, "L-b"), EventOn(4, "L-a"),
+                     EventOn(5, "L-c")});
+  CHECK(store.Stalls(10).empty());
+  outbox::ClaimRequest request;
+  request.owner = "relay-a";
+  request.now_ms = kNowMs;
+  const outbox::Claim claim = store.ClaimBatch(request);  // 1, 3, 5: one row per aggregate
+  REQUIRE(IdsOf(claim.rows) == Ids{1, 3, 5});
+  store.SettleBatch(claim.token, {5}, {{1, "poison", true}, {3, "poison", true}},
+                    outbox::SettlePolicy{}, kNowMs);
+
+  const std::vector<outbox::Stall> stalls = store.Stalls(10);
+  REQUIRE(stalls.size() == 1);  // row 3 is parked too, but nothing of L-b waits behind it
+  CHECK(stalls[0].parked_id == 1);
+  CHECK(stalls[0].event_id == MakeEvent(1).event_id);
+  CHECK(stalls[0].aggregate_id == "L-a");
+  CHECK(stalls[0].rows_held == 2);
+}
