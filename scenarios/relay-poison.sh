@@ -12,11 +12,12 @@
 #      one row per aggregate (21 of 22: evt-9002 is not claimed beside evt-9001); evt-9001 parked
 #      after 3 attempts (status parked=1), the 20 other aggregates' events published, evt-9002
 #      NOT published (it waits behind its aggregate's parked row), and the relay still exits,
-#      reporting pending=1 (nothing it can do without an unpark). After `unpark --all`, a relay
+#      reporting pending=1 and naming the parked row that stalls it, with exit code 20 (not 0:
+#      a CI gate must not pass with work left); status names it too. After `unpark --all`, a relay
 #      without the size limit publishes evt-9001 then evt-9002: check valid, no order violation.
 #   2. block-key, the poison parked at its first failure (--max-attempts 1) in a batch that ends
 #      with it (--batch-size 11), so evt-9002 is only ever seen behind a parked row:
-#      `relay --until-empty` must still exit (pending=1), with evt-9002 unpublished.
+#      `relay --until-empty` must still exit (pending=1, exit 20), with evt-9002 unpublished.
 #      In between (part 1): `relay --until-empty --fail-on-parked` exits 14 (parked rows left), and
 #      `parked` (text and --json) lists evt-9001 with 3 attempts, its last error and its age.
 #   3. skip (`--on-failure skip`): evt-9002 IS published while evt-9001 is parked. After
@@ -24,8 +25,7 @@
 #      check is valid (nothing lost) and reports exactly that one order violation — the price of
 #      skip, which the chapter's "顺序错乱" row warns about.
 # Every relay here runs --coordination claims: one row per aggregate per batch is claims mode's
-# block-key. In leader mode (the default) evt-9002 would go out in the poison's own batch, before
-# its first failure (README, "Order in leader mode").
+# block-key (leader mode keeps the same rule: README, "Order in leader mode").
 # A relay that hangs is stopped after 15 s (run's RUN_TIMEOUT_S) and reported; draining 22 rows
 # takes about a second.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -117,7 +117,8 @@ expect_topic_order() {
 step "block-key: the poison row is parked, its aggregate's next event waits"
 fresh_poison_db block-key
 RUN_TIMEOUT_S=15 run "${POISON_LIMIT[@]}" relay --coordination claims --until-empty --key aggregate-id "${RELAY_RETRY[@]}"
-expect_rc 0 "relay --until-empty (block-key) with a parked row"
+expect_rc 20 "relay --until-empty (block-key) with a row stalled behind a parked row"
+expect_line '^\[relay\] stalled: 1 rows of aggregate L-9001 wait behind parked row id=11 event=evt-9001; `outbox-lab unpark 11` lets them go$' "$OUT"
 state=$(l9001_state)
 echo "L-9001 events (event published parked attempts): $state"
 expect_eq "evt-9001 0 1 3,evt-9002 0 0 0" "$state" \
@@ -127,6 +128,8 @@ expect_line '^\[relay\] batch token=[0-9]+ claimed=21 acked=20 failed=1 marked=2
 expect_line '^\[relay\] batch .* failed=1 .*parked=1 ' "$OUT"
 expect_line '^\[relay\] done: batches=[0-9]+ acked=20 marked=20 failed=3 parked=1 fenced=0 pending=1$' "$OUT"
 expect_status_json parked=1 published=20 pending=1 claimed=0
+run status
+expect_line '^\[status\] stalled: parked row id=11 event=evt-9001 holds back 1 rows of aggregate L-9001$' "$OUT"
 last_error=$(sqlite3 "$DB" "SELECT last_error FROM outbox WHERE event_id = 'evt-9001'")
 echo "evt-9001 last_error: $last_error"
 case "$last_error" in *MSG_SIZE_TOO_LARGE*) ;; *) fail "evt-9001 last_error is '$last_error', not MSG_SIZE_TOO_LARGE" ;; esac
@@ -165,7 +168,7 @@ step "block-key, poison parked at its first failure: --until-empty must still en
 fresh_poison_db park-first
 RUN_TIMEOUT_S=15 run "${POISON_LIMIT[@]}" relay --coordination claims --until-empty --key aggregate-id --batch-size 11 \
   --max-attempts 1
-expect_rc 0 "relay --until-empty with a row blocked behind a parked row"
+expect_rc 20 "relay --until-empty with a row blocked behind a parked row"
 expect_line '^\[relay\] batch token=[0-9]+ claimed=11 acked=10 failed=1 marked=10 retried=0 parked=1 fenced=0$' "$OUT"
 expect_line '^\[relay\] done: batches=2 acked=20 marked=20 failed=1 parked=1 fenced=0 pending=1$' "$OUT"
 expect_status_json parked=1 published=20 pending=1 claimed=0

@@ -46,6 +46,10 @@ class SchemaMissingError : public Error {
   using Error::Error;
 };
 
+// KafkaError::code() of a producer that hit a fatal error (RD_KAFKA_RESP_ERR__FATAL): it can
+// send nothing more, and the relay stops (Relay::FinishBatch).
+inline constexpr int kProducerFatalCode = -150;
+
 // A librdkafka call failed or the broker could not be reached. code() is the
 // rd_kafka_resp_err_t value (negative codes are local to the client).
 class KafkaError : public Error {

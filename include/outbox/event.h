@@ -58,6 +58,11 @@ struct DeliveryResult {
   std::int32_t partition = -1;
   std::int64_t offset = -1;
   std::string error;  // empty when ok, e.g. "Local: Message timed out (_MSG_TIMED_OUT)"
+  // Failed because the producer itself hit a fatal error (librdkafka
+  // rd_kafka_fatal_error, e.g. an idempotent producer's OUT_OF_ORDER_SEQUENCE):
+  // nothing is known about this message, so the relay counts no attempt for it
+  // and stops (Relay::FinishBatch). error then names the fatal error.
+  bool producer_fatal = false;
 };
 
 }  // namespace outbox

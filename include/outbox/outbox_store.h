@@ -42,6 +42,7 @@ struct LeaseAcquisition;
 struct PageRequest;
 struct CheckpointReport;
 struct TroubledRows;
+struct Stall;
 struct PurgeReport;
 
 // Which database an OutboxStore talks to.
@@ -116,9 +117,10 @@ class OutboxStore {
   // Owners of live claims at now_ms, by owner name. Read only.
   virtual std::vector<ClaimOwner> ClaimOwners(std::int64_t now_ms) = 0;
 
-  // Releases every claim of owner (a relay known dead) without recording an attempt. Returns the
-  // rows released.
-  virtual std::int64_t ReleaseClaimsOf(const std::string& owner) = 0;
+  // Releases the claims of owner (a relay known dead) with a token up to up_to_token (its
+  // ClaimOwner::max_token as read), without recording an attempt: a claim taken after that read
+  // proves the owner alive and is left alone. Returns the rows released.
+  virtual std::int64_t ReleaseClaimsOf(const std::string& owner, std::int64_t up_to_token) = 0;
 
   // Counts for status and metrics at now_ms.
   virtual OutboxStatus Status(std::int64_t now_ms) = 0;
@@ -160,6 +162,11 @@ class OutboxStore {
   // next_attempt_at_ms as now_ms plus the server's time left, so `parked` shows the right wait
   // whatever the skew between the two hosts. Read only. Throws ConfigError for limit <= 0.
   virtual TroubledRows ListTroubled(std::int64_t now_ms, std::int64_t limit) = 0;
+
+  // Up to limit parked rows that hold back later pending rows of their aggregate (each the
+  // oldest unpublished row of its aggregate), in id order: what a block-key relay cannot send
+  // until they are unparked. Read only.
+  virtual std::vector<Stall> Stalls(std::int64_t limit) = 0;
 
   // Makes parked row id claimable again at once (not parked, attempts 0, no backoff; last_error
   // kept). Returns false when id does not exist, is published, or is not parked.

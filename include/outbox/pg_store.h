@@ -110,6 +110,7 @@ class PgStore : public OutboxStore {
   // FailpointError (purge.mid_batch), pg::PgError; a purge's PgError keeps the SQLSTATE and says
   // how many batches and rows were committed before it.
   TroubledRows ListTroubled(std::int64_t now_ms, std::int64_t limit) override;
+  std::vector<Stall> Stalls(std::int64_t limit) override;
   bool Unpark(std::int64_t id) override;
   std::int64_t UnparkAll() override;
   PurgeReport PurgeOlderThan(std::int64_t older_than_ms, std::int64_t batch_size,
@@ -148,7 +149,7 @@ class PgStore : public OutboxStore {
   std::int64_t PendingCount() override;
   BackoffWait Backoffs(std::int64_t now_ms) override;
   std::vector<ClaimOwner> ClaimOwners(std::int64_t now_ms) override;
-  std::int64_t ReleaseClaimsOf(const std::string& owner) override;
+  std::int64_t ReleaseClaimsOf(const std::string& owner, std::int64_t up_to_token) override;
   OutboxStatus Status(std::int64_t now_ms) override;
 
   // --- Leader mode (relay --coordination leader) ---
@@ -183,8 +184,8 @@ class PgStore : public OutboxStore {
   bool ReleaseLease(std::int64_t token) override;
   // Up to request.limit rows a leader may send now, in id order: unpublished, not parked, next
   // attempt due on the server's clock, id in (after_id, up_to_id], not under a live claim of a
-  // claims-mode relay; with hold_back_failed, no earlier failed (attempts > 0) unpublished row of
-  // the same aggregate. request.now_ms is ignored. Read only. Ids commit out of order on
+  // claims-mode relay; with block_key, no earlier unpublished row of the same aggregate (as
+  // Store::ReadPage). request.now_ms is ignored. Read only. Ids commit out of order on
   // PostgreSQL: a row committed behind the caller's cursor is returned once the caller reads
   // from after_id 0 again (the relay's next pass, when it has caught up); claims mode has no
   // cursor and no such delay (README "PostgreSQL"). Throws pg::PgError.

@@ -59,11 +59,12 @@ enum class Coordination {
   // One relay, the leader, holds the store's lease and sends every row
   // (Store::ReadPage, no writes onto rows); the others stand by and take over
   // when its lease runs out. Its settle applies only under its lease token
-  // (Store::SettleUnderLease). One producer sends everything, in id order, so
-  // with enable.idempotence=true librdkafka keeps each partition's order
-  // across its own retries (librdkafka INTRODUCTION.md, "Idempotent
-  // Producer"): kBlockKey holds back only the rows behind a row that failed
-  // (in backoff or parked), not every later row of an aggregate in flight.
+  // (Store::SettleUnderLease). Under kBlockKey it keeps claims mode's rule:
+  // a row goes out only once every earlier row of its aggregate is published,
+  // so neither a page nor the pipeline holds two rows of one aggregate. A
+  // producer keeps a partition's order across its own retries, but a row that
+  // fails for good cannot recall a later row of its aggregate already acked:
+  // that later row would precede the failed one's retry on the topic.
   kLeader,
 };
 
@@ -212,7 +213,9 @@ class Relay {
   WaitReport Waits();
 
   // True when nothing is claimable and no row waits on a backoff or a lease:
-  // waiting longer cannot help (until-empty ends here). Throws DbError.
+  // waiting longer cannot help (until-empty ends here). Both are judged at one
+  // reading of the clock, so a row whose backoff ends meanwhile counts as one
+  // or the other. Throws DbError.
   bool CanOnlyWaitForever();
 
   // Runs one batch from the keyset cursor. Leader mode: reads a page instead of
@@ -247,12 +250,16 @@ class Relay {
 
  private:
   std::int64_t Now() const;
-  ClaimRequest MakeClaimRequest(std::int64_t after_id) const;
+  ClaimRequest MakeClaimRequest(std::int64_t after_id) const;  // at Now()
+  ClaimRequest MakeClaimRequest(std::int64_t after_id, std::int64_t now_ms) const;
   bool leader_mode() const noexcept { return options_.coordination == Coordination::kLeader; }
   Claim ClaimNext();  // claims mode: the next claim from the cursor, or an empty one
   Claim ReadNext();   // leader mode: the next page past the cursor and the rows in flight
   bool SendRows(Claim claim);  // both: builds the records and hands them to the publisher
-  bool Sendable();    // leader mode: a row could be sent now, ignoring who leads
+  // Leader mode: a row with id <= up_to_id (0: any) that is not in flight could be sent now,
+  // ignoring who leads.
+  bool Sendable(std::int64_t up_to_id);  // at Now()
+  bool Sendable(std::int64_t up_to_id, std::int64_t now_ms);
   void LoseLease();   // leader mode: another relay took over
   void Phase(std::string_view phase, std::int64_t token) const;  // options_.on_phase, if any
   void CheckpointAfterSettle();  // options_.checkpoint_after_settle

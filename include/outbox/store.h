@@ -109,7 +109,8 @@ struct OutboxSnapshot {
 // outbox_archive.
 // 5 adds table outbox_lease: the one leader lease of relay --coordination
 // leader (owner, fencing token, until), see AcquireLease, and the partial index
-// outbox_failed_by_aggregate over unpublished rows with attempts > 0 (ReadPage).
+// outbox_failed_by_aggregate over unpublished rows with attempts > 0 (once
+// ReadPage's hold-back test; it now reads outbox_pending_by_aggregate, as the claim does).
 inline constexpr int kSchemaVersion = 5;
 
 // A batch claimed by one relay (Store::ClaimBatch).
@@ -201,9 +202,9 @@ struct PageRequest {
   std::int64_t up_to_id = 0;  // and id <= up_to_id, unless 0
   std::int64_t limit = 1000;  // rows, > 0
   std::int64_t now_ms = 0;    // epoch ms: backoffs and claims are judged at it
-  // Hold back every row behind an earlier failed unpublished row of its
-  // aggregate (FailureMode::kBlockKey in leader mode).
-  bool hold_back_failed = true;
+  // Only each aggregate's oldest unpublished row (FailureMode::kBlockKey in
+  // leader mode), as ClaimRequest::block_key.
+  bool block_key = true;
 };
 
 // The unexpired claims of one relay (Store::ClaimOwners).
@@ -212,6 +213,7 @@ struct ClaimOwner {
   std::int64_t rows = 0;
   std::int64_t age_ms = 0;         // since its oldest claim was taken, ms
   std::int64_t expires_in_ms = 0;  // until its last lease runs out, ms
+  std::int64_t max_token = 0;      // its newest claim's fencing token (ReleaseClaimsOf)
 };
 
 // Rows waiting on a backoff (Store::Backoffs).
@@ -257,6 +259,16 @@ struct TroubledRow {
   // now - created_at in ms, >= 0; 0 when created_at breaks the contract (see Status).
   std::int64_t age_ms = 0;
   std::int64_t next_attempt_at_ms = 0;  // epoch ms; meaningful when not parked
+};
+
+// A parked row that is its aggregate's oldest unpublished row, and the pending
+// rows of that aggregate behind it: under block-key they wait for an unpark
+// (Store::Stalls).
+struct Stall {
+  std::int64_t parked_id = 0;
+  std::string event_id;
+  std::string aggregate_id;
+  std::int64_t rows_held = 0;  // unpublished, unparked rows of the aggregate behind it, > 0
 };
 
 struct TroubledRows {
@@ -453,12 +465,15 @@ class Store : public OutboxStore {
   // only. Throws DbError.
   std::vector<ClaimOwner> ClaimOwners(std::int64_t now_ms);
 
-  // Releases every claim of owner, expired or not, without recording an
-  // attempt: for a relay known to be dead (its process no longer exists), so
-  // its rows need not wait out the lease. The caller must be sure: a live
-  // owner's settle is then fenced out and its in-flight rows may be sent
-  // twice (at-least-once, never lost). Returns the rows released. Throws DbError.
-  std::int64_t ReleaseClaimsOf(const std::string& owner);
+  // Releases the claims of owner with a fencing token up to up_to_token,
+  // expired or not, without recording an attempt: for a relay known to be
+  // dead (its process no longer exists), so its rows need not wait out the
+  // lease. Pass the max_token read with ClaimOwners: only the claims the
+  // caller saw are released, and a claim taken since (the owner is alive
+  // after all) is not. The caller must be sure: a live owner's settle is then
+  // fenced out and its in-flight rows may be sent twice (at-least-once, never
+  // lost). Returns the rows released. Throws DbError.
+  std::int64_t ReleaseClaimsOf(const std::string& owner, std::int64_t up_to_token);
 
   // Releases a claim without recording anything (e.g. on shutdown before
   // producing). Throws DbError.
@@ -513,10 +528,13 @@ class Store : public OutboxStore {
   // Up to request.limit rows a leader may send now, in id order: unpublished,
   // not parked, next attempt due (next_attempt_at <= now_ms), id in
   // (after_id, up_to_id], not under an unexpired claim of a claims-mode
-  // relay; with request.hold_back_failed, also no earlier unpublished row of
-  // the same aggregate that has failed (attempts > 0: in backoff, parked, or
-  // due for its retry in this very page), so a row that finally fails holds
-  // back the later rows of its aggregate while rows merely in flight do not.
+  // relay; with request.block_key, also no earlier unpublished row of the
+  // same aggregate (in flight, failed, parked, or merely not sent yet): the
+  // rule of ClaimBatch's block_key, so a page holds at most one row per
+  // aggregate and a row is read only once every earlier row of its aggregate
+  // is published. The caller skips the rows it has in flight. A later row of
+  // an aggregate in flight is not sent: if the earlier row then failed for
+  // good, the later one, already acked, would precede its retry in the topic.
   // Read only: writes nothing onto rows. Throws DbError.
   std::vector<OutboxRow> ReadPage(const PageRequest& request);
 
@@ -540,6 +558,9 @@ class Store : public OutboxStore {
   // for an operator deciding what to unpark. Read only. Throws ConfigError
   // for limit <= 0, DbError.
   TroubledRows ListTroubled(std::int64_t now_ms, std::int64_t limit);
+
+  // See OutboxStore::Stalls. Throws DbError.
+  std::vector<Stall> Stalls(std::int64_t limit);
 
   // Makes a parked row claimable again (attempts reset to 0). Returns false
   // when id does not exist or is not parked. Throws DbError.

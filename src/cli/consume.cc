@@ -29,12 +29,21 @@ ExitCode RunIdempotentConsumer(const GlobalOptions& global, const ConsumeOptions
   const auto report = lab::ConsumeIdempotently(
       options,
       [](const lab::ConsumedRecord& r) {
-        fmt::print("[consume] partition={} offset={} event={} {}\n", r.partition, r.offset,
-                   r.event_id, r.applied ? "applied" : "duplicate: skipped");
+        if (r.event_id.empty())
+          fmt::print("[consume] partition={} offset={} event=(none) applied: no event id, not "
+                     "deduplicated\n",
+                     r.partition, r.offset);
+        else
+          fmt::print("[consume] partition={} offset={} event={} {}\n", r.partition, r.offset,
+                     r.event_id, r.applied ? "applied" : "duplicate: skipped");
         std::fflush(stdout);
       });
   fmt::print("[consume] read={} applied={} skipped={} effects-total={}\n", report.read,
              report.applied, report.skipped, report.effects_total);
+  if (report.without_event_id > 0)
+    fmt::print("[consume] without-event-id={}: records with no event_id header and no eventId in "
+               "the payload, applied without deduplication (counted in applied)\n",
+               report.without_event_id);
   if (o.retain_ms > 0)
     fmt::print("[consume] pruned={} batches={} processed-kept={} (processed_event rows older than "
                "{} ms)\n",
@@ -54,7 +63,9 @@ Command AddConsumeCommand(CLI::App& app, const GlobalOptions& global) {
   AddReadTimeoutOption(*sub, o->timeout_ms);
   sub->add_flag("--dedupe", o->dedupe,
                 "Idempotent consumer: apply each event once, recording its id in processed_event "
-                "in the same transaction as the effect; commit the offset after");
+                "in the same transaction as the effect; commit the offset after. The id is the "
+                "event_id header, else the payload's eventId; a record with neither is applied "
+                "without deduplication and counted apart (without-event-id=N)");
   sub->add_option("--group", o->group, "Consumer group (with --dedupe): where offsets are committed");
   sub->add_option("--effects-db", o->effects_db,
                   "SQLite file for the consumer's effects and processed_event (with --dedupe)");

@@ -36,7 +36,7 @@ LoopReport DrainOutbox(const GlobalOptions& global, std::int64_t delivery_timeou
     if (h) lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
     if (!noted && !settle.marked.empty()) noted = NoteBrokerIncarnation(global, store, 2000);
   };
-  ReleaseDeadOwners(store, relay_options.owner, /*default_owner=*/true);
+  ReleaseDeadOwners(store);
   Relay relay(store, recording, relay_options);
   LoopOptions loop_options;
   loop_options.mode = LoopMode::kUntilEmpty;

@@ -10,13 +10,10 @@
 
 namespace outbox::cli {
 
-// At start, before a relay claims anything: the claims of owners on this
-// host whose process is gone (a relay killed mid-batch) are released, so
-// their rows go out now instead of after the lease. With default_owner, claims
-// under self are a previous relay that had our pid and are released too.
-// Prints one "[relay] released ..." line per owner. Returns the token of the dead leader's
-// lease it released, 0 when none. Throws DbError.
-std::int64_t ReleaseDeadOwners(OutboxStore& store, const std::string& self, bool default_owner);
+// At start, before a relay claims anything: lab::ReleaseDeadOwners, and one
+// "[relay] released ..." line per lease or owner released. Returns the token of the dead
+// leader's lease it released, 0 when none. Throws DbError.
+std::int64_t ReleaseDeadOwners(OutboxStore& store);
 
 // check --drain: the production relay with its defaults (batches of 1000,
 // acks=all, delivery timeout delivery_timeout_ms, lease 30 s, this run's id

@@ -23,6 +23,8 @@ enum class ExitCode : int {
   kCannotJudge = 16,       // check: the broker dropped records (retention): some events unjudgeable
   kDbReadOnly = 17,        // a command that writes met a read-only database file or directory
   kUnsupportedOnPostgres = 18,  // the command does not run on a postgresql:// --db yet
+  kProducerFatal = 19,     // the Kafka producer hit a fatal error (idempotence); restart for a new one
+  kStalled = 20,           // relay --until-empty: rows left that wait behind a parked row (unpark it)
   kInternal = 70,          // a bug: an unexpected exception
 };
 

@@ -118,6 +118,7 @@ int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOpt
   } catch (const outbox::pg::PgError& e) {
     return Fail(ForPgError(e), e.what());
   } catch (const outbox::KafkaError& e) {
+    if (e.code() == outbox::kProducerFatalCode) return Fail(ExitCode::kProducerFatal, e.what());
     return Fail(ExitCode::kBrokerUnavailable, e.what());
   } catch (const outbox::FailpointError& e) {
     return Fail(ExitCode::kFailpoint, e.what());

@@ -58,30 +58,17 @@ struct RelayCliOptions {
 
 }  // namespace
 
-// At start, before this relay claims anything: the claims of owners on this
-// host whose process is gone (a relay killed mid-batch) are released, so
-// their rows go out now instead of after the lease. With the default owner
-// name, claims under our own name are a previous relay that had our pid (a
-// container's PID 1) and are released too.
-std::int64_t ReleaseDeadOwners(OutboxStore& store, const std::string& self, bool default_owner) {
-  // The leader lease of a dead relay too: a standby or a restart takes over now.
+std::int64_t ReleaseDeadOwners(OutboxStore& store) {
+  const lab::DeadOwnersReleased released = lab::ReleaseDeadOwners(store);
   std::int64_t released_lease = 0;
-  const LeaderLease lease = store.ReadLease();
-  if (lease.Live(store.clock().EpochMs()) &&
-      ((default_owner && lease.owner == self) ||
-       lab::OwnerLivenessHere(lease.owner) == lab::OwnerLiveness::kDead) &&
-      store.ReleaseLease(lease.token)) {
-    fmt::print("[relay] released the leader lease (token {}) of dead owner {}\n", lease.token,
-               lab::EscapeBytes(lease.owner));
+  if (released.lease.token > 0) {
+    fmt::print("[relay] released the leader lease (token {}) of dead owner {}\n",
+               released.lease.token, lab::EscapeBytes(released.lease.owner));
     std::fflush(stdout);
-    released_lease = lease.token;
+    released_lease = released.lease.token;
   }
-  for (const ClaimOwner& claim : store.ClaimOwners(store.clock().EpochMs())) {
-    const bool earlier_self = default_owner && claim.owner == self;
-    if (!earlier_self && lab::OwnerLivenessHere(claim.owner) != lab::OwnerLiveness::kDead)
-      continue;
-    const std::int64_t released = store.ReleaseClaimsOf(claim.owner);
-    fmt::print("[relay] released {} rows claimed by dead owner {} {} ms ago\n", released,
+  for (const ClaimOwner& claim : released.claims) {
+    fmt::print("[relay] released {} rows claimed by dead owner {} {} ms ago\n", claim.rows,
                lab::EscapeBytes(claim.owner), claim.age_ms);
     std::fflush(stdout);
   }
@@ -89,6 +76,17 @@ std::int64_t ReleaseDeadOwners(OutboxStore& store, const std::string& self, bool
 }
 
 namespace {
+
+// Stalled aggregates named at the end of --until-empty and by status, at most.
+constexpr std::int64_t kStallsShown = 10;
+
+nlohmann::ordered_json StallsJson(const std::vector<Stall>& stalls) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const Stall& s : stalls)
+    out.push_back({{"parked_id", s.parked_id}, {"event_id", s.event_id},
+                   {"aggregate_id", s.aggregate_id}, {"rows_held", s.rows_held}});
+  return out;
+}
 
 // "23:59:01.123Z (in 28980ms)": an epoch-ms instant as UTC time of day and as a
 // distance from now_ms.
@@ -191,7 +189,8 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   auto o = std::make_shared<RelayCliOptions>();
   auto* once = sub->add_flag("--once", o->once, "Run one batch, then exit");
   sub->add_flag("--until-empty", o->until_empty,
-                "Run until no row waits (all published or parked), then exit")
+                "Run until no row waits (all published or parked), then exit; exit 20, naming "
+                "the parked rows, when rows are left stalled behind them (block-key)")
       ->excludes(once);
   sub->add_option("--batch-size", o->batch_size, "Rows per batch")
       ->check(PositiveInteger())
@@ -236,7 +235,9 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                     "Cap of the exponential retry delay, at most 1h", 0, 3'600'000);
   AddDurationOption(*sub, "--idle-max", o->idle_max_ms, "Longest idle wait between polls", 1,
                     60'000);
-  sub->add_option("--owner", o->owner, "Name recorded with claims (default relay-PID@HOST)")
+  sub->add_option("--owner", o->owner, "Name recorded with claims and the leader lease (default "
+                  "relay-PID@HOST/PIDNS/INCARNATION: the PID namespace's inode and a random id "
+                  "per process, so a relay in another PID namespace is never taken for dead)")
       ->check(CLI::Validator(
           [](const std::string& owner) -> std::string {
             if (owner.empty())
@@ -344,7 +345,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                 if (!(now_idle && idle)) h->RecordPhase(phase, token);
                 idle = now_idle;
               };
-            *dead_lease_token = ReleaseDeadOwners(store, relay_options.owner, o->owner.empty());
+            *dead_lease_token = ReleaseDeadOwners(store);
             Relay relay(store, recording, relay_options);
             // An SQLite file's commits wake the relay through inotify; a PostgreSQL server is
             // polled (the idle backoff, up to --idle-max).
@@ -457,8 +458,14 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             }
             relay.Resign();  // a clean stop: a standby takes over now, not after the lease
             const std::int64_t parked_left = store.Status(store.clock().EpochMs()).parked;
-            const ExitCode done =
+            // --until-empty ended with rows that only an unpark can move: say which, and do
+            // not exit 0 (a CI gate must not pass with work left).
+            const bool until_empty = loop_options.mode == LoopMode::kUntilEmpty && !report.stopped;
+            const std::vector<Stall> stalls =
+                until_empty && parked_left > 0 ? store.Stalls(kStallsShown) : std::vector<Stall>{};
+            ExitCode done =
                 o->fail_on_parked && parked_left > 0 ? ExitCode::kParkedRows : ExitCode::kOk;
+            if (done == ExitCode::kOk && !stalls.empty()) done = ExitCode::kStalled;
             if (o->json) {
               const nlohmann::ordered_json final_report = {
                   {"report", "final"},       {"stopped", report.stopped},
@@ -466,7 +473,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                   {"marked", report.marked}, {"failed", report.failed},
                   {"parked", report.parked}, {"fenced", report.fenced},
                   {"pending", store.PendingCount()}, {"io_errors", report.io_errors},
-                  {"parked_left", parked_left}};
+                  {"parked_left", parked_left}, {"stalls", StallsJson(stalls)}};
               fmt::print("{}\n", lab::DumpJson(final_report));
               // Out before the publisher's teardown (rd_kafka_destroy), however long that takes.
               std::fflush(stdout);
@@ -482,6 +489,11 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                        report.stopped ? "stopped on signal:" : "done:", report.batches,
                        report.acked, report.marked, report.failed, report.parked, report.fenced,
                        store.PendingCount());
+            for (const Stall& stall : stalls)
+              fmt::print("[relay] stalled: {} rows of aggregate {} wait behind parked row id={} "
+                         "event={}; `outbox-lab unpark {}` lets them go\n",
+                         stall.rows_held, lab::EscapeBytes(stall.aggregate_id), stall.parked_id,
+                         lab::EscapeBytes(stall.event_id), stall.parked_id);
             std::fflush(stdout);
             return done;
           }};

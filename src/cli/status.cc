@@ -23,13 +23,16 @@ struct StatusView {
   std::int64_t now_ms = 0; // when read
   std::int64_t wal_bytes = 0;  // OutboxStore::WalSizeBytes; not measured on PostgreSQL
   Backend backend = Backend::kSqlite;
+  std::vector<Stall> stalls;  // parked rows holding back their aggregates (OutboxStore::Stalls)
 };
 
 StatusView ReadStatusView(const GlobalOptions& global) {
   auto store = lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
   const std::int64_t now_ms = store->clock().EpochMs();
-  return {store->Status(now_ms), store->ClaimOwners(now_ms), store->ReadLease(), now_ms,
-          store->WalSizeBytes(), store->backend()};
+  StatusView view{store->Status(now_ms), store->ClaimOwners(now_ms), store->ReadLease(), now_ms,
+                  store->WalSizeBytes(), store->backend()};
+  if (view.status.parked > 0) view.stalls = store->Stalls(10);
+  return view;
 }
 
 // Prometheus text exposition format, version 0.0.4.
@@ -47,6 +50,12 @@ std::string PrometheusText(const StatusView& view) {
   gauge("outbox_backoff_rows", "Unpublished rows waiting for their next attempt.", s.in_backoff);
   gauge("outbox_parked_rows", "Rows parked after max attempts; need outbox-lab unpark.", s.parked);
   gauge("outbox_claimed_rows", "Unpublished rows under an unexpired relay claim.", s.claimed);
+  std::int64_t stalled = 0;
+  for (const Stall& st : view.stalls) stalled += st.rows_held;
+  gauge("outbox_stalled_rows",
+        "Pending rows held back behind a parked row of their aggregate (block-key; the first 10 "
+        "parked rows counted); status names the parked rows.",
+        static_cast<double>(stalled));
   gauge("outbox_published_rows", "Published rows still in the outbox table (until purge).",
         s.published);
   gauge("outbox_archived_rows", "Rows in outbox_archive.", s.archived);
@@ -106,6 +115,11 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                     {"lease_left_ms", lease_left_ms},
                     {"owner_process", lab::OwnerLivenessName(lab::OwnerLivenessHere(lease.owner))}};
               out["lease_token"] = lease.token;
+              out["stalls"] = nlohmann::ordered_json::array();
+              for (const Stall& st : view.stalls)
+                out["stalls"].push_back({{"parked_id", st.parked_id}, {"event_id", st.event_id},
+                                         {"aggregate_id", st.aggregate_id},
+                                         {"rows_held", st.rows_held}});
               fmt::print("{}\n", lab::DumpJson(out));
             } else {
               fmt::print("[status] unpublished={} pending={} oldest-pending-age-ms={} "
@@ -137,6 +151,11 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                 fmt::print("[status] leader none: the lease of token {} ({}) has run out or was "
                            "released\n",
                            lease.token, lab::EscapeBytes(lease.owner));
+              for (const Stall& st : view.stalls)
+                fmt::print("[status] stalled: parked row id={} event={} holds back {} rows of "
+                           "aggregate {}\n",
+                           st.parked_id, lab::EscapeBytes(st.event_id), st.rows_held,
+                           lab::EscapeBytes(st.aggregate_id));
             }
             return ExitCode::kOk;
           }};

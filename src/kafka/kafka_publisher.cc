@@ -192,9 +192,20 @@ std::vector<DeliveryResult> KafkaPublisher::AwaitOldest() {
   }
   // Never hand out results while a report could still write into them.
   if (batch.reports_pending > 0) PurgeInFlight();
+  // A fatal error fails every message of the producer with _FATAL: the producer's fault, not
+  // the messages'. Say which error it was, and let the relay count no attempt for them.
+  char reason[512] = {};
+  const rd_kafka_resp_err_t fatal = rd_kafka_fatal_error(producer_.get(), reason, sizeof reason);
   std::vector<DeliveryResult> results;
   results.reserve(batch.slots.size());
-  for (Slot& slot : batch.slots) results.push_back(std::move(slot.result));
+  for (Slot& slot : batch.slots) {
+    if (fatal != RD_KAFKA_RESP_ERR_NO_ERROR && !slot.result.ok) {
+      slot.result.producer_fatal = true;
+      slot.result.error =
+          fmt::format("the producer hit a fatal error: {} ({})", reason, rd_kafka_err2name(fatal));
+    }
+    results.push_back(std::move(slot.result));
+  }
   in_flight_.pop_front();
   return results;
 }

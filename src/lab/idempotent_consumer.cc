@@ -28,6 +28,8 @@ CREATE TABLE IF NOT EXISTS loan_effect (
 CREATE INDEX IF NOT EXISTS processed_event_by_time ON processed_event(processed_at);
 )sql";
 
+// The record's event id: header event_id, else the payload's "eventId"; empty when it has
+// neither. The Kafka key is not tried: it may be an aggregate id, shared by many events.
 std::string HeaderOrPayloadEventId(const rd_kafka_message_t* msg, std::string& loan_id) {
   const std::string value(static_cast<const char*>(msg->payload), msg->payload ? msg->len : 0);
   const auto payload = nlohmann::json::parse(value, nullptr, false);
@@ -41,7 +43,7 @@ std::string HeaderOrPayloadEventId(const rd_kafka_message_t* msg, std::string& l
     return std::string(static_cast<const char*>(data), size);
   if (payload.is_object() && payload.contains("eventId") && payload["eventId"].is_string())
     return payload["eventId"].get<std::string>();
-  return std::string(static_cast<const char*>(msg->key), msg->key ? msg->key_len : 0);
+  return {};
 }
 
 }  // namespace
@@ -58,6 +60,14 @@ bool ApplyOnce(sqlite::Connection& effects, const std::string& event_id,
                const std::string& loan_id, std::int64_t now_ms) {
   // The effect and the dedup row share one transaction: both or neither.
   sqlite::Transaction txn(effects);
+  if (event_id.empty()) {
+    // A missing id is not an id: nothing to deduplicate on, so apply (a redelivery applies again).
+    auto apply = effects.Prepare(
+        "INSERT INTO loan_effect(event_id, loan_id, applied_at) VALUES('', ?1, ?2)");
+    apply.Bind(1, loan_id).Bind(2, now_ms).Run();
+    txn.Commit();
+    return true;
+  }
   auto mark = effects.Prepare(
       "INSERT OR IGNORE INTO processed_event(event_id, processed_at) VALUES(?1, ?2)");
   mark.Bind(1, event_id).Bind(2, now_ms).Run();
@@ -164,6 +174,7 @@ ConsumeReport ConsumeIdempotently(const IdempotentConsumerOptions& options,
         record.applied = ApplyOnce(effects, record.event_id, loan_id, clock.EpochMs());
         ++report.read;
         if (record.applied) ++report.applied; else ++report.skipped;
+        if (record.event_id.empty()) ++report.without_event_id;
         if (on_record) on_record(record);
         HitFailpoint("consume.after_effect");
         // Offset after the effect: a crash here re-delivers, and processed_event absorbs it.

@@ -36,7 +36,7 @@ struct IdempotentConsumerOptions {
 struct ConsumedRecord {
   std::int32_t partition = 0;
   std::int64_t offset = 0;
-  std::string event_id;
+  std::string event_id;  // empty: the record has none (applied, not deduplicated)
   bool applied = false;  // false: a duplicate, skipped
 };
 
@@ -44,6 +44,9 @@ struct ConsumeReport {
   std::int64_t read = 0;
   std::int64_t applied = 0;
   std::int64_t skipped = 0;        // duplicates found in processed_event
+  // Records with no event id (no event_id header, no "eventId" in the payload): applied
+  // without deduplication, and counted in applied too.
+  std::int64_t without_event_id = 0;
   std::int64_t effects_total = 0;  // rows in loan_effect afterwards
   std::int64_t pruned = 0;         // processed_event rows deleted (retain_ms > 0)
   std::int64_t prune_batches = 0;  // transactions that deleted them
@@ -58,8 +61,10 @@ sqlite::Connection OpenEffectsDatabase(const std::string& path);
 
 // One record's local transaction: inserts event_id into processed_event and,
 // only when it was not there, applies the effect (a loan_effect row), both or
-// neither. Returns true when applied, false for a duplicate, skipped. now_ms:
-// processed_at and applied_at, epoch ms. Throws DbError.
+// neither. Returns true when applied, false for a duplicate, skipped. An empty
+// event_id (a record without one) is not an id: the effect is applied with no
+// processed_event row, every time, and true returned. now_ms: processed_at and
+// applied_at, epoch ms. Throws DbError.
 bool ApplyOnce(sqlite::Connection& effects, const std::string& event_id,
                const std::string& loan_id, std::int64_t now_ms);
 

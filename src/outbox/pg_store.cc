@@ -65,8 +65,9 @@ CREATE INDEX IF NOT EXISTS outbox_failed_by_aggregate ON outbox(aggregate_id, id
 // outbox_lease (relay --coordination leader, PgStore::AcquireLease): one row from the start, so
 // every lease operation is an UPDATE of row 1, whose row lock serializes a takeover with the
 // holder's settle. until and acquired_at are the server's clock; '-infinity' means never held
-// (acquired_at) or released (until). outbox_failed_by_aggregate serves the leader's hold-back test
-// (ReadPage): it holds only failed unpublished rows, so a write with attempts = 0 never touches it.
+// (acquired_at) or released (until). outbox_failed_by_aggregate once served the leader's hold-back
+// test (ReadPage), which now holds back behind any unpublished row, as the claim does, and reads
+// outbox_pending_by_aggregate; the index stays (it holds only failed rows: no cost on writes).
 
 // The claimable rows' condition, shared by the claim and HasClaimable. $1: block key (boolean),
 // $2: the naive mode (boolean): only ids above the stored offset.
@@ -454,25 +455,40 @@ std::vector<ClaimOwner> PgStore::ClaimOwners(std::int64_t /*now_ms*/) {
   const pg::Result rows = connection_.Query(
       "SELECT claim_owner, COUNT(*), "
       "GREATEST(0, (extract(epoch FROM now() - min(claimed_at)) * 1000)::bigint), "
-      "GREATEST(0, (extract(epoch FROM max(claim_until) - now()) * 1000)::bigint) "
-      "FROM outbox WHERE NOT published AND claim_until > now() "
+      "GREATEST(0, (extract(epoch FROM max(claim_until) - now()) * 1000)::bigint), "
+      "max(claim_token) FROM outbox WHERE NOT published AND claim_until > now() "
       "GROUP BY claim_owner ORDER BY claim_owner",
       {}, "read the claim owners");
   std::vector<ClaimOwner> owners;
   for (int i = 0; i < rows.rows(); ++i)
-    owners.push_back({rows.Text(i, 0), rows.Int(i, 1), rows.Int(i, 2), rows.Int(i, 3)});
+    owners.push_back({rows.Text(i, 0), rows.Int(i, 1), rows.Int(i, 2), rows.Int(i, 3), rows.Int(i, 4)});
   return owners;
 }
 
-std::int64_t PgStore::ReleaseClaimsOf(const std::string& owner) {
+std::int64_t PgStore::ReleaseClaimsOf(const std::string& owner, std::int64_t up_to_token) {
   return connection_
       .Query("UPDATE outbox SET claim_token = NULL, claim_owner = NULL, claim_until = NULL "
-             "WHERE claim_owner = $1 AND NOT published",
-             {pg::Param::Text(owner)}, "release a dead relay's claims")
+             "WHERE claim_owner = $1 AND claim_token <= $2 AND NOT published",
+             {pg::Param::Text(owner), pg::Param::Int(up_to_token)}, "release a dead relay's claims")
       .Affected();
 }
 
 // --- The operator's commands: parked, unpark, purge ---
+
+std::vector<Stall> PgStore::Stalls(std::int64_t limit) {
+  const pg::Result rows = connection_.Query(
+      "SELECT id, event_id, aggregate_id, held FROM (SELECT p.id, p.event_id, p.aggregate_id, "
+      "(SELECT COUNT(*) FROM outbox o WHERE o.aggregate_id = p.aggregate_id AND o.id > p.id "
+      "AND NOT o.published AND o.parked_at IS NULL) AS held FROM outbox p "
+      "WHERE NOT p.published AND p.parked_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM outbox e "
+      "WHERE e.aggregate_id = p.aggregate_id AND e.id < p.id AND NOT e.published)) s "
+      "WHERE held > 0 ORDER BY id LIMIT $1",
+      {pg::Param::Int(limit)}, "read the stalled aggregates");
+  std::vector<Stall> stalls;
+  for (int i = 0; i < rows.rows(); ++i)
+    stalls.push_back({rows.Int(i, 0), rows.Text(i, 1), rows.Text(i, 2), rows.Int(i, 3)});
+  return stalls;
+}
 
 TroubledRows PgStore::ListTroubled(std::int64_t now_ms, std::int64_t limit) {
   if (limit <= 0)
@@ -719,12 +735,12 @@ std::vector<OutboxRow> PgStore::ReadPage(const PageRequest& request) {
       "FROM outbox o WHERE NOT o.published AND o.id > $1 AND o.id <= $2 AND o.parked_at IS NULL "
       "AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now()) "
       "AND (NOT $3::boolean OR NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = "
-      "o.aggregate_id AND e.id < o.id AND NOT e.published AND e.attempts > 0)) "
+      "o.aggregate_id AND e.id < o.id AND NOT e.published)) "
       "ORDER BY o.id LIMIT $4",
       {pg::Param::Int(request.after_id),
        pg::Param::Int(request.up_to_id > 0 ? request.up_to_id
                                            : std::numeric_limits<std::int64_t>::max()),
-       Bool(request.hold_back_failed), pg::Param::Int(request.limit)},
+       Bool(request.block_key), pg::Param::Int(request.limit)},
       "read a leader's page");
   std::vector<OutboxRow> out;
   for (int i = 0; i < rows.rows(); ++i) out.push_back(ReadRow(rows, i));

@@ -49,12 +49,16 @@ Relay::Relay(OutboxStore& store, Publisher& publisher, RelayOptions options)
 std::int64_t Relay::Now() const { return clock_.EpochMs(); }
 
 ClaimRequest Relay::MakeClaimRequest(std::int64_t after_id) const {
+  return MakeClaimRequest(after_id, Now());
+}
+
+ClaimRequest Relay::MakeClaimRequest(std::int64_t after_id, std::int64_t now_ms) const {
   ClaimRequest request;
   request.owner = options_.owner;
   request.after_id = after_id;
   request.limit = options_.batch_size;
   request.lease_ms = options_.lease_ms;
-  request.now_ms = Now();
+  request.now_ms = now_ms;
   request.block_key = options_.on_failure == FailureMode::kBlockKey;
   return request;
 }
@@ -64,15 +68,20 @@ void Relay::Phase(std::string_view phase, std::int64_t token) const {
 }
 
 bool Relay::HasClaimable() {
-  if (leader_mode()) return Lead() && Sendable();
+  if (leader_mode()) return Lead() && Sendable(0);
   return store_.HasClaimable(MakeClaimRequest(0));
 }
 
-bool Relay::Sendable() {
+bool Relay::Sendable(std::int64_t up_to_id) { return Sendable(up_to_id, Now()); }
+
+bool Relay::Sendable(std::int64_t up_to_id, std::int64_t now_ms) {
+  // Every row in flight may come first in the page (under block-key each is its aggregate's
+  // oldest unpublished row), so one row more than are in flight finds one that is not.
   PageRequest request;
+  request.up_to_id = up_to_id;
   request.limit = static_cast<std::int64_t>(in_flight_ids_.size()) + 1;
-  request.now_ms = Now();
-  request.hold_back_failed = options_.on_failure == FailureMode::kBlockKey;
+  request.now_ms = now_ms;
+  request.block_key = options_.on_failure == FailureMode::kBlockKey;
   for (const OutboxRow& row : store_.ReadPage(request))
     if (in_flight_ids_.count(row.id) == 0) return true;
   return false;
@@ -136,8 +145,13 @@ WaitReport Relay::Waits() {
 }
 
 bool Relay::CanOnlyWaitForever() {
-  const bool sendable = leader_mode() ? Sendable() : HasClaimable();
-  return !sendable && store_.WaitingCount(Now()) == 0;
+  // Both questions at ONE instant: read the clock twice and a row whose backoff (or another
+  // relay's claim) ends in between is neither sendable at the first reading nor waiting at the
+  // second, and until-empty would end with it pending.
+  const std::int64_t now = Now();
+  const bool sendable =
+      leader_mode() ? Sendable(0, now) : store_.HasClaimable(MakeClaimRequest(0, now));
+  return !sendable && store_.WaitingCount(now) == 0;
 }
 
 BatchReport Relay::RunBatch() {
@@ -164,21 +178,26 @@ Claim Relay::ClaimNext() {
 }
 
 // Reads past the cursor and steps over the rows in flight (read again only on
-// a new pass). At the end of the table a new pass starts from id 0: retries
-// whose backoff ran out and rows held back behind a failure are served then,
-// once the leader has caught up with the rows past the cursor.
+// a new pass). At the end of the table a new pass starts from id 0. The cursor
+// passes rows the page leaves out (under block-key, every row behind its
+// aggregate's oldest unpublished one), and such a row becomes sendable only
+// later, when that oldest row is published or due again: so, as ClaimNext
+// does, a new pass starts at once whenever a row at or behind the cursor can
+// be sent now. Reading on past it instead would send a later row of its
+// aggregate first.
 Claim Relay::ReadNext() {
   Claim page;  // attempts stays empty: a leader's settle reads them itself
   if (!Lead()) return page;
   page.token = lease_.token;
   const auto limit = static_cast<std::size_t>(options_.batch_size);
+  if (cursor_ > 0 && Sendable(cursor_)) cursor_ = 0;  // a row behind the cursor goes first
   bool new_pass = cursor_ == 0;
   for (;;) {
     PageRequest request;
     request.after_id = cursor_;
     request.limit = options_.batch_size;
     request.now_ms = Now();
-    request.hold_back_failed = options_.on_failure == FailureMode::kBlockKey;
+    request.block_key = options_.on_failure == FailureMode::kBlockKey;
     const std::vector<OutboxRow> rows = store_.ReadPage(request);
     for (const OutboxRow& row : rows) {
       cursor_ = row.id;
@@ -260,11 +279,18 @@ BatchReport Relay::FinishBatch() {
   HitFailpoint("relay.after_ack_before_mark");
 
   std::vector<std::int64_t> acked;
+  std::string producer_fatal;  // the fatal error, when the producer had one
+  std::int64_t left_unsettled = 0;
   for (const DeliveryResult& result : results) {
-    if (result.ok)
+    if (result.ok) {
       acked.push_back(result.outbox_id);
-    else
+    } else if (result.producer_fatal) {
+      // The producer failed, not the message: no attempt counted, no backoff, never parked.
+      producer_fatal = result.error;
+      ++left_unsettled;
+    } else {
       failed.push_back({result.outbox_id, result.error.empty() ? "delivery failed" : result.error});
+    }
   }
   report.acked = static_cast<std::int64_t>(acked.size());
   report.failed = static_cast<std::int64_t>(failed.size());
@@ -309,6 +335,16 @@ BatchReport Relay::FinishBatch() {
   HitFailpoint("relay.after_mark");
   settled_since_checkpoint_ += report.claimed;
   if (report.claimed < options_.batch_size) CheckpointAfterSettle();
+  if (!producer_fatal.empty()) {
+    // The rows it failed are free again at once (claims mode; a leader's next pass reads them
+    // anyway); the acked ones are marked above. A fatal producer sends nothing more: stop.
+    // This batch is the oldest in flight: the owner's claims up to its token are its own rows.
+    if (!leader_mode()) store_.ReleaseClaimsOf(options_.owner, claim.token);
+    throw KafkaError(fmt::format("{}; {} rows of the batch left unpublished with no attempt "
+                                 "counted; restart the relay for a new producer",
+                                 producer_fatal, left_unsettled),
+                     kProducerFatalCode);
+  }
   return report;
 }
 

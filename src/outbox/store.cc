@@ -132,6 +132,7 @@ constexpr const char* kHeadersColumn = "headers TEXT";
 // over failed unpublished rows only, for the leader's hold-back test (ReadPage): it finds an
 // earlier failed row of an aggregate in one probe however many untried rows the aggregate has
 // pending, and a row written with attempts = 0 never enters it (no cost on the write path).
+// ReadPage has since held back behind any unpublished row (outbox_pending_by_aggregate).
 constexpr const char* kMigrateToV5 = R"sql(
 CREATE TABLE IF NOT EXISTS outbox_lease (
   id INTEGER PRIMARY KEY CHECK (id = 1), owner TEXT NOT NULL, token INTEGER NOT NULL,
@@ -1038,7 +1039,7 @@ SettleReport Store::SettleBatch(std::int64_t token, const std::vector<std::int64
 std::vector<ClaimOwner> Store::ClaimOwners(std::int64_t now_ms) {
   auto select = connection_.Prepare(
       fmt::format("SELECT claim_owner, COUNT(*), MIN(COALESCE(claimed_at, claim_until)), "
-                  "MAX(claim_until) FROM outbox WHERE published = 0 AND NOT {} "
+                  "MAX(claim_until), MAX(claim_token) FROM outbox WHERE published = 0 AND NOT {} "
                   "AND claim_owner IS NOT NULL GROUP BY claim_owner ORDER BY claim_owner",
                   Unclaimed("", 1)));
   select.Bind(1, now_ms);
@@ -1049,18 +1050,19 @@ std::vector<ClaimOwner> Store::ClaimOwners(std::int64_t now_ms) {
     owner.rows = select.ColumnInt64(1);
     owner.age_ms = std::max<std::int64_t>(0, now_ms - select.ColumnInt64(2));
     owner.expires_in_ms = std::max<std::int64_t>(0, select.ColumnInt64(3) - now_ms);
+    owner.max_token = select.ColumnInt64(4);
     owners.push_back(std::move(owner));
   }
   return owners;
 }
 
-std::int64_t Store::ReleaseClaimsOf(const std::string& owner) {
+std::int64_t Store::ReleaseClaimsOf(const std::string& owner, std::int64_t up_to_token) {
   return Phrased(fmt::format("release the claims of {}", owner), path(), [&] {
     sqlite::Transaction txn(connection_);
     auto release = connection_.Prepare(
         "UPDATE outbox SET claim_token = NULL, claim_owner = NULL, claim_until = NULL "
-        "WHERE claim_owner = ?1 AND published = 0");
-    release.Bind(1, owner).Run();
+        "WHERE claim_owner = ?1 AND claim_token <= ?2 AND published = 0");
+    release.Bind(1, owner).Bind(2, up_to_token).Run();
     const std::int64_t released = connection_.Changes();
     txn.Commit();
     return released;
@@ -1154,13 +1156,13 @@ bool Store::ReleaseLease(std::int64_t token) {
 }
 
 // Sendable rows o for a leader: ?1 = cursor (id > ?1), ?2 = upper bound, ?3 = now,
-// ?4 = hold_back_failed. Claims of a claims-mode relay are respected, so a
+// ?4 = block_key. Claims of a claims-mode relay are respected, so a
 // leader never sends what such a relay holds.
 static const std::string& SendableWhere() {
   static const std::string where = fmt::format(
       "o.published = 0 AND o.id > ?1 AND o.id <= ?2 AND o.parked_at IS NULL AND {} AND {} "
       "AND (?4 = 0 OR NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = o.aggregate_id "
-      "AND e.id < o.id AND e.published = 0 AND e.attempts > 0))",
+      "AND e.id < o.id AND e.published = 0))",
       Due("o.", 3), Unclaimed("o.", 3));
   return where;
 }
@@ -1173,7 +1175,7 @@ std::vector<OutboxRow> Store::ReadPage(const PageRequest& request) {
   select.Bind(1, request.after_id)
       .Bind(2, request.up_to_id > 0 ? request.up_to_id : std::numeric_limits<std::int64_t>::max())
       .Bind(3, request.now_ms)
-      .Bind(4, static_cast<std::int64_t>(request.hold_back_failed ? 1 : 0))
+      .Bind(4, static_cast<std::int64_t>(request.block_key ? 1 : 0))
       .Bind(5, request.limit);
   std::vector<OutboxRow> rows;
   while (select.Step()) rows.push_back(ReadOutboxRow(select, 6));
@@ -1259,6 +1261,22 @@ FROM outbox
     }
   }
   return status;
+}
+
+std::vector<Stall> Store::Stalls(std::int64_t limit) {
+  auto select = connection_.Prepare(
+      "SELECT id, event_id, aggregate_id, held FROM (SELECT p.id, p.event_id, p.aggregate_id, "
+      "(SELECT COUNT(*) FROM outbox o WHERE o.aggregate_id = p.aggregate_id AND o.id > p.id "
+      "AND o.published = 0 AND o.parked_at IS NULL) AS held FROM outbox p "
+      "WHERE p.published = 0 AND p.parked_at IS NOT NULL AND NOT EXISTS (SELECT 1 FROM outbox e "
+      "WHERE e.aggregate_id = p.aggregate_id AND e.id < p.id AND e.published = 0)) "
+      "WHERE held > 0 ORDER BY id LIMIT ?1");
+  select.Bind(1, limit);
+  std::vector<Stall> stalls;
+  while (select.Step())
+    stalls.push_back({select.ColumnInt64(0), select.ColumnText(1), select.ColumnText(2),
+                      select.ColumnInt64(3)});
+  return stalls;
 }
 
 TroubledRows Store::ListTroubled(std::int64_t now_ms, std::int64_t limit) {

@@ -190,3 +190,55 @@ TEST_CASE("RunRelayLoop with KafkaPublisher and pipeline depth 2 publishes 2000 
   for (const auto& record : records) sent.push_back(record.event_id);
   CHECK(sent == OutboxEventIds(store));
 }
+
+TEST_CASE("A fatal idempotent-producer error stops the relay with no attempt counted and a new "
+          "producer sends every row once",
+          "[relay][kafka]") {
+  const outbox::Coordination coordination =
+      GENERATE(outbox::Coordination::kClaims, outbox::Coordination::kLeader);
+  TempDir dir;
+  Store store(dir.File("lab.db"), outbox::testing::FastStoreOptions(), OpenMode::kCreate);
+  store.ResetSchema();
+  EnqueueInOneTransaction(store, 50);
+  EmbeddedBroker broker;
+  broker.CreateTopic(kTopic, 1);
+  KafkaPublisherOptions publisher_options;
+  publisher_options.brokers = broker.BootstrapServers();
+  publisher_options.topic = kTopic;
+  publisher_options.properties = {{"enable.idempotence", "true"}};
+  RelayOptions options;
+  options.owner = "relay-fatal";
+  options.coordination = coordination;
+  options.batch_size = 50;
+  options.settle.max_attempts = 1;  // one counted attempt would park the row
+  {
+    KafkaPublisher publisher(publisher_options);
+    // OUT_OF_ORDER_SEQUENCE_NUMBER on an idempotent producer: librdkafka raises a fatal error
+    // and fails every message with _FATAL (librdkafka INTRODUCTION.md, "Fatal errors").
+    rd_kafka_mock_push_request_errors(broker.cluster(), 0, 1,
+                                      RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER);
+    Relay relay(store, publisher, options);
+    const auto error =
+        outbox::testing::CaptureThrow<outbox::KafkaError>([&] { relay.RunBatch(); });
+    REQUIRE(error.has_value());
+    CHECK(error->code() == outbox::kProducerFatalCode);
+    CHECK_THAT(error->what(), Catch::Contains("the producer hit a fatal error") &&
+                                 Catch::Contains("no attempt counted"));
+  }
+  // The messages of the request that met the error, and every later one, failed with _FATAL;
+  // how the 50 split into requests varies, and rows acked before the error are marked.
+  const outbox::OutboxStatus status = store.Status(store.clock().EpochMs());
+  CHECK(status.parked == 0);
+  CHECK(status.pending > 0);
+  CHECK(status.pending + status.published == 50);
+  CHECK(status.claimed == 0);  // released at once, not left to the lease
+  for (std::int64_t id = 1; id <= 50; ++id) CHECK(outbox::testing::IntColumn(store, "attempts", id) == 0);
+
+  // The relay process exits here (exit code 19); the next one releases a dead leader's lease
+  // at start (lab::ReleaseDeadOwners), as this does.
+  if (coordination == outbox::Coordination::kLeader) REQUIRE(store.ReleaseLease(store.ReadLease().token));
+  KafkaPublisher fresh(publisher_options);
+  Relay relay(store, fresh, options);
+  CHECK(relay.RunBatch().settle.marked == status.pending);
+  CHECK(store.Count().unpublished == 0);
+}

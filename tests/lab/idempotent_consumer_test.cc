@@ -4,12 +4,15 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <vector>
 
+#include "lab/embedded_broker.h"  // rdkafka.h, then rdkafka_mock.h
 #include "lab/idempotent_consumer.h"
 #include "lab/lab_failpoints.h"
 #include "outbox/clock.h"
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
+#include "outbox/kafka/handles.h"
 #include "relay_test_support.h"
 #include "test_support.h"
 
@@ -84,4 +87,53 @@ TEST_CASE("Pruning deletes at most the batch size per transaction and keeps rows
   CHECK(outbox::testing::CaptureThrow<outbox::ConfigError>(
             [&] { PruneProcessedEvents(effects, cutoff, 0); })
             .has_value());
+}
+
+TEST_CASE("A record without an event id is applied every time and never taken for a duplicate",
+          "[consumer]") {
+  outbox::testing::TempDir dir;
+  auto effects = OpenEffectsDatabase(dir.File("effects.db"));
+  CHECK(ApplyOnce(effects, "", "L-1", kStartMs));
+  CHECK(ApplyOnce(effects, "", "L-2", kStartMs));
+  CHECK(effects.QueryInt64("SELECT COUNT(*) FROM loan_effect") == 2);
+  CHECK(Processed(effects) == 0);  // no dedupe row for a missing id
+  CHECK(ApplyOnce(effects, "evt-1", "L-1", kStartMs));
+  CHECK_FALSE(ApplyOnce(effects, "evt-1", "L-1", kStartMs));
+}
+
+TEST_CASE("consume dedupe applies foreign records without an event id and counts them apart",
+          "[consumer][kafka]") {
+  outbox::lab::EmbeddedBroker broker;
+  broker.CreateTopic("loan-events", 1);
+  {
+    auto producer = outbox::kafka::MakeClient(
+        RD_KAFKA_PRODUCER,
+        outbox::kafka::MakeConf({{"bootstrap.servers", broker.BootstrapServers()}}));
+    // Two foreign records: no headers, no key, no eventId; then one of ours, twice.
+    const std::string foreign = R"({"loanId":"L-9"})";
+    const std::string ours = R"({"eventId":"evt-7","loanId":"L-7"})";
+    for (const std::string* value : {&foreign, &foreign, &ours, &ours})
+      REQUIRE(rd_kafka_producev(producer.get(), RD_KAFKA_V_TOPIC("loan-events"),
+                                RD_KAFKA_V_VALUE(const_cast<char*>(value->data()), value->size()),
+                                RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR);
+    REQUIRE(rd_kafka_flush(producer.get(), 10000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+  outbox::testing::TempDir dir;
+  outbox::lab::IdempotentConsumerOptions options;
+  options.brokers = broker.BootstrapServers();
+  options.topic = "loan-events";
+  options.group = "g";
+  options.effects_db = dir.File("effects.db");
+  std::vector<std::string> ids;
+  const outbox::lab::ConsumeReport report = outbox::lab::ConsumeIdempotently(
+      options, [&](const outbox::lab::ConsumedRecord& r) {
+        ids.push_back(r.event_id + (r.applied ? " applied" : " skipped"));
+      });
+  CHECK(ids == std::vector<std::string>{" applied", " applied", "evt-7 applied", "evt-7 skipped"});
+  CHECK(report.read == 4);
+  CHECK(report.applied == 3);
+  CHECK(report.skipped == 1);
+  CHECK(report.without_event_id == 2);
+  CHECK(report.effects_total == 3);
 }

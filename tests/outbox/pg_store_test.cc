@@ -626,10 +626,46 @@ TEST_CASE("PostgreSQL settle under the lease records failures on the server cloc
 
   PageRequest request;
   CHECK(store.ReadPage(request).empty());  // evt-1003 waits behind evt-1001 of its aggregate
-  request.hold_back_failed = false;
+  request.block_key = false;
   const std::vector<OutboxRow> flowing = store.ReadPage(request);
   REQUIRE(flowing.size() == 1);
   CHECK(flowing[0].id == behind);
+}
+
+TEST_CASE("PostgreSQL leader page under block-key holds only each aggregate's oldest unpublished row",
+          "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  const std::int64_t a1 = EnqueueOne(store, Event("evt-1001", "L-1"));
+  EnqueueOne(store, Event("evt-1002", "L-1"));
+  const std::int64_t b1 = EnqueueOne(store, Event("evt-1003", "L-2"));
+  PageRequest request;
+  std::vector<std::int64_t> ids;
+  for (const OutboxRow& row : store.ReadPage(request)) ids.push_back(row.id);
+  CHECK(ids == std::vector<std::int64_t>{a1, b1});  // evt-1002 never tried, still held back
+  request.after_id = a1;
+  ids.clear();
+  for (const OutboxRow& row : store.ReadPage(request)) ids.push_back(row.id);
+  CHECK(ids == std::vector<std::int64_t>{b1});  // past the cursor too
+}
+
+TEST_CASE("PostgreSQL Stalls names the parked row that holds back later rows of its aggregate",
+          "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  const std::int64_t a1 = EnqueueOne(store, Event("evt-1001", "L-1"));
+  EnqueueOne(store, Event("evt-1002", "L-1"));
+  EnqueueOne(store, Event("evt-1003", "L-1"));
+  const std::int64_t b1 = EnqueueOne(store, Event("evt-1004", "L-2"));
+  CHECK(store.Stalls(10).empty());
+  const Claim claim = store.ClaimBatch(Request("relay-a"));  // a1 and b1: one row per aggregate
+  store.SettleBatch(claim.token, {}, {{a1, "poison", true}, {b1, "poison", true}}, SettlePolicy{});
+  const std::vector<outbox::Stall> stalls = store.Stalls(10);
+  REQUIRE(stalls.size() == 1);  // b1 is parked too, but nothing of L-2 waits behind it
+  CHECK(stalls[0].parked_id == a1);
+  CHECK(stalls[0].event_id == "evt-1001");
+  CHECK(stalls[0].aggregate_id == "L-1");
+  CHECK(stalls[0].rows_held == 2);
 }
 
 TEST_CASE("PostgreSQL leader page reads past the cursor in id order and skips rows a claims relay holds", "[postgres]") {
@@ -702,7 +738,8 @@ TEST_CASE("PostgreSQL status counts pending claimed parked and published rows on
   CHECK(owners[0].rows == 1);
   CHECK(owners[0].expires_in_ms > 25000);
   CHECK(owners[0].expires_in_ms <= 30000);
-  CHECK(store.ReleaseClaimsOf("relay-b") == 1);
+  CHECK(store.ReleaseClaimsOf("relay-b", owners[0].max_token - 1) == 0);  // not seen: kept
+  CHECK(store.ReleaseClaimsOf("relay-b", owners[0].max_token) == 1);
   CHECK(store.ClaimOwners(0).empty());
 }
 
@@ -758,7 +795,7 @@ void SettleAll(PgStore& store, const std::vector<std::int64_t>& acked,
   policy.backoff_base_ms = backoff_ms;
   policy.backoff_max_ms = backoff_ms;
   store.SettleBatch(claim.token, acked, failures, policy);
-  store.ReleaseClaimsOf("relay-a");
+  store.ReleaseClaimsOf("relay-a", claim.token);
 }
 
 }  // namespace

@@ -964,3 +964,82 @@ TEST_CASE("A lock held past the busy timeout fails a relay until empty with SQLI
     CHECK(waiter.waits == 6);
   }
 }
+
+namespace {
+
+// A clock that moves step_ms forward after every EpochMs reading: a question
+// that reads it twice sees two instants.
+class SteppingClock : public outbox::Clock {
+ public:
+  std::int64_t EpochMs() override {
+    const std::int64_t now = epoch_ms;
+    epoch_ms += step_ms;
+    return now;
+  }
+  std::int64_t MonotonicUs() override { return epoch_ms * 1000; }
+
+  std::int64_t epoch_ms = kNowMs;
+  std::int64_t step_ms = 0;
+};
+
+}  // namespace
+
+TEST_CASE("CanOnlyWaitForever is false while a row's backoff ends between two readings of the "
+          "clock",
+          "[relay]") {
+  const outbox::Coordination coordination =
+      GENERATE(outbox::Coordination::kClaims, outbox::Coordination::kLeader);
+  TempDir dir;
+  SteppingClock clock;
+  StoreOptions store_options = FastStoreOptions();
+  store_options.clock = &clock;
+  Store store(dir.File("lab.db"), store_options, OpenMode::kCreate);
+  store.ResetSchema();
+  EnqueueRange(store, 1, 1);
+  RowFailingPublisher publisher;
+  publisher.failing = {1};
+  RelayOptions options;
+  options.owner = "relay-a";
+  options.clock = &clock;
+  options.coordination = coordination;
+  options.settle.backoff_base_ms = 100;
+  options.settle.backoff_max_ms = 100;
+  Relay relay(store, publisher, options);
+  REQUIRE(relay.RunBatch().settle.retried == 1);
+  const std::int64_t due_at = *IntColumn(store, "next_attempt_at", 1);
+
+  // The first reading falls 1 ms before the row is due, any later one 1 ms after.
+  clock.epoch_ms = due_at - 1;
+  clock.step_ms = 2;
+  CHECK_FALSE(relay.CanOnlyWaitForever());
+  clock.step_ms = 0;
+  clock.epoch_ms = due_at;
+  CHECK_FALSE(relay.CanOnlyWaitForever());  // due now: sendable
+}
+
+TEST_CASE("Stalls names the parked row that holds back later rows of its aggregate and how many",
+          "[store]") {
+  TempDir dir;
+  FakeClock clock;
+  StoreOptions store_options = FastStoreOptions();
+  store_options.clock = &clock;
+  Store store(dir.File("lab.db"), store_options, OpenMode::kCreate);
+  store.ResetSchema();
+  EnqueueAll(store, {EventOn(1, "L-a"), EventOn(2, "L-a"), EventOn(3, "L-b"), EventOn(4, "L-a"),
+                     EventOn(5, "L-c")});
+  CHECK(store.Stalls(10).empty());
+  outbox::ClaimRequest request;
+  request.owner = "relay-a";
+  request.now_ms = kNowMs;
+  const outbox::Claim claim = store.ClaimBatch(request);  // 1, 3, 5: one row per aggregate
+  REQUIRE(IdsOf(claim.rows) == Ids{1, 3, 5});
+  store.SettleBatch(claim.token, {5}, {{1, "poison", true}, {3, "poison", true}},
+                    outbox::SettlePolicy{}, kNowMs);
+
+  const std::vector<outbox::Stall> stalls = store.Stalls(10);
+  REQUIRE(stalls.size() == 1);  // row 3 is parked too, but nothing of L-b waits behind it
+  CHECK(stalls[0].parked_id == 1);
+  CHECK(stalls[0].event_id == MakeEvent(1).event_id);
+  CHECK(stalls[0].aggregate_id == "L-a");
+  CHECK(stalls[0].rows_held == 2);
+}

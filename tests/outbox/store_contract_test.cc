@@ -141,11 +141,18 @@ TEST_CASE("ClaimOwners lists unexpired claims by owner and ReleaseClaimsOf frees
   CHECK(owners[1].rows == 1);
   CHECK(owners[1].age_ms == 500);
 
-  CHECK(store.ReleaseClaimsOf("relay-101@h") == 3);
+  // A claim the owner takes after the read is not released: the owner lives.
+  const std::int64_t seen = owners[0].max_token;
+  AppInsert(store, "evt-5", "1700000000005");
+  outbox::ClaimRequest later = first;
+  later.now_ms = now_ms + 1000;
+  REQUIRE(store.ClaimBatch(later).rows.size() == 1);
+  CHECK(store.ReleaseClaimsOf("relay-101@h", seen) == 3);
+  CHECK(store.ClaimOwners(now_ms + 1000)[0].rows == 1);  // relay-101@h keeps evt-5's claim
   // Claimable again at once, long before the 30 s lease runs out.
   outbox::ClaimRequest restart = first;
   restart.owner = "relay-303@h";
   restart.now_ms = now_ms + 1000;
   CHECK(store.ClaimBatch(restart).rows.size() == 3);
-  CHECK(store.ClaimOwners(now_ms + 1000).size() == 2);
+  CHECK(store.ClaimOwners(now_ms + 1000).size() == 3);
 }

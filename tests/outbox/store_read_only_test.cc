@@ -108,7 +108,7 @@ TEST_CASE("Claim settle purge and unpark behind another writer's lock fail namin
       {"purge published rows in '" + path + "': failed after 0 batches",
        [&] { store.PurgePublished(kNowMs, 10, false); }},
       {"unpark every parked row", [&] { store.UnparkAll(); }},
-      {"release the claims of relay-9@host", [&] { store.ReleaseClaimsOf("relay-9@host"); }},
+      {"release the claims of relay-9@host", [&] { store.ReleaseClaimsOf("relay-9@host", 1); }},
   };
   for (const auto& [what, write] : writes) {
     const auto error = CaptureThrow<DbError>(write);

@@ -81,7 +81,10 @@ class KafkaPublisher : public Publisher {
   // not with rd_kafka_flush, whose wait has ~10 ms granularity. Waits at most
   // about delivery_timeout_ms plus 5 s after that batch's Send; when messages
   // are still without a report then, every message in flight (of every batch)
-  // is purged and reported failed.
+  // is purged and reported failed. Once the producer has a fatal error
+  // (rd_kafka_fatal_error: it can send nothing more, librdkafka INTRODUCTION.md
+  // "Fatal errors"), every failed result carries producer_fatal and an error
+  // naming the fatal error, not the message's own _FATAL.
   std::vector<DeliveryResult> AwaitOldest() override;
 
   std::size_t InFlight() const override { return in_flight_.size(); }
