@@ -17,6 +17,14 @@
 
 use_postgres
 start_broker
+
+step "scripts/postgres.sh from a folder the postgres user cannot enter says nothing but the URL"
+# As root the server's tools run as postgres; from a 0700 folder of root's they used to print
+# `could not change directory to "...": Permission denied` on every call.
+(cd "$TMP" && "$REPO_DIR/scripts/postgres.sh" start >"$TMP/pg-start.out" 2>"$TMP/pg-start.err")
+expect_eq 0 "$?" "scripts/postgres.sh start's exit code"
+expect_no_line 'could not change directory' "$TMP/pg-start.err"
+expect_count 0 '.' "$TMP/pg-start.err"
 export OUTBOX_HISTORY=$TMP/history.jsonl
 
 step "reset on PostgreSQL"

@@ -25,6 +25,7 @@ set -euo pipefail
 
 PG_BIN=/usr/lib/postgresql/15/bin
 DIR=${OUTBOX_PG_DIR:-${TMPDIR:-/tmp}/outbox-lab-pg}
+case $DIR in /*) ;; *) DIR=$PWD/$DIR ;; esac  # as_owner runs from /
 PORT=${OUTBOX_PG_PORT:-55432}
 DATA=$DIR/data
 SOCK=$DIR/sock
@@ -38,9 +39,11 @@ err() { echo "outbox-lab: error: postgres.sh: $1" >&2; exit "${2:-1}"; }
   err "PostgreSQL 15 is not installed ($PG_BIN/pg_ctl missing); run scripts/install-deps.sh" 4
 
 # as_owner CMD...: run CMD as the cluster's owner (postgres when we are root, else ourselves).
+# From /: the postgres user may not enter the caller's working directory, and PostgreSQL's tools
+# then print `could not change directory to "...": Permission denied` on every call.
 as_owner() {
   if [ "$(id -u)" -eq 0 ]; then
-    runuser -u postgres -- "$@"
+    (cd / && runuser -u postgres -- "$@")
   else
     "$@"
   fi
