@@ -23,6 +23,8 @@ enum class ExitCode : int {
   kCannotJudge = 16,       // check: the broker dropped records (retention): some events unjudgeable
   kDbReadOnly = 17,        // a command that writes met a read-only database file or directory
   kUnsupportedOnPostgres = 18,  // the command does not run on a postgresql:// --db yet
+  // relay: the partitioner or partition count differs from the one recorded for the topic
+  kPartitionMappingChanged = 21,
   kInternal = 70,          // a bug: an unexpected exception
 };
 
