@@ -312,6 +312,9 @@ void PgStore::LockMigration() {
                       "lock the schema for migration");
   } catch (const pg::PgError& e) {
     if (e.sqlstate() != "55P03") throw;
+    if (!bounded_already)
+      connection_.Query("SELECT set_config('lock_timeout', '0', false)", {},
+                        "restore lock_timeout");
     const std::string holder = MigrationLockHolder();
     throw pg::PgError(
         fmt::format("lock the schema for migration: advisory lock {} (pg_advisory_lock key, "
