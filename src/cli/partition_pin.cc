@@ -17,6 +17,10 @@ void PinPartitionMapping(const GlobalOptions& global, OutboxStore& store, bool a
       lab::ReadPartitionCount(global.RequireBrokers(), global.ParsedProperties(), global.topic, 2000);
   const lab::PartitionMappingCheck check =
       lab::CheckPartitionMapping(store, current, allow_change);
+  if (!check.note_error.empty())
+    fmt::print("[relay] partition mapping of topic '{}' not recorded ({}); compared again at the "
+               "next start\n",
+               current.topic, check.note_error);
   if (check.change.empty()) return;
   if (!allow_change)
     throw CommandError(

@@ -1,4 +1,5 @@
-// relay's check of the key->partition mapping at start (lab/partition_mapping.h).
+// relay --key aggregate-id's check of the key->partition mapping at start
+// (lab/partition_mapping.h).
 #pragma once
 
 #include "cli/command.h"
@@ -11,7 +12,9 @@ namespace outbox::cli {
 // compared when the broker does not answer or the topic does not exist yet), or compares them
 // with what a relay recorded before. Throws CommandError kPartitionMappingChanged naming both
 // mappings when they differ and allow_change is false; prints one `[relay] partition mapping
-// changed` line when allow_change let it through. Throws the store's errors, ConfigError (-X).
+// changed` line when allow_change let it through, and a `not recorded` line when the store
+// could not write the record (the relay goes on; its loop meets the store's errors itself).
+// Throws the store's read errors, ConfigError (-X).
 void PinPartitionMapping(const GlobalOptions& global, OutboxStore& store, bool allow_change);
 
 }  // namespace outbox::cli

@@ -34,12 +34,16 @@ struct PartitionMappingCheck {
   bool first = false;    // nothing was recorded for the topic: current is recorded now
   std::string change;    // PartitionMappingChange, "" when the same
   PartitionMapping recorded;  // what the store held (when !first)
+  // The store's error when recording current failed (say an I/O error); empty when it was
+  // recorded or nothing needed recording.
+  std::string note_error;
 };
 
 // Compares current with what store recorded for current.topic. Records current when nothing was
 // recorded, when the mapping is the same but the partition count was not known before, or when
 // it changed and allow_change is true; leaves the record alone when it changed and allow_change
-// is false (the caller refuses to start). Throws the store's errors.
+// is false (the caller refuses to start). A failed write is returned in note_error, not thrown.
+// Throws the store's errors on the read.
 PartitionMappingCheck CheckPartitionMapping(OutboxStore& store, const PartitionMapping& current,
                                             bool allow_change);
 

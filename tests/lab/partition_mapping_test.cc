@@ -131,3 +131,16 @@ TEST_CASE("A PostgreSQL outbox refuses an empty aggregate id from the library an
   }
   CHECK(store.Count().total == 0);
 }
+
+TEST_CASE("A partition mapping that cannot be written is reported and not thrown", "[partitioning]") {
+  testing::TempDir dir;
+  {
+    Store store(dir.File("outbox.db"), testing::FastStoreOptions(), OpenMode::kCreate);
+    store.ResetSchema();
+  }
+  Store read_only(dir.File("outbox.db"), testing::FastStoreOptions(), OpenMode::kReadOnly);
+  const auto check = lab::CheckPartitionMapping(read_only, Mapping("consistent_random", 8), false);
+  CHECK(check.first);
+  CHECK(check.note_error.find("SQLITE_READONLY") != std::string::npos);
+  CHECK_FALSE(read_only.ReadPartitionMapping("orders").has_value());
+}
