@@ -11,7 +11,10 @@ namespace outbox {
 // An event as the business transaction writes it (chapter 7.1, table outbox).
 struct OutboxEvent {
   std::string event_id;      // unique; the consumer's deduplication key
-  std::string aggregate_id;  // e.g. the loan id
+  // e.g. the loan id; never empty (the outbox contract: an enqueue of an empty one fails, see
+  // EmptyAggregateMessage): with relay --key aggregate-id it is the record key, and librdkafka
+  // sends an empty key to a random partition, where the aggregate's order is lost.
+  std::string aggregate_id;
   std::string event_type;    // e.g. "LoanCreated"
   std::string payload;       // JSON text, sent as the record value
   std::int64_t created_at_ms = 0;  // epoch ms
@@ -20,6 +23,14 @@ struct OutboxEvent {
   // Untrusted: validated when the relay sends the row, not here.
   std::string headers = {};  // a default, so {id, aggregate, type, payload, ms} stays complete
 };
+
+// "enqueue event 'E': aggregate_id is empty: ..." the message of the ConfigError an enqueue
+// throws for an empty aggregate id (Store::Enqueue, PgStore::Enqueue).
+inline std::string EmptyAggregateMessage(const std::string& event_id) {
+  return "enqueue event '" + event_id +
+         "': aggregate_id is empty: the outbox contract needs one (the record key that keeps an "
+         "aggregate's events on one partition, in order)";
+}
 
 // A row of the outbox table.
 struct OutboxRow {

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,7 @@ struct OutboxStatus;
 struct OutboxCounts;
 struct OutboxSnapshot;
 struct LeaderLease;
+struct PartitionMapping;
 struct LeaseAcquisition;
 struct PageRequest;
 struct CheckpointReport;
@@ -67,6 +69,16 @@ class OutboxStore {
   virtual void NoteBrokerIncarnation(const std::string& incarnation) = 0;
   // The incarnations noted since the last reset, in the order first noted (empty: none).
   virtual std::vector<std::string> BrokerIncarnations() = 0;
+
+  // Records how the relay maps keys to partitions of mapping.topic (its librdkafka partitioner and
+  // the topic's partition count; 0: not known), replacing what was recorded for that topic. Kept
+  // until the next reset (table outbox_partitioning, created on first use). A relay compares it
+  // at start: another partitioner or partition count sends one aggregate's later records to
+  // another partition, where they lose their order (README, "Partitions"). Throws the
+  // implementation's error.
+  virtual void NotePartitionMapping(const PartitionMapping& mapping) = 0;
+  // What NotePartitionMapping recorded for topic since the last reset; nullopt: nothing.
+  virtual std::optional<PartitionMapping> ReadPartitionMapping(const std::string& topic) = 0;
 
   // The id the next enqueue gets when no other writer comes first (one past the highest id ever
   // assigned; ids never go back).

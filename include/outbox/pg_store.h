@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,15 +42,31 @@ enum class PgClaimMode {
   kNaiveCursor,
 };
 
+// The oldest transaction of the server holding back the MVCC horizon (the xmin below which
+// VACUUM may remove dead rows): while it stays open, every published, purged or updated outbox
+// row stays in the table and its indexes as a dead tuple, whatever the relay does.
+// https://www.postgresql.org/docs/15/routine-vacuuming.html#VACUUM-FOR-SPACE-RECOVERY
+struct HorizonHolder {
+  int pid = 0;                   // pg_stat_activity.pid
+  std::string application_name;  // may be empty
+  std::string state;             // "idle in transaction", "active", ...
+  std::string database;          // the database it is connected to (the horizon is cluster-wide)
+  std::int64_t xmin_age = 0;     // age() of its backend_xmin (or backend_xid), in transactions
+  std::int64_t transaction_age_ms = 0;  // server's now() - xact_start
+  std::int64_t outbox_dead_tuples = 0;  // pg_stat_user_tables.n_dead_tup of this outbox
+};
+
 class PgStore : public OutboxStore {
  public:
   // Connects and, when a table of the schema is missing, creates it under
-  // pg_advisory_lock(kMigrationLockKey). An existing schema is not touched: no DDL, so no wait
+  // pg_advisory_lock(kMigrationLockKey), waiting for it at most lock_timeout (see
+  // kMigrationLockWaitMs). An existing schema is not touched: no DDL and no lock, so no wait
   // behind the writers' open transactions. clock (not owned, must outlive the store; null: the
   // system clock) is what clock() returns; leases and backoffs never read it (the server's now()).
   // mode: how ClaimBatch(request) finds rows.
   // Throws pg::PgError: the server is unreachable, refuses the login, or the database does not
-  // exist (sqlstate "3D000").
+  // exist (sqlstate "3D000"); "55P03" when another session holds the schema lock past the wait
+  // (the message names its PID).
   explicit PgStore(const std::string& url, Clock* clock = nullptr,
                    PgClaimMode mode = PgClaimMode::kScan);
 
@@ -57,13 +74,17 @@ class PgStore : public OutboxStore {
 
   // The advisory lock key that serializes schema changes (any fixed bigint; "outbox" in ASCII).
   static constexpr std::int64_t kMigrationLockKey = 0x6f7574626f78;
+  // How long a schema change waits for kMigrationLockKey when the session sets no lock_timeout
+  // (ms). A longer or shorter wait: lock_timeout in the URL (`?options=-clock_timeout%3D2000`).
+  static constexpr std::int64_t kMigrationLockWaitMs = 10000;
 
   // Drops and recreates the outbox, its archive, the fencing sequence, the naive offset and the
   // run table, empty, and starts a new run (RunId). The leader lease row stays (its token keeps
   // growing) with its term ended. The lab's business table is the lab's
   // (lab/loans.h, ResetLabStore). Returns what it dropped, counted in the drop's transaction
   // (lab_table false: the table named outbox has no boolean published column, so published is
-  // 0). Throws pg::PgError.
+  // 0). Takes the schema lock (see the constructor) before it drops anything. Throws
+  // pg::PgError ("55P03" naming the lock's holder).
   ResetCounts ResetSchema();
   // True when every table of the outbox schema exists. Throws pg::PgError.
   bool HasSchema() { return SchemaCurrent(); }
@@ -93,6 +114,8 @@ class PgStore : public OutboxStore {
   std::string RunId() override;
   void NoteBrokerIncarnation(const std::string& incarnation) override;
   std::vector<std::string> BrokerIncarnations() override;
+  void NotePartitionMapping(const PartitionMapping& mapping) override;
+  std::optional<PartitionMapping> ReadPartitionMapping(const std::string& topic) override;
   std::int64_t NextId() override;
   OutboxCounts Count() override;
   OutboxSnapshot Snapshot() override;
@@ -120,7 +143,10 @@ class PgStore : public OutboxStore {
   // over; with block_key only the oldest unpublished row of each aggregate) for lease_ms of the
   // server's clock. request.now_ms, after_id and up_to_id are ignored: the server's clock and the
   // mode decide. Rows come back in id order with a fencing token greater than every earlier
-  // claim's (a sequence). Throws pg::PgError.
+  // claim's (a sequence). With block_key (scan mode) it walks the aggregates' heads first (one
+  // index probe per aggregate, up to 1,000 aggregates), so a backlog stalled behind failed heads
+  // costs per aggregate, not per stalled row; past 1,000 aggregates, the id-order scan. Throws
+  // pg::PgError.
   Claim ClaimBatch(const ClaimRequest& request, PgClaimMode mode);
   // The same in the mode given to the constructor.
   Claim ClaimBatch(const ClaimRequest& request) override { return ClaimBatch(request, mode_); }
@@ -151,6 +177,12 @@ class PgStore : public OutboxStore {
   std::vector<ClaimOwner> ClaimOwners(std::int64_t now_ms) override;
   std::int64_t ReleaseClaimsOf(const std::string& owner, std::int64_t up_to_token) override;
   OutboxStatus Status(std::int64_t now_ms) override;
+
+  // The oldest open transaction of this database that holds a snapshot or a transaction id
+  // (other than this store's own session; other databases' sessions do not hold back its tables), when its transaction is at least threshold_ms (>= 0) old on the
+  // server's clock; nullopt otherwise. Prepared transactions and replication slots can hold the
+  // horizon too and are not looked at. Throws pg::PgError.
+  std::optional<HorizonHolder> OldestHorizonHolder(std::int64_t threshold_ms);
 
   // --- Leader mode (relay --coordination leader) ---
   //
@@ -214,6 +246,16 @@ class PgStore : public OutboxStore {
 
  private:
   void Migrate();
+  // pg_advisory_lock(kMigrationLockKey), waiting at most the session's lock_timeout (or
+  // kMigrationLockWaitMs when it is 0). Throws pg::PgError "55P03" naming the key and the holder
+  // (PID, application_name, state, from pg_locks and pg_stat_activity) with the
+  // pg_terminate_backend hint when the wait ran out.
+  void LockMigration();
+  // "PID n application_name 'a' state 's' for n s; end that session or run ..." of the other
+  // session holding kMigrationLockKey; empty when none does. Throws pg::PgError.
+  std::string MigrationLockHolder();
+  void UnlockMigration();
+  ResetCounts ResetLocked();  // ResetSchema's body, under the schema lock
   bool SchemaCurrent();  // every table of the schema exists
 
   std::string url_;

@@ -247,6 +247,14 @@ struct OutboxStatus {
 
 inline constexpr std::size_t kBadCreatedAtIdsShown = 20;
 
+// How a relay maps record keys to the partitions of one topic (OutboxStore::NotePartitionMapping).
+struct PartitionMapping {
+  std::string topic;
+  std::string partitioner;      // librdkafka's `partitioner` property ("consistent_random", ...)
+  std::int32_t partitions = 0;  // the topic's partition count when recorded; 0: not known
+  std::int64_t noted_at_ms = 0; // epoch ms when recorded (the store's clock); ignored by Note
+};
+
 // An unpublished row that failed at least once: parked, or waiting in backoff.
 struct TroubledRow {
   std::int64_t id = 0;
@@ -347,6 +355,8 @@ class Store : public OutboxStore {
   // OutboxStore (outbox/outbox_store.h). Throw DbError.
   void NoteBrokerIncarnation(const std::string& incarnation) override;
   std::vector<std::string> BrokerIncarnations() override;
+  void NotePartitionMapping(const PartitionMapping& mapping) override;
+  std::optional<PartitionMapping> ReadPartitionMapping(const std::string& topic) override;
   // True when the outbox table exists.
   bool HasSchema();
 

@@ -75,6 +75,11 @@ void PrintJson(const lab::CheckResult& r, const std::string& run_id,
   out["lost_after_mark"] = r.lost_after_mark;
   out["stuck"] = r.stuck;
   out["order_violations"] = r.order_violations;
+  out["order_hazards"] = nlohmann::ordered_json::array();
+  for (const lab::OrderHazard& hazard : r.order_hazards)
+    out["order_hazards"].push_back({{"aggregate_id", hazard.aggregate_id},
+                                    {"partitions", hazard.partitions},
+                                    {"keyed_by_aggregate", hazard.keyed_by_aggregate}});
   out["undone"] = r.undone;
   out["undone_phantom"] = r.undone_phantom;
   out["corrupt"] = r.corrupt;
@@ -146,6 +151,24 @@ void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
              "stuck={} order-violations={}\n",
              r.ok, r.lost.size(), r.duplicated.size(), r.phantom.size(), r.atomicity.size(),
              r.lost_after_mark.size(), r.stuck.size(), r.order_violations.size());
+  if (!r.order_hazards.empty()) {
+    std::vector<std::string> items;
+    bool keyed_by_aggregate = true;
+    for (const lab::OrderHazard& hazard : r.order_hazards) {
+      items.push_back(fmt::format("{} on {}", lab::EscapeBytes(hazard.aggregate_id),
+                                  fmt::join(hazard.partitions, "+")));
+      keyed_by_aggregate = keyed_by_aggregate && hazard.keyed_by_aggregate;
+    }
+    fmt::print("[check] order hazards={}: aggregates on more than one partition, whose events a "
+               "consumer may apply out of order ({}): {}\n",
+               r.order_hazards.size(),
+               keyed_by_aggregate
+                   ? "keyed by aggregate id, so the key->partition mapping changed: another "
+                     "partitioner or partition count"
+                   : "not every record is keyed by its aggregate id: relay --key aggregate-id "
+                     "pins an aggregate to one partition",
+               list(items));
+  }
   if (!r.stuck.empty() || !r.retention_unknown.empty() || !r.restart_unknown.empty())
     fmt::print("[check] pending={} parked={} cannot-judge={}\n", r.pending.size(), r.parked.size(),
                r.retention_unknown.size() + r.restart_unknown.size());

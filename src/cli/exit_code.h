@@ -25,6 +25,8 @@ enum class ExitCode : int {
   kUnsupportedOnPostgres = 18,  // the command does not run on a postgresql:// --db yet
   kProducerFatal = 19,     // the Kafka producer hit a fatal error (idempotence); restart for a new one
   kStalled = 20,           // relay --until-empty: rows left that wait behind a parked row (unpark it)
+  // relay: the partitioner or partition count differs from the one recorded for the topic
+  kPartitionMappingChanged = 21,
   kInternal = 70,          // a bug: an unexpected exception
 };
 

@@ -16,6 +16,7 @@
 #include "lab/json_bytes.h"
 #include "cli/drain.h"
 #include "cli/duration.h"
+#include "cli/partition_pin.h"
 #include "cli/publishing.h"
 #include "cli/stop_signal.h"
 #include "lab/recording_publisher.h"
@@ -51,6 +52,7 @@ struct RelayCliOptions {
   std::int64_t idle_max_ms = 1000;
   std::string owner;
   bool quiet = false;
+  bool allow_partitioner_change = false;  // --allow-partitioner-change
   bool fail_on_parked = false;
   bool json = false;
   std::string pg_claim = "scan";  // PostgreSQL: scan | naive-cursor (PgClaimMode)
@@ -247,6 +249,10 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
           },
           "NAME", "Owner"));
   sub->add_flag("--quiet", o->quiet, "Print only the final line");
+  sub->add_flag("--allow-partitioner-change", o->allow_partitioner_change,
+                "--key aggregate-id: start even when -X partitioner or the topic's partition "
+                "count differs from the one recorded for --topic (exit 21 otherwise), and record "
+                "the new one");
   sub->add_flag("--fail-on-parked", o->fail_on_parked,
                 "Exit 14 instead of 0 when parked rows are left in the outbox at the end (for CI "
                 "that asserts every event was delivered; list them with `parked`); exit 4 when "
@@ -308,6 +314,9 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             const std::unique_ptr<OutboxStore> owned_store =
                 lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kExisting, pg_mode);
             OutboxStore& store = *owned_store;
+            // Only keys that pin an aggregate to a partition have a mapping to keep.
+            if (relay_options.key == KeyChoice::kAggregateId)
+              PinPartitionMapping(global, store, o->allow_partitioner_change);
             kafka::KafkaPublisherOptions publisher_options;
             publisher_options.brokers = global.RequireBrokers();
             publisher_options.topic = global.topic;

@@ -8,10 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/duration.h"
 #include "lab/json_bytes.h"
 #include "lab/loans.h"
 #include "lab/relay_owner.h"
 #include "outbox/error.h"
+#include "outbox/pg_store.h"
 
 namespace outbox::cli {
 namespace {
@@ -24,16 +26,24 @@ struct StatusView {
   std::int64_t wal_bytes = 0;  // OutboxStore::WalSizeBytes; not measured on PostgreSQL
   Backend backend = Backend::kSqlite;
   std::vector<Stall> stalls;  // parked rows holding back their aggregates (OutboxStore::Stalls)
+  // PostgreSQL: the oldest transaction pinning the MVCC horizon past the threshold; never on
+  // SQLite (a reader there holds back only the WAL checkpoint, see wal-bytes).
+  std::optional<HorizonHolder> horizon;
 };
 
-StatusView ReadStatusView(const GlobalOptions& global) {
+StatusView ReadStatusView(const GlobalOptions& global, std::int64_t horizon_threshold_ms) {
   auto store = lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
   const std::int64_t now_ms = store->clock().EpochMs();
   StatusView view{store->Status(now_ms), store->ClaimOwners(now_ms), store->ReadLease(), now_ms,
                   store->WalSizeBytes(), store->backend()};
   if (view.status.parked > 0) view.stalls = store->Stalls(10);
+  if (auto* pg_store = dynamic_cast<PgStore*>(store.get()))
+    view.horizon = pg_store->OldestHorizonHolder(horizon_threshold_ms);
   return view;
 }
+
+// Default of status --horizon-threshold: a transaction open a minute is no OLTP transaction.
+constexpr std::int64_t kHorizonThresholdMs = 60000;
 
 // Prometheus text exposition format, version 0.0.4.
 std::string PrometheusText(const StatusView& view) {
@@ -81,8 +91,13 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                 "age, backoff, parked, claimed, published");
   auto json = std::make_shared<bool>(false);
   sub->add_flag("--json", *json, "Print one JSON object");
-  return {sub, [&global, json]() -> ExitCode {
-            const StatusView view = ReadStatusView(global);
+  auto horizon_threshold_ms = std::make_shared<std::int64_t>(kHorizonThresholdMs);
+  AddDurationOption(*sub, "--horizon-threshold", *horizon_threshold_ms,
+                    "PostgreSQL: name the oldest transaction holding back VACUUM's horizon once "
+                    "it has been open this long",
+                    0, 7LL * 24 * 3600 * 1000);
+  return {sub, [&global, json, horizon_threshold_ms]() -> ExitCode {
+            const StatusView view = ReadStatusView(global, *horizon_threshold_ms);
             const OutboxStatus& s = view.status;
             const LeaderLease& lease = view.lease;
             const bool live = lease.Live(view.now_ms);
@@ -120,6 +135,16 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                 out["stalls"].push_back({{"parked_id", st.parked_id}, {"event_id", st.event_id},
                                          {"aggregate_id", st.aggregate_id},
                                          {"rows_held", st.rows_held}});
+              out["horizon"] = nullptr;
+              if (view.horizon)
+                out["horizon"] = {{"pid", view.horizon->pid},
+                                  {"application_name", view.horizon->application_name},
+                                  {"state", view.horizon->state},
+                                  {"database", view.horizon->database},
+                                  {"transaction_age_ms", view.horizon->transaction_age_ms},
+                                  {"xmin_age", view.horizon->xmin_age},
+                                  {"outbox_dead_tuples", view.horizon->outbox_dead_tuples},
+                                  {"threshold_ms", *horizon_threshold_ms}};
               fmt::print("{}\n", lab::DumpJson(out));
             } else {
               fmt::print("[status] unpublished={} pending={} oldest-pending-age-ms={} "
@@ -156,6 +181,15 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                            "aggregate {}\n",
                            st.parked_id, lab::EscapeBytes(st.event_id), st.rows_held,
                            lab::EscapeBytes(st.aggregate_id));
+              if (view.horizon)
+                fmt::print("[status] horizon held by pid={} application-name='{}' state='{}' "
+                           "database='{}' transaction-age-ms={} xmin-age={} "
+                           "outbox-dead-tuples={}: VACUUM cannot remove dead outbox rows while "
+                           "it stays open; end it or run `SELECT pg_terminate_backend({})`\n",
+                           view.horizon->pid, lab::EscapeBytes(view.horizon->application_name),
+                           view.horizon->state, lab::EscapeBytes(view.horizon->database),
+                           view.horizon->transaction_age_ms, view.horizon->xmin_age,
+                           view.horizon->outbox_dead_tuples, view.horizon->pid);
             }
             return ExitCode::kOk;
           }};
@@ -169,7 +203,7 @@ Command AddMetricsCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--textfile", *textfile,
                   "Write to this .prom file atomically (for node_exporter's textfile collector)");
   return {sub, [&global, textfile]() -> ExitCode {
-            const std::string text = PrometheusText(ReadStatusView(global));
+            const std::string text = PrometheusText(ReadStatusView(global, kHorizonThresholdMs));
             if (textfile->empty()) {
               fmt::print("{}", text);
               return ExitCode::kOk;

@@ -174,6 +174,20 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
     }
     if (found->second.id > last.first) last = {found->second.id, &record};
   }
+  // Every copy counts: a re-send after a partitioner switch lands on the new partition.
+  std::map<std::string, std::pair<std::set<std::int32_t>, bool>> partitions_by_aggregate;
+  for (const TopicRecord& record : records) {
+    const auto found = outbox.find(record.event_id);
+    if (found == outbox.end()) continue;
+    auto& [partitions, other_key] = partitions_by_aggregate[found->second.aggregate_id];
+    partitions.insert(record.partition);
+    if (record.key != found->second.aggregate_id) other_key = true;
+  }
+  for (const auto& [aggregate, entry] : partitions_by_aggregate)
+    if (entry.first.size() > 1)
+      result.order_hazards.push_back(
+          {aggregate, std::vector<std::int32_t>(entry.first.begin(), entry.first.end()),
+           !entry.second});
   for (const auto& id : first_seen)
     if (seen[id] > 1) result.duplicated.emplace_back(id, seen[id]);
   for (const auto& event_id : outbox_order) {
@@ -219,6 +233,7 @@ const std::vector<std::string>& CheckExpectationKeys() {
       "valid",         "business_rows",      "outbox_rows",          "kafka_records",
       "ok",            "lost",               "duplicated",           "phantom",
       "atomicity",     "lost_after_mark",    "stuck",                "order_violations",
+      "order_hazards",
       "pending",       "parked",             "retention_unknown",    "other_run_records",
       "restart_unknown",
       "history_attempts", "history_acknowledged", "history_failed", "history_indeterminate",
@@ -244,6 +259,7 @@ std::map<std::string, std::int64_t> CheckValues(const CheckResult& r) {
       {"lost_after_mark", size(r.lost_after_mark)},
       {"stuck", size(r.stuck)},
       {"order_violations", size(r.order_violations)},
+      {"order_hazards", size(r.order_hazards)},
       {"pending", size(r.pending)},
       {"parked", size(r.parked)},
       {"retention_unknown", size(r.retention_unknown)},

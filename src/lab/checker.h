@@ -71,6 +71,19 @@ struct OrderViolation {
   std::int64_t second_outbox_id = 0;
 };
 
+// An aggregate whose records of this run sit on more than one partition: a consumer reads
+// partitions independently, so it may apply a later event of the aggregate before an earlier
+// one, and the per-partition order check above cannot see it. The key->partition mapping
+// changed during the run (a partitioner switch, a partition count change, --key event-id on a
+// topic of several partitions, or an empty key spread at random).
+struct OrderHazard {
+  std::string aggregate_id;
+  std::vector<std::int32_t> partitions;  // ascending
+  // Every one of its records had the aggregate id as key (relay --key aggregate-id): the mapping
+  // itself moved. False: some were keyed otherwise (event id), which never pinned the aggregate.
+  bool keyed_by_aggregate = false;
+};
+
 // The verdict of a check, in order of precedence: a finding beats an
 // unfinished run, which beats an unjudgeable one.
 enum class Verdict {
@@ -118,6 +131,10 @@ struct CheckResult {
   std::vector<std::string> stuck;    // pending and parked together, in outbox id order
   std::vector<std::string> order_violations;  // per aggregate, first sightings out of id order
   std::vector<OrderViolation> order_pairs;    // the same violations, with both records
+  // Aggregates seen on more than one partition, by aggregate id. Reported, with order
+  // violations, apart from the verdict: the verdict judges delivery (lost, phantom, atomicity),
+  // and a gate on order passes --expect order_violations=0,order_hazards=0.
+  std::vector<OrderHazard> order_hazards;
   std::vector<OutboxEntry> outbox;            // every row read, in outbox id order
   // Power loss (issue 10). undone: acknowledged to its writer (history), yet
   // no outbox row now: a power cut undid the commit. undone_phantom: the part
@@ -156,7 +173,7 @@ const char* VerdictName(Verdict verdict);
 
 // The keys of check --expect, in report order: valid (1 or 0), business_rows,
 // outbox_rows, kafka_records, ok, then the sizes of the lists lost, duplicated,
-// phantom, atomicity, lost_after_mark, stuck, order_violations, pending,
+// phantom, atomicity, lost_after_mark, stuck, order_violations, order_hazards, pending,
 // parked, retention_unknown, other_run_records, restart_unknown, then the
 // history counts history_attempts ... history_unexpected, history_marked,
 // history_fenced, history_parked, history_marked_without_ack,

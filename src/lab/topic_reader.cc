@@ -92,6 +92,24 @@ std::string ReadBrokerIncarnation(const std::string& brokers,
   return BrokerIncarnationOf(client.get(), *metadata, std::min(timeout_ms, 1000));
 }
 
+std::int32_t ReadPartitionCount(const std::string& brokers,
+                                const std::vector<kafka::Property>& properties,
+                                const std::string& topic, int timeout_ms) {
+  std::vector<kafka::Property> all = {{"bootstrap.servers", brokers}, {"log_level", "2"}};
+  all.insert(all.end(), properties.begin(), properties.end());
+  kafka::KafkaHandle client = kafka::MakeClient(RD_KAFKA_PRODUCER, kafka::MakeConf(all));
+  const rd_kafka_metadata_t* raw_metadata = nullptr;
+  // All topics: asking for one topic by name would let the broker auto-create it.
+  const rd_kafka_resp_err_t err =
+      rd_kafka_metadata(client.get(), 1, nullptr, &raw_metadata, timeout_ms);
+  kafka::MetadataHandle metadata(raw_metadata);
+  if (err || !metadata) return 0;
+  for (int t = 0; t < metadata->topic_cnt; ++t)
+    if (metadata->topics[t].topic == topic && metadata->topics[t].err == RD_KAFKA_RESP_ERR_NO_ERROR)
+      return metadata->topics[t].partition_cnt;
+  return 0;
+}
+
 std::vector<TopicRecord> ReadTopic(const TopicReadOptions& options) {
   return ReadTopicLog(options).records;
 }

@@ -86,6 +86,12 @@ std::string BrokerIncarnationOf(rd_kafka_t* client, const rd_kafka_metadata_t& m
 std::string ReadBrokerIncarnation(const std::string& brokers,
                                   const std::vector<kafka::Property>& properties, int timeout_ms);
 
+// The partition count of topic on brokers, or 0 when the broker cannot be reached within
+// timeout_ms (ms) or the topic does not exist (yet). Throws ConfigError for a bad -X property only.
+std::int32_t ReadPartitionCount(const std::string& brokers,
+                                const std::vector<kafka::Property>& properties,
+                                const std::string& topic, int timeout_ms);
+
 // A topic that does not exist is simply empty while nothing was published to
 // it; once published_rows (outbox rows marked published, >= 0) is above 0, it
 // means a mistyped --topic or another broker, and judging the log would call

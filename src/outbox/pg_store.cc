@@ -21,7 +21,7 @@ constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS outbox (
   id BIGSERIAL PRIMARY KEY,
   event_id TEXT NOT NULL UNIQUE,
-  aggregate_id TEXT NOT NULL,
+  aggregate_id TEXT NOT NULL CONSTRAINT outbox_aggregate_id_not_empty CHECK (aggregate_id <> ''),
   event_type TEXT NOT NULL,
   payload BYTEA NOT NULL,
   created_at BIGINT NOT NULL DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
@@ -96,6 +96,59 @@ FROM picked WHERE u.id = picked.id
 RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_at, u.attempts
 )sql";
 }
+
+// With block key only the head of each aggregate (its oldest unpublished row) can be claimed. The
+// id-order scan of ClaimSql tests every row it passes for an earlier unpublished row of its
+// aggregate, so a backlog stalled behind failed heads costs a probe per stalled row on every
+// claim (100,000 stalled rows: 1.4 s). Walking the heads instead (a loose index scan over
+// outbox_pending_by_aggregate, one probe per aggregate) costs one probe per aggregate; it gives
+// up after kHeadWalkCap aggregates, where the id-order scan is cheaper (most rows are heads).
+// $1 token, $2 owner, $3 limit, $4 lease ms, $5 the cap. The last column of every row, and a
+// single row with null id when nothing was claimed, tells whether the walk saw every aggregate.
+constexpr std::int64_t kHeadWalkCap = 1000;
+constexpr const char* kHeadClaimSql = R"sql(
+WITH RECURSIVE heads(aggregate_id, id, n) AS (
+  (SELECT aggregate_id, id, 1 FROM outbox WHERE NOT published ORDER BY aggregate_id, id LIMIT 1)
+  UNION ALL
+  SELECT nx.aggregate_id, nx.id, h.n + 1 FROM heads h CROSS JOIN LATERAL (
+    SELECT e.aggregate_id, e.id FROM outbox e
+    WHERE NOT e.published AND e.aggregate_id > h.aggregate_id
+    ORDER BY e.aggregate_id, e.id LIMIT 1) nx
+  WHERE h.n <= $5
+), walk AS (SELECT COALESCE(max(n), 0) <= $5 AS complete FROM heads),
+picked AS (
+  SELECT o.id FROM outbox o
+  WHERE (SELECT complete FROM walk) AND o.id IN (SELECT id FROM heads)
+    AND NOT o.published AND o.parked_at IS NULL
+    AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now())
+  ORDER BY o.id LIMIT $3
+  FOR UPDATE OF o SKIP LOCKED),
+claimed AS (
+  UPDATE outbox u SET claim_token = $1, claim_owner = $2,
+    claim_until = now() + $4::bigint * interval '1 millisecond', claimed_at = now()
+  FROM picked WHERE u.id = picked.id
+  RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_at, u.attempts)
+SELECT c.id, c.event_id, c.aggregate_id, c.event_type, c.payload, c.created_at, c.attempts,
+       (SELECT complete FROM walk)::int
+FROM (SELECT 1) one LEFT JOIN claimed c ON true
+)sql";
+
+// HasClaimable's walk: -1 when it gave up after $1 aggregates, else 1 when a head is claimable.
+constexpr const char* kHeadClaimableSql = R"sql(
+WITH RECURSIVE heads(aggregate_id, id, n) AS (
+  (SELECT aggregate_id, id, 1 FROM outbox WHERE NOT published ORDER BY aggregate_id, id LIMIT 1)
+  UNION ALL
+  SELECT nx.aggregate_id, nx.id, h.n + 1 FROM heads h CROSS JOIN LATERAL (
+    SELECT e.aggregate_id, e.id FROM outbox e
+    WHERE NOT e.published AND e.aggregate_id > h.aggregate_id
+    ORDER BY e.aggregate_id, e.id LIMIT 1) nx
+  WHERE h.n <= $1
+)
+SELECT CASE WHEN (SELECT COALESCE(max(n), 0) FROM heads) > $1 THEN -1
+  ELSE EXISTS (SELECT 1 FROM outbox o WHERE o.id IN (SELECT id FROM heads)
+    AND NOT o.published AND o.parked_at IS NULL
+    AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now()))::int END
+)sql";
 
 pg::Param Bool(bool value) { return pg::Param::Text(value ? "true" : "false"); }
 
@@ -209,20 +262,94 @@ void PgStore::Migrate() {
   if (SchemaCurrent()) return;
   // A session-level advisory lock: held until the unlock below (or the connection's end, should
   // this process die here), so a second process waits instead of racing the CREATEs.
-  connection_.Query("SELECT pg_advisory_lock($1)", {pg::Param::Int(kMigrationLockKey)},
-                    "lock the schema for migration");
+  LockMigration();
   try {
     if (!SchemaCurrent()) connection_.Exec(kSchema, "create the outbox schema");
   } catch (...) {
-    connection_.Query("SELECT pg_advisory_unlock($1)", {pg::Param::Int(kMigrationLockKey)},
-                      "unlock the schema");
+    UnlockMigration();
     throw;
   }
+  UnlockMigration();
+}
+
+std::string PgStore::MigrationLockHolder() {
+  // A bigint advisory key sits in pg_locks as classid = its high 32 bits, objid = its low 32
+  // bits, objsubid = 1 (https://www.postgresql.org/docs/15/view-pg-locks.html).
+  const pg::Result holders = connection_.Query(
+      "SELECT l.pid, COALESCE(a.application_name, ''), COALESCE(a.state, ''), "
+      "COALESCE(extract(epoch FROM now() - a.state_change)::bigint, -1) "
+      "FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
+      "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+      "AND l.classid::bigint = ($1::bigint >> 32) AND l.objid::bigint = ($1::bigint & 4294967295) "
+      "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+      "AND l.pid <> pg_backend_pid() ORDER BY l.pid LIMIT 1",
+      {pg::Param::Int(kMigrationLockKey)}, "look for the schema lock's holder");
+  if (holders.rows() == 0) return "";
+  const std::string pid = holders.Text(0, 0);
+  const std::string app = holders.Text(0, 1);
+  const std::string state = holders.Text(0, 2);
+  const std::int64_t state_s = holders.Int(0, 3);
+  std::string who = fmt::format("PID {}", pid);
+  if (!app.empty()) who += fmt::format(" application_name '{}'", app);
+  if (!state.empty()) who += fmt::format(" state '{}'", state);
+  if (state_s >= 0) who += fmt::format(" for {} s", state_s);
+  return fmt::format("{}; end that session or run `SELECT pg_terminate_backend({})`", who, pid);
+}
+
+void PgStore::LockMigration() {
+  // Bounded: the session's lock_timeout when the URL sets one, else kMigrationLockWaitMs. An
+  // unbounded pg_advisory_lock behind a session that forgot its lock hangs reset without a word.
+  const std::string previous =
+      connection_.Query("SELECT current_setting('lock_timeout')", {}, "read lock_timeout")
+          .Text(0, 0);
+  const bool bounded_already = previous != "0";
+  if (!bounded_already)
+    connection_.Query("SELECT set_config('lock_timeout', $1, false)",
+                      {pg::Param::Text(fmt::format("{}ms", kMigrationLockWaitMs))},
+                      "bound the wait for the schema lock");
+  const std::string waited = bounded_already ? previous : fmt::format("{}ms", kMigrationLockWaitMs);
+  try {
+    connection_.Query("SELECT pg_advisory_lock($1)", {pg::Param::Int(kMigrationLockKey)},
+                      "lock the schema for migration");
+  } catch (const pg::PgError& e) {
+    if (e.sqlstate() != "55P03") throw;
+    if (!bounded_already)
+      connection_.Query("SELECT set_config('lock_timeout', '0', false)", {},
+                        "restore lock_timeout");
+    const std::string holder = MigrationLockHolder();
+    throw pg::PgError(
+        fmt::format("lock the schema for migration: advisory lock {} (pg_advisory_lock key, "
+                    "\"outbox\") not granted within lock_timeout {}: held by {}",
+                    kMigrationLockKey, waited,
+                    holder.empty() ? std::string("a session that has released it since (retry)")
+                                   : holder),
+        "55P03");
+  }
+  if (!bounded_already)
+    connection_.Query("SELECT set_config('lock_timeout', '0', false)", {},
+                      "restore lock_timeout");
+}
+
+ResetCounts PgStore::ResetSchema() {
+  // The schema lock before the drop: a reset that could not take it after dropping would leave
+  // no schema behind.
+  LockMigration();
+  try {
+    ResetCounts counts = ResetLocked();
+    UnlockMigration();
+    return counts;
+  } catch (...) {
+    UnlockMigration();
+    throw;
+  }
+}
+
+void PgStore::UnlockMigration() {
   connection_.Query("SELECT pg_advisory_unlock($1)", {pg::Param::Int(kMigrationLockKey)},
                     "unlock the schema");
 }
 
-ResetCounts PgStore::ResetSchema() {
+ResetCounts PgStore::ResetLocked() {
   ResetCounts counts;
   {
     pg::Transaction txn(connection_);
@@ -249,7 +376,7 @@ ResetCounts PgStore::ResetSchema() {
       counts.archived = connection_.QueryInt("SELECT COUNT(*) FROM outbox_archive", {},
                                              "count the archived rows");
     connection_.Exec("DROP TABLE IF EXISTS outbox_archive; DROP TABLE IF EXISTS outbox_purged; "
-                     "DROP TABLE IF EXISTS outbox_broker; "
+                     "DROP TABLE IF EXISTS outbox_broker; DROP TABLE IF EXISTS outbox_partitioning; "
                      "DROP TABLE IF EXISTS outbox; "
                      "DROP SEQUENCE IF EXISTS outbox_fence; DROP TABLE IF EXISTS outbox_run; "
                      "DROP TABLE IF EXISTS outbox_offset;",
@@ -262,7 +389,7 @@ ResetCounts PgStore::ResetSchema() {
                         "end the leader's term");
     txn.Commit();
   }
-  Migrate();
+  connection_.Exec(kSchema, "create the outbox schema");
   // The run id is the server's: epoch ms and 32 random bits, as on SQLite.
   connection_.Exec(
       "INSERT INTO outbox_run(run_id) SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint "
@@ -271,7 +398,35 @@ ResetCounts PgStore::ResetSchema() {
   return counts;
 }
 
+std::optional<HorizonHolder> PgStore::OldestHorizonHolder(std::int64_t threshold_ms) {
+  const pg::Result rows = connection_.Query(
+      "SELECT a.pid, COALESCE(a.application_name, ''), COALESCE(a.state, ''), "
+      "COALESCE(a.datname::text, ''), greatest(age(a.backend_xmin), age(a.backend_xid)), "
+      "(extract(epoch FROM now() - a.xact_start) * 1000)::bigint, "
+      "COALESCE((SELECT n_dead_tup FROM pg_stat_user_tables "
+      "          WHERE relid = to_regclass('outbox')), 0) "
+      "FROM pg_stat_activity a "
+      "WHERE (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL) "
+      "AND a.pid <> pg_backend_pid() AND a.xact_start IS NOT NULL "
+      // Only this database's sessions hold back the horizon of its tables (PostgreSQL 14+).
+      "AND a.datname = current_database() "
+      "AND now() - a.xact_start >= $1::bigint * interval '1 millisecond' "
+      "ORDER BY greatest(age(a.backend_xmin), age(a.backend_xid)) DESC, a.xact_start LIMIT 1",
+      {pg::Param::Int(threshold_ms)}, "look for the oldest transaction holding the horizon");
+  if (rows.rows() == 0) return std::nullopt;
+  HorizonHolder holder;
+  holder.pid = static_cast<int>(rows.Int(0, 0));
+  holder.application_name = rows.Text(0, 1);
+  holder.state = rows.Text(0, 2);
+  holder.database = rows.Text(0, 3);
+  holder.xmin_age = rows.Int(0, 4);
+  holder.transaction_age_ms = rows.Int(0, 5);
+  holder.outbox_dead_tuples = rows.Int(0, 6);
+  return holder;
+}
+
 std::int64_t PgStore::Enqueue(pg::Transaction& txn, const OutboxEvent& event) {
+  if (event.aggregate_id.empty()) throw ConfigError(EmptyAggregateMessage(event.event_id));
   const pg::Param created_at =
       event.created_at_ms == 0 ? pg::Param::Null() : pg::Param::Int(event.created_at_ms);
   return txn.connection().QueryInt(
@@ -288,14 +443,28 @@ Claim PgStore::ClaimBatch(const ClaimRequest& request, PgClaimMode mode) {
   const bool naive = mode == PgClaimMode::kNaiveCursor;
   pg::Transaction txn(connection_);
   claim.token = connection_.QueryInt("SELECT nextval('outbox_fence')", {}, "take a fencing token");
-  pg::Result rows = connection_.Query(
-      ClaimSql(),
-      {Bool(request.block_key), Bool(naive), pg::Param::Int(claim.token),
-       pg::Param::Text(request.owner), pg::Param::Int(request.limit),
-       pg::Param::Int(request.lease_ms)},
-      "claim a batch");
   std::vector<std::pair<OutboxRow, std::int64_t>> claimed;
-  for (int i = 0; i < rows.rows(); ++i) claimed.emplace_back(ReadRow(rows, i), rows.Int(i, 6));
+  bool walked = false;  // the heads walk saw every aggregate: its claim is the whole answer
+  if (request.block_key && !naive) {
+    const pg::Result heads = connection_.Query(
+        kHeadClaimSql,
+        {pg::Param::Int(claim.token), pg::Param::Text(request.owner),
+         pg::Param::Int(request.limit), pg::Param::Int(request.lease_ms),
+         pg::Param::Int(kHeadWalkCap)},
+        "claim a batch");
+    walked = heads.rows() > 0 && heads.Int(0, 7) == 1;
+    for (int i = 0; i < heads.rows(); ++i)
+      if (!heads.IsNull(i, 0)) claimed.emplace_back(ReadRow(heads, i), heads.Int(i, 6));
+  }
+  if (!walked) {
+    pg::Result rows = connection_.Query(
+        ClaimSql(),
+        {Bool(request.block_key), Bool(naive), pg::Param::Int(claim.token),
+         pg::Param::Text(request.owner), pg::Param::Int(request.limit),
+         pg::Param::Int(request.lease_ms)},
+        "claim a batch");
+    for (int i = 0; i < rows.rows(); ++i) claimed.emplace_back(ReadRow(rows, i), rows.Int(i, 6));
+  }
   // RETURNING keeps no order.
   std::sort(claimed.begin(), claimed.end(),
             [](const auto& a, const auto& b) { return a.first.id < b.first.id; });
@@ -314,6 +483,12 @@ Claim PgStore::ClaimBatch(const ClaimRequest& request, PgClaimMode mode) {
 }
 
 bool PgStore::HasClaimable(const ClaimRequest& request) {
+  if (request.block_key && mode_ == PgClaimMode::kScan) {
+    const std::int64_t walked =
+        connection_.QueryInt(kHeadClaimableSql, {pg::Param::Int(kHeadWalkCap)},
+                             "look for claimable rows");
+    if (walked >= 0) return walked == 1;
+  }
   return connection_.QueryInt(std::string("SELECT EXISTS (SELECT 1 FROM outbox o WHERE ") +
                                   kClaimableWhere + ")::int",
                               {Bool(request.block_key), Bool(mode_ == PgClaimMode::kNaiveCursor)},
@@ -366,6 +541,45 @@ void PgStore::NoteBrokerIncarnation(const std::string& incarnation) {
   connection_.Query(std::string("INSERT INTO outbox_broker(incarnation, noted_at) VALUES ($1, ") +
                         kEpochMsNow + ") ON CONFLICT (incarnation) DO NOTHING",
                     {pg::Param::Text(incarnation)}, "note the broker incarnation");
+}
+
+void PgStore::NotePartitionMapping(const PartitionMapping& mapping) {
+  // Not part of SchemaCurrent's tables: created on first use (IF NOT EXISTS takes no lock on any
+  // outbox table), dropped by a reset, as outbox_partitioning is on SQLite.
+  // Two relays starting together may both create it: the loser's unique violation on the
+  // catalog (23505) or duplicate table (42P07) means the table is there.
+  if (connection_.QueryInt("SELECT (to_regclass('outbox_partitioning') IS NULL)::int", {},
+                           "look for the partition mapping") == 1) {
+    try {
+      connection_.Exec(
+          "CREATE TABLE IF NOT EXISTS outbox_partitioning (topic TEXT PRIMARY KEY, "
+          "partitioner TEXT NOT NULL, partitions INTEGER NOT NULL, noted_at BIGINT NOT NULL)",
+          "create the partition mapping table");
+    } catch (const pg::PgError& e) {
+      if (e.sqlstate() != "23505" && e.sqlstate() != "42P07") throw;
+    }
+  }
+  connection_.Query(
+      std::string("INSERT INTO outbox_partitioning(topic, partitioner, partitions, noted_at) "
+                  "VALUES ($1, $2, $3, ") +
+          kEpochMsNow +
+          ") ON CONFLICT (topic) DO UPDATE SET partitioner = excluded.partitioner, "
+          "partitions = excluded.partitions, noted_at = excluded.noted_at",
+      {pg::Param::Text(mapping.topic), pg::Param::Text(mapping.partitioner),
+       pg::Param::Int(mapping.partitions)},
+      "note the partition mapping");
+}
+
+std::optional<PartitionMapping> PgStore::ReadPartitionMapping(const std::string& topic) {
+  if (connection_.QueryInt("SELECT (to_regclass('outbox_partitioning') IS NOT NULL)::int", {},
+                           "look for the partition mapping") == 0)
+    return std::nullopt;
+  const pg::Result rows = connection_.Query(
+      "SELECT partitioner, partitions, noted_at FROM outbox_partitioning WHERE topic = $1",
+      {pg::Param::Text(topic)}, "read the partition mapping");
+  if (rows.rows() == 0) return std::nullopt;
+  return PartitionMapping{topic, rows.Text(0, 0), static_cast<std::int32_t>(rows.Int(0, 1)),
+                          rows.Int(0, 2)};
 }
 
 std::vector<std::string> PgStore::BrokerIncarnations() {

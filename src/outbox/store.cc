@@ -102,7 +102,7 @@ constexpr const char* kSchemaV2ColumnList =
 // application's, and a rebuild recreates it.
 constexpr const char* kLabOutboxObjects =
     "'outbox_unpublished', 'outbox_pending_by_aggregate', 'outbox_created_at_insert', "
-    "'outbox_created_at_update'";
+    "'outbox_created_at_update', 'outbox_aggregate_id_insert'";
 constexpr const char* kFinishV3 = R"sql(
 CREATE INDEX outbox_unpublished ON outbox(id) WHERE published = 0;
 CREATE INDEX outbox_pending_by_aggregate ON outbox(aggregate_id, id) WHERE published = 0;
@@ -139,6 +139,11 @@ CREATE TABLE IF NOT EXISTS outbox_lease (
   until_ms INTEGER NOT NULL, acquired_at INTEGER NOT NULL
 );
 INSERT OR IGNORE INTO outbox_lease(id, owner, token, until_ms, acquired_at) VALUES (1, '', 0, 0, 0);
+CREATE TRIGGER IF NOT EXISTS outbox_aggregate_id_insert BEFORE INSERT ON outbox
+WHEN NEW.aggregate_id = ''
+BEGIN
+  SELECT RAISE(ABORT, 'outbox.aggregate_id must not be empty: it is the record key that keeps an aggregate''s events on one partition');
+END;
 CREATE INDEX IF NOT EXISTS outbox_failed_by_aggregate ON outbox(aggregate_id, id)
   WHERE published = 0 AND attempts > 0;
 PRAGMA user_version = 5;
@@ -157,6 +162,12 @@ constexpr const char* kPurgedTable =
 constexpr const char* kBrokerTable =
     "CREATE TABLE IF NOT EXISTS outbox_broker (incarnation TEXT PRIMARY KEY, "
     "noted_at INTEGER NOT NULL)";
+
+// The key->partition mapping of each topic (NotePartitionMapping). Not part of the versioned
+// schema: created on first use, dropped by a reset.
+constexpr const char* kPartitioningTable =
+    "CREATE TABLE IF NOT EXISTS outbox_partitioning (topic TEXT PRIMARY KEY, "
+    "partitioner TEXT NOT NULL, partitions INTEGER NOT NULL, noted_at INTEGER NOT NULL)";
 
 // Rows that break the created_at contract (rows written before schema 3, or
 // with the triggers dropped): the same range as the triggers.
@@ -591,6 +602,7 @@ ResetCounts Store::ResetSchema() {
       "DROP TABLE IF EXISTS outbox; DROP TABLE IF EXISTS outbox_fence; "
       "DROP TABLE IF EXISTS outbox_archive; DROP TABLE IF EXISTS outbox_run; "
       "DROP TABLE IF EXISTS outbox_purged; DROP TABLE IF EXISTS outbox_broker; "
+      "DROP TABLE IF EXISTS outbox_partitioning; "
       "DROP TABLE IF EXISTS outbox_lease; PRAGMA user_version = 0;");
   connection_.Exec(kOutboxSchemaV1);
   MigrateToV2();
@@ -642,6 +654,35 @@ std::vector<std::string> Store::BrokerIncarnations() {
   return incarnations;
 }
 
+void Store::NotePartitionMapping(const PartitionMapping& mapping) {
+  Phrased(std::string("note the partition mapping"), path(), [&] {
+    sqlite::Transaction txn(connection_);
+    connection_.Exec(kPartitioningTable);
+    auto insert = connection_.Prepare(
+        "INSERT OR REPLACE INTO outbox_partitioning(topic, partitioner, partitions, noted_at) "
+        "VALUES(?1, ?2, ?3, ?4)");
+    insert.Bind(1, mapping.topic)
+        .Bind(2, mapping.partitioner)
+        .Bind(3, static_cast<std::int64_t>(mapping.partitions))
+        .Bind(4, clock_->EpochMs())
+        .Run();
+    txn.Commit();
+    return 0;
+  });
+}
+
+std::optional<PartitionMapping> Store::ReadPartitionMapping(const std::string& topic) {
+  if (connection_.QueryInt64("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND "
+                             "name = 'outbox_partitioning'") == 0)
+    return std::nullopt;
+  auto select = connection_.Prepare(
+      "SELECT partitioner, partitions, noted_at FROM outbox_partitioning WHERE topic = ?1");
+  select.Bind(1, topic);
+  if (!select.Step()) return std::nullopt;
+  return PartitionMapping{topic, select.ColumnText(0),
+                          static_cast<std::int32_t>(select.ColumnInt64(1)), select.ColumnInt64(2)};
+}
+
 // Inside the caller's transaction. A table that already has the column (a
 // database whose user_version was set back by hand, as tests do) keeps it:
 // SQLite has no ADD COLUMN IF NOT EXISTS.
@@ -664,6 +705,7 @@ std::int64_t Store::Enqueue(sqlite::Transaction& txn, const OutboxEvent& event) 
     throw ConfigError(fmt::format("enqueue event '{}' into '{}': the transaction is not on this "
                                   "store's connection; begin it with Store::BeginWrite()",
                                   event.event_id, connection_.path()));
+  if (event.aggregate_id.empty()) throw ConfigError(EmptyAggregateMessage(event.event_id));
   auto insert = connection_.Prepare(
       "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at, headers) "
       "VALUES(?1, ?2, ?3, ?4, ?5, ?6)");

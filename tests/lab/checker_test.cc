@@ -307,6 +307,57 @@ TEST_CASE("CheckRun reports a later event of an aggregate seen first on the same
   }
 }
 
+TEST_CASE("CheckRun reports an aggregate seen on two partitions as an order hazard without changing the verdict",
+          "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(2);  // evt-1001 on L-1001 (id 1), evt-1002 on L-1002 (id 2)
+  for (const char* id : {"evt-1001-b", "evt-1001-c"}) {  // ids 3, 4 on L-1001
+    outbox::OutboxEvent event{id, "L-1001", "LoanUpdated", "{}", outbox::testing::kNowMs};
+    auto txn = f.store->BeginWrite();
+    f.store->Enqueue(txn, event);
+    txn.Commit();
+  }
+  f.MarkAll();
+  // Keyed by aggregate id: L-1001 went to partition 3, then (another partitioner) to 5.
+  const auto keyed = [](std::vector<TopicRecord> records, const std::string& aggregate) {
+    for (TopicRecord& record : records) record.key = aggregate;
+    return records;
+  };
+  auto records = keyed(Records({"evt-1001", "evt-1001-b"}, 3), "L-1001");
+  for (const auto& rest : {keyed(Records({"evt-1001-c"}, 5), "L-1001"),
+                           keyed(Records({"evt-1002"}, 3), "L-1002")})
+    records.insert(records.end(), rest.begin(), rest.end());
+
+  SECTION("keyed by aggregate id the mapping moved") {
+    const CheckResult r = CheckRun(*f.store, records);
+    REQUIRE(r.order_hazards.size() == 1);
+    CHECK(r.order_hazards[0].aggregate_id == "L-1001");
+    CHECK(r.order_hazards[0].partitions == std::vector<std::int32_t>{3, 5});
+    CHECK(r.order_hazards[0].keyed_by_aggregate);
+    CHECK(r.order_violations.empty());  // each partition on its own is in order
+    CHECK(outbox::lab::CheckValues(r).at("order_hazards") == 1);
+    CHECK(r.valid());  // order is reported apart from the delivery verdict, as violations are
+  }
+  SECTION("keyed by event id the aggregate was never pinned") {
+    records[2].key = "evt-1001-c";
+    const CheckResult r = CheckRun(*f.store, records);
+    REQUIRE(r.order_hazards.size() == 1);
+    CHECK_FALSE(r.order_hazards[0].keyed_by_aggregate);
+  }
+  SECTION("a re-sent copy on another partition is a hazard too") {
+    auto resent = keyed(Records({"evt-1002"}, 6), "L-1002");
+    records.insert(records.end(), resent.begin(), resent.end());
+    const CheckResult r = CheckRun(*f.store, records);
+    REQUIRE(r.order_hazards.size() == 2);
+    CHECK(r.order_hazards[1].aggregate_id == "L-1002");
+    CHECK(r.order_hazards[1].partitions == std::vector<std::int32_t>{3, 6});
+  }
+  SECTION("every aggregate on one partition is no hazard") {
+    for (TopicRecord& record : records) record.partition = 0;
+    CHECK(CheckRun(*f.store, records).order_hazards.empty());
+  }
+}
+
 TEST_CASE("CheckValues gives check --expect every key with the report's numbers and list sizes",
           "[checker]") {
   CheckerFixture f;
@@ -321,6 +372,7 @@ TEST_CASE("CheckValues gives check --expect every key with the report's numbers 
                       {"kafka_records", 3}, {"ok", 2},             {"lost", 0},
                       {"duplicated", 1},   {"phantom", 0},         {"atomicity", 0},
                       {"lost_after_mark", 0}, {"stuck", 2},        {"order_violations", 0},
+                      {"order_hazards", 0},
                       {"pending", 2},      {"parked", 0},          {"retention_unknown", 0},
                       {"other_run_records", 0}, {"undone", 0},   {"undone_phantom", 0},
                       {"corrupt", 0},      {"restart_unknown", 0}});

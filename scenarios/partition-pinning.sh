@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The key->partition mapping is pinned: a relay that would send an aggregate's later events to
+# another partition refuses to start, check names the aggregates that did land on two
+# partitions, and the outbox refuses an empty aggregate id.
+# Injects: an embedded broker whose topic has 8 partitions; 100 loan transactions over 50 loans
+#          (--workload 50) relayed with --key aggregate-id (the default partitioner,
+#          consistent_random); 100 more, then a relay with -X partitioner=murmur2_random; an
+#          INSERT with aggregate_id '' from sqlite3, as an outside writer would.
+# Expects: the second relay exits 21 with one line naming both partitioners and the flag, and
+#          sends nothing; with --allow-partitioner-change it says the mapping changed and
+#          publishes; check stays valid (nothing lost) but reports order hazards (aggregates on
+#          two partitions, keyed by aggregate id) in text, in --json and as --expect
+#          order_hazards; a relay back on consistent_random is refused again (murmur2_random is
+#          now recorded). The empty aggregate id is refused by the schema's trigger.
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+
+step "an embedded broker with 8 partitions"
+if [ -n "$EXTERNAL_BROKERS" ]; then
+  echo "SKIP $SCENARIO: needs the embedded broker's --partitions 8"
+  FINISHED=1
+  exit 77
+fi
+start_bg broker broker --partitions 8 --addr-file "$TMP/broker8.addr"
+wait_for 15 "$BG_PID" "embedded broker with 8 partitions" _nonempty "$TMP/broker8.addr" ||
+  die "the embedded broker did not start: $(cat "$BG_LOG")"
+BROKER=$(head -n 1 "$TMP/broker8.addr")
+RELAY=(relay --until-empty --key aggregate-id --quiet)
+
+step "100 transactions over 50 loans, relayed keyed by aggregate id (consistent_random)"
+run reset
+expect_rc 0 "reset"
+run write 100 --workload 50
+expect_rc 0 "write 100"
+run "${RELAY[@]}"
+expect_rc 0 "relay on consistent_random"
+expect_line '^\[relay\] done: .* marked=100 ' "$OUT"
+run check --expect valid=1,order_hazards=0
+expect_rc 0 "check before the switch"
+
+step "100 more; a relay with -X partitioner=murmur2_random is refused"
+run write 100 --workload 50
+expect_rc 0 "write 100 more"
+run -X partitioner=murmur2_random "${RELAY[@]}"
+expect_rc 21 "relay with another partitioner"
+expect_error_line "relay with another partitioner"
+expect_line "^outbox-lab: error: topic '$TOPIC' was published with partitioner=consistent_random partitions=8 and this relay would use partitioner=murmur2_random partitions=8 \(partitioner consistent_random -> murmur2_random\): .* pass --allow-partitioner-change" "$ERR"
+run status --json
+expect_json "$OUT" '.pending == 100' "the refused relay sent nothing"
+
+step "told to, it publishes; check names the aggregates on two partitions"
+run -X partitioner=murmur2_random "${RELAY[@]}" --allow-partitioner-change
+expect_rc 0 "relay --allow-partitioner-change"
+expect_line "^\[relay\] partition mapping changed on topic '$TOPIC' \(partitioner consistent_random -> murmur2_random\)" "$OUT"
+expect_line '^\[relay\] done: .* marked=100 ' "$OUT"
+run check
+expect_rc 0 "check after the switch (valid: nothing lost)"
+expect_line '^\[check\] order hazards=[1-9][0-9]*: aggregates on more than one partition, .*keyed by aggregate id, so the key->partition mapping changed' "$OUT"
+HAZARDS=$(sed -n 's/^\[check\] order hazards=\([0-9]*\):.*/\1/p' "$OUT")
+echo "(order hazards: $HAZARDS of 50 aggregates)"
+run check --json
+expect_json "$OUT" ".valid == true and (.order_hazards | length) == $HAZARDS and all(.order_hazards[]; (.partitions | length) >= 2 and .keyed_by_aggregate)" "check --json lists the hazards"
+run check --expect order_hazards=0
+expect_rc 1 "check --expect order_hazards=0 after the switch"
+expect_line "MISMATCH order_hazards" "$OUT"
+
+step "murmur2_random is recorded now: back on the default partitioner is refused too"
+run write 1
+run "${RELAY[@]}"
+expect_rc 21 "relay back on consistent_random"
+expect_line "partitioner murmur2_random -> consistent_random" "$ERR"
+
+step "an outside writer's empty aggregate id is refused by the outbox"
+echo "\$ sqlite3 outbox.db \"INSERT INTO outbox(..., aggregate_id, ...) VALUES (..., '', ...)\""
+if sqlite3 "$DB" "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at) VALUES ('evt-empty', '', 'LoanCreated', '{}', 1764547200000)" 2>"$TMP/sqlite.err"; then
+  fail "an INSERT with an empty aggregate_id was accepted"
+fi
+cat "$TMP/sqlite.err"
+expect_line "outbox.aggregate_id must not be empty" "$TMP/sqlite.err"
+
+finish
