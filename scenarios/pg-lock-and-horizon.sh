@@ -11,10 +11,15 @@
 #          after the holder is terminated, `reset` succeeds. (2) `status` names nothing under its
 #          default threshold (60s); `status --horizon-threshold 1s` names the holder's PID,
 #          application_name and state in text and in --json (.horizon).
+# Runs on a PostgreSQL cluster of its own (port 55437), so its lock holds up no other test.
 # Skipped (exit 77) only when OUTBOX_PG_URL is unset; scripts/test.sh sets it.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
+require_postgres
+# A cluster of its own: the schema lock is one key for the whole database, and while this
+# scenario holds it every other test's reset on the shared server would wait its bound and fail.
+start_own_postgres "${OUTBOX_PG_LOCK_PORT:-55437}"
 use_postgres
 LOCK_KEY=122550254464888  # PgStore::kMigrationLockKey, 0x6f7574626f78
 

@@ -46,11 +46,9 @@ std::unique_ptr<kafka::KafkaPublisher> MakePublisher(const GlobalOptions& global
   return std::make_unique<kafka::KafkaPublisher>(publisher_options);
 }
 
-bool NoteBrokerIncarnation(const GlobalOptions& global, OutboxStore& store,
-                           std::int64_t timeout_ms) {
-  const std::string incarnation = lab::ReadBrokerIncarnation(
-      global.RequireBrokers(), global.ParsedProperties(),
-      static_cast<int>(std::clamp<std::int64_t>(timeout_ms, 1, 2000)));
+namespace {
+
+bool NoteIncarnation(const std::string& incarnation, OutboxStore& store) {
   if (incarnation.empty()) return false;
   try {
     store.NoteBrokerIncarnation(incarnation);
@@ -59,6 +57,23 @@ bool NoteBrokerIncarnation(const GlobalOptions& global, OutboxStore& store,
     return false;
   }
   return true;
+}
+
+}  // namespace
+
+bool NoteBrokerIncarnation(const GlobalOptions& global, OutboxStore& store,
+                           std::int64_t timeout_ms) {
+  return NoteIncarnation(
+      lab::ReadBrokerIncarnation(global.RequireBrokers(), global.ParsedProperties(),
+                                 static_cast<int>(std::clamp<std::int64_t>(timeout_ms, 1, 2000))),
+      store);
+}
+
+bool NoteBrokerIncarnation(rd_kafka_t* producer, OutboxStore& store, std::int64_t timeout_ms) {
+  return NoteIncarnation(
+      lab::ReadBrokerIncarnation(producer,
+                                 static_cast<int>(std::clamp<std::int64_t>(timeout_ms, 1, 2000))),
+      store);
 }
 
 void PrintDeliveryFailure(const char* tag, const PerRowRelayStep& step,

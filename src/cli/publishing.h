@@ -53,6 +53,11 @@ std::unique_ptr<kafka::KafkaPublisher> MakePublisher(const GlobalOptions& global
 bool NoteBrokerIncarnation(const GlobalOptions& global, OutboxStore& store,
                            std::int64_t timeout_ms);
 
+// The same through the caller's own producer (the relay's): a second client's teardown is what
+// hangs a relay under libfaketime (librdkafka's timed waits run on the real clock; see the README
+// on pg-clock-skew), and one client is cheaper anyway.
+bool NoteBrokerIncarnation(rd_kafka_t* producer, OutboxStore& store, std::int64_t timeout_ms);
+
 // "[tag] outboxId=1 key=evt-1001 delivery FAILED: ...; left unpublished", to stdout,
 // with librdkafka's last client error (e.g. connection refused) when it has one.
 void PrintDeliveryFailure(const char* tag, const PerRowRelayStep& step,

@@ -331,7 +331,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             // note waits for the first mark, and the relay goes on.
             bool noted = false;
             try {
-              noted = NoteBrokerIncarnation(global, store, o->delivery_timeout_ms);
+              noted = NoteBrokerIncarnation(publisher.handle(), store, o->delivery_timeout_ms);
             } catch (const DbError& e) {
               if (e.primary_code() != SQLITE_IOERR) throw;
               fmt::print("[relay] broker incarnation not noted at start ({}); noted after the "
@@ -339,11 +339,11 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                          e.what());
             }
             if (history || !noted)
-              relay_options.on_settle = [h = history.get(), &global, &store, noted = noted](
+              relay_options.on_settle = [h = history.get(), producer = publisher.handle(), &store, noted = noted](
                                             const SettleRecord& settle) mutable {
                   if (h) lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
                   if (!noted && !settle.marked.empty())
-                    noted = NoteBrokerIncarnation(global, store, 2000);
+                    noted = NoteBrokerIncarnation(producer, store, 2000);
                 };
             // Phase records for the kill soak; an idle relay polls often, so only its first
             // idle poll after other work is recorded (one write(2) per transition).

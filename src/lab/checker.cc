@@ -179,8 +179,8 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
   for (const TopicRecord& record : records) {
     const auto found = outbox.find(record.event_id);
     if (found == outbox.end()) continue;
-    auto& [partitions, other_key] = partitions_by_aggregate[found->second.aggregate_id];
-    partitions.insert(record.partition);
+    auto& [seen_on, other_key] = partitions_by_aggregate[found->second.aggregate_id];
+    seen_on.insert(record.partition);
     if (record.key != found->second.aggregate_id) other_key = true;
   }
   for (const auto& [aggregate, entry] : partitions_by_aggregate)

@@ -92,6 +92,14 @@ std::string ReadBrokerIncarnation(const std::string& brokers,
   return BrokerIncarnationOf(client.get(), *metadata, std::min(timeout_ms, 1000));
 }
 
+std::string ReadBrokerIncarnation(rd_kafka_t* client, int timeout_ms) {
+  const rd_kafka_metadata_t* raw_metadata = nullptr;
+  const rd_kafka_resp_err_t err = rd_kafka_metadata(client, 1, nullptr, &raw_metadata, timeout_ms);
+  kafka::MetadataHandle metadata(raw_metadata);
+  if (err || !metadata) return {};
+  return BrokerIncarnationOf(client, *metadata, std::min(timeout_ms, 1000));
+}
+
 std::int32_t ReadPartitionCount(const std::string& brokers,
                                 const std::vector<kafka::Property>& properties,
                                 const std::string& topic, int timeout_ms) {

@@ -86,6 +86,10 @@ std::string BrokerIncarnationOf(rd_kafka_t* client, const rd_kafka_metadata_t& m
 std::string ReadBrokerIncarnation(const std::string& brokers,
                                   const std::vector<kafka::Property>& properties, int timeout_ms);
 
+// The same through a client the caller already has (a relay's producer): no second client to
+// create and destroy. Empty when the broker does not answer within timeout_ms (ms). Never throws.
+std::string ReadBrokerIncarnation(rd_kafka_t* client, int timeout_ms);
+
 // The partition count of topic on brokers, or 0 when the broker cannot be reached within
 // timeout_ms (ms) or the topic does not exist (yet). Throws ConfigError for a bad -X property only.
 std::int32_t ReadPartitionCount(const std::string& brokers,
