@@ -84,12 +84,7 @@ std::string ReadBrokerIncarnation(const std::string& brokers,
   std::vector<kafka::Property> all = {{"bootstrap.servers", brokers}, {"log_level", "2"}};
   all.insert(all.end(), properties.begin(), properties.end());
   kafka::KafkaHandle client = kafka::MakeClient(RD_KAFKA_PRODUCER, kafka::MakeConf(all));
-  const rd_kafka_metadata_t* raw_metadata = nullptr;
-  const rd_kafka_resp_err_t err =
-      rd_kafka_metadata(client.get(), 1, nullptr, &raw_metadata, timeout_ms);
-  kafka::MetadataHandle metadata(raw_metadata);
-  if (err || !metadata) return {};
-  return BrokerIncarnationOf(client.get(), *metadata, std::min(timeout_ms, 1000));
+  return ReadBrokerIncarnation(client.get(), timeout_ms);
 }
 
 std::string ReadBrokerIncarnation(rd_kafka_t* client, int timeout_ms) {
