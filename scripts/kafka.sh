@@ -176,6 +176,8 @@ log.retention.hours=168
 EOF
 }
 
+no_time_wait() { [ -z "$(ss -tanH state time-wait "( sport = :$1 )" 2>/dev/null)" ]; }
+
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # answers N: node N answers ApiVersions and Metadata (kcat does both) and sees every node.
@@ -194,6 +196,14 @@ start_node() {
       local who
       who=$(ss -ltnpH "sport = :$p" 2>/dev/null | grep -o 'users:(([^)]*' | head -n 1 | sed 's/users:((//')
       err "port $p (node $i) is in use${who:+ by $who}; stop that process or set OUTBOX_KAFKA_PORT to another base port" 7
+    fi
+  done
+  # A broker stopped moments ago leaves TIME_WAIT connections on its port, and Kafka's acceptor
+  # cannot bind while they last (up to 60 s): wait them out instead of failing.
+  for p in "$(client_port "$i")" "$(controller_port "$i")"; do
+    if ! no_time_wait "$p"; then
+      echo "[kafka] waiting for port $p's TIME_WAIT connections to close (a broker stopped moments ago)" >&2
+      wait_until 70 "" no_time_wait "$p" || true
     fi
   done
   mkdir -p "$d/logs"
