@@ -1,0 +1,295 @@
+// PgStore: claim and settle (claims mode of the relay, and the naive fetch-and-mark loop),
+// what is claimable or waiting, and releasing claims.
+#include "outbox/pg_store.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "internal.h"
+
+namespace outbox {
+
+using namespace pg_store;  // this folder's shared helpers (internal.h)
+
+namespace pg_store {
+
+void RecordFailures(pg::Connection& connection, std::optional<std::int64_t> claim_token,
+                    const std::vector<FailedDelivery>& failed, const SettlePolicy& policy,
+                    SettleReport& report) {
+  constexpr const char* kStillOurs =
+      "(CASE WHEN $2::bigint IS NULL THEN NOT published ELSE claim_token = $2 END)";
+  const pg::Param token = claim_token ? pg::Param::Int(*claim_token) : pg::Param::Null();
+  for (const FailedDelivery& failure : failed) {
+    const pg::Result owned = connection.Query(
+        fmt::format("SELECT attempts FROM outbox WHERE id = $1 AND {} FOR UPDATE", kStillOurs),
+        {pg::Param::Int(failure.id), token}, "read a failed row's attempts");
+    if (owned.rows() == 0) {
+      ++report.fenced;
+      report.fenced_ids.push_back(failure.id);
+      continue;
+    }
+    const std::int64_t attempts = owned.Int(0, 0) + 1;
+    const bool park = failure.park_now || attempts >= policy.max_attempts;
+    connection.Query(
+        fmt::format("UPDATE outbox SET attempts = $3, last_error = $4, "
+                    "next_attempt_at = now() + $5::bigint * interval '1 millisecond', "
+                    "parked_at = CASE WHEN $6::boolean THEN now() END, "
+                    "claim_token = NULL, claim_owner = NULL, claim_until = NULL "
+                    "WHERE id = $1 AND {}",
+                    kStillOurs),
+        {pg::Param::Int(failure.id), token, pg::Param::Int(attempts),
+         pg::Param::Text(failure.error), pg::Param::Int(BackoffMs(attempts, policy)), Bool(park)},
+        "record a failed delivery");
+    if (park) {
+      ++report.parked;
+      report.parked_ids.push_back(failure.id);
+    } else {
+      ++report.retried;
+    }
+  }
+}
+
+void TallyMarks(const pg::Result& marked, const std::vector<std::int64_t>& acked,
+                SettleReport& report) {
+  std::unordered_set<std::int64_t> marked_ids;
+  for (int i = 0; i < marked.rows(); ++i) marked_ids.insert(marked.Int(i, 0));
+  for (std::int64_t id : acked) {
+    if (marked_ids.erase(id) == 1) {
+      ++report.marked;
+      report.marked_ids.push_back(id);
+    } else {
+      ++report.fenced;
+      report.fenced_ids.push_back(id);
+    }
+  }
+}
+
+pg::Param IdArray(const std::vector<std::int64_t>& ids) {
+  return pg::Param::Text(fmt::format("{{{}}}", fmt::join(ids, ",")));
+}
+
+}  // namespace pg_store
+
+namespace {
+
+// The claimable rows' condition, shared by the claim and HasClaimable. $1: block key (boolean),
+// $2: the naive mode (boolean): only ids above the stored offset.
+constexpr const char* kClaimableWhere = R"sql(
+  NOT o.published AND o.parked_at IS NULL
+    AND (NOT $2::boolean OR o.id > COALESCE((SELECT max(last_id) FROM outbox_offset), 0))
+    AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now())
+    AND (NOT $1::boolean OR NOT EXISTS (
+      SELECT 1 FROM outbox e WHERE e.aggregate_id = o.aggregate_id AND e.id < o.id AND NOT e.published))
+)sql";
+
+// SKIP LOCKED passes over rows another relay's claim transaction holds right now. $1 block key,
+// $2 naive mode, $3 token, $4 owner, $5 limit, $6 lease ms.
+std::string ClaimSql() {
+  return std::string(R"sql(
+WITH picked AS (
+  SELECT o.id FROM outbox o WHERE )sql") + kClaimableWhere + R"sql(
+  ORDER BY o.id LIMIT $5
+  FOR UPDATE SKIP LOCKED)
+UPDATE outbox u SET claim_token = $3, claim_owner = $4,
+  claim_until = now() + $6::bigint * interval '1 millisecond', claimed_at = now()
+FROM picked WHERE u.id = picked.id
+RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_at, u.attempts
+)sql";
+}
+
+// With block key only the head of each aggregate (its oldest unpublished row) can be claimed. The
+// id-order scan of ClaimSql tests every row it passes for an earlier unpublished row of its
+// aggregate, so a backlog stalled behind failed heads costs a probe per stalled row on every
+// claim (100,000 stalled rows: 1.4 s). Walking the heads instead (a loose index scan over
+// outbox_pending_by_aggregate, one probe per aggregate) costs one probe per aggregate; it gives
+// up after kHeadWalkCap aggregates, where the id-order scan is cheaper (most rows are heads).
+// $1 token, $2 owner, $3 limit, $4 lease ms, $5 the cap. The last column of every row, and a
+// single row with null id when nothing was claimed, tells whether the walk saw every aggregate.
+constexpr std::int64_t kHeadWalkCap = 1000;
+// The heads walk that HeadClaimSql and HeadClaimableSql begin with: each aggregate's oldest
+// unpublished row in aggregate order, one probe per aggregate, the recursion stopping once n
+// passes the cap, parameter ${0}. Format with {0} the cap's parameter number.
+constexpr const char* kHeadsWalkSql = R"sql(
+WITH RECURSIVE heads(aggregate_id, id, n) AS (
+  (SELECT aggregate_id, id, 1 FROM outbox WHERE NOT published ORDER BY aggregate_id, id LIMIT 1)
+  UNION ALL
+  SELECT nx.aggregate_id, nx.id, h.n + 1 FROM heads h CROSS JOIN LATERAL (
+    SELECT e.aggregate_id, e.id FROM outbox e
+    WHERE NOT e.published AND e.aggregate_id > h.aggregate_id
+    ORDER BY e.aggregate_id, e.id LIMIT 1) nx
+  WHERE h.n <= ${0}
+))sql";
+
+const std::string& HeadClaimSql() {
+  static const std::string sql = fmt::format(fmt::runtime(kHeadsWalkSql), 5) + R"sql(, walk AS (SELECT COALESCE(max(n), 0) <= $5 AS complete FROM heads),
+picked AS (
+  SELECT o.id FROM outbox o
+  WHERE (SELECT complete FROM walk) AND o.id IN (SELECT id FROM heads)
+    AND NOT o.published AND o.parked_at IS NULL
+    AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now())
+  ORDER BY o.id LIMIT $3
+  FOR UPDATE OF o SKIP LOCKED),
+claimed AS (
+  UPDATE outbox u SET claim_token = $1, claim_owner = $2,
+    claim_until = now() + $4::bigint * interval '1 millisecond', claimed_at = now()
+  FROM picked WHERE u.id = picked.id
+  RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_at, u.attempts)
+SELECT c.id, c.event_id, c.aggregate_id, c.event_type, c.payload, c.created_at, c.attempts,
+       (SELECT complete FROM walk)::int
+FROM (SELECT 1) one LEFT JOIN claimed c ON true
+)sql";
+  return sql;
+}
+
+// HasClaimable's walk: -1 when it gave up after $1 aggregates, else 1 when a head is claimable.
+const std::string& HeadClaimableSql() {
+  static const std::string sql = fmt::format(fmt::runtime(kHeadsWalkSql), 1) + R"sql(
+SELECT CASE WHEN (SELECT COALESCE(max(n), 0) FROM heads) > $1 THEN -1
+  ELSE EXISTS (SELECT 1 FROM outbox o WHERE o.id IN (SELECT id FROM heads)
+    AND NOT o.published AND o.parked_at IS NULL
+    AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now()))::int END
+)sql";
+  return sql;
+}
+
+}  // namespace
+
+Claim PgStore::ClaimBatch(const ClaimRequest& request, PgClaimMode mode) {
+  Claim claim;
+  const bool naive = mode == PgClaimMode::kNaiveCursor;
+  pg::Transaction txn(connection_);
+  claim.token = connection_.QueryInt("SELECT nextval('outbox_fence')", {}, "take a fencing token");
+  std::vector<std::pair<OutboxRow, std::int64_t>> claimed;
+  bool walked = false;  // the heads walk saw every aggregate: its claim is the whole answer
+  if (request.block_key && !naive) {
+    const pg::Result heads = connection_.Query(
+        HeadClaimSql(),
+        {pg::Param::Int(claim.token), pg::Param::Text(request.owner),
+         pg::Param::Int(request.limit), pg::Param::Int(request.lease_ms),
+         pg::Param::Int(kHeadWalkCap)},
+        "claim a batch");
+    walked = heads.rows() > 0 && heads.Int(0, 7) == 1;
+    for (int i = 0; i < heads.rows(); ++i)
+      if (!heads.IsNull(i, 0)) claimed.emplace_back(ReadRow(heads, i), heads.Int(i, 6));
+  }
+  if (!walked) {
+    pg::Result rows = connection_.Query(
+        ClaimSql(),
+        {Bool(request.block_key), Bool(naive), pg::Param::Int(claim.token),
+         pg::Param::Text(request.owner), pg::Param::Int(request.limit),
+         pg::Param::Int(request.lease_ms)},
+        "claim a batch");
+    for (int i = 0; i < rows.rows(); ++i) claimed.emplace_back(ReadRow(rows, i), rows.Int(i, 6));
+  }
+  // RETURNING keeps no order.
+  std::sort(claimed.begin(), claimed.end(),
+            [](const auto& a, const auto& b) { return a.first.id < b.first.id; });
+  if (naive && !claimed.empty()) {
+    // The naive relay's position moves past what it has read, in the claim's transaction.
+    connection_.Query("DELETE FROM outbox_offset", {}, "move the naive offset");
+    connection_.Query("INSERT INTO outbox_offset(last_id) VALUES($1)",
+                      {pg::Param::Int(claimed.back().first.id)}, "move the naive offset");
+  }
+  txn.Commit();
+  for (auto& [row, attempts] : claimed) {
+    claim.rows.push_back(std::move(row));
+    claim.attempts.push_back(attempts);
+  }
+  return claim;
+}
+
+bool PgStore::HasClaimable(const ClaimRequest& request) {
+  if (request.block_key && mode_ == PgClaimMode::kScan) {
+    const std::int64_t walked =
+        connection_.QueryInt(HeadClaimableSql(), {pg::Param::Int(kHeadWalkCap)},
+                             "look for claimable rows");
+    if (walked >= 0) return walked == 1;
+  }
+  return connection_.QueryInt(std::string("SELECT EXISTS (SELECT 1 FROM outbox o WHERE ") +
+                                  kClaimableWhere + ")::int",
+                              {Bool(request.block_key), Bool(mode_ == PgClaimMode::kNaiveCursor)},
+                              "look for claimable rows") == 1;
+}
+
+SettleReport PgStore::SettleBatch(std::int64_t token, const std::vector<std::int64_t>& acked,
+                                  const std::vector<FailedDelivery>& failed,
+                                  const SettlePolicy& policy) {
+  SettleReport report;
+  pg::Transaction txn(connection_);
+  if (!acked.empty()) {
+    // One statement for the batch, not one round trip per row (bench: relay on PostgreSQL 2,146
+    // events/s with an UPDATE per row). The token is checked per row as before: a row another
+    // relay took over carries its token, stays unmarked here and is reported fenced.
+    const pg::Result marked = connection_.Query(
+        std::string("UPDATE outbox SET published = true, published_at = ") + kEpochMsNow +
+            ", claim_token = NULL, claim_owner = NULL, claim_until = NULL "
+            "WHERE id = ANY($1::bigint[]) AND claim_token = $2 AND NOT published RETURNING id",
+        {IdArray(acked), pg::Param::Int(token)}, "mark a claimed batch published");
+    // Fenced: claimed by another relay since, or published already.
+    TallyMarks(marked, acked, report);
+  }
+  RecordFailures(connection_, token, failed, policy, report);
+  txn.Commit();
+  return report;
+}
+
+std::vector<OutboxRow> PgStore::FetchUnpublished(std::int64_t after_id, std::int64_t limit) {
+  const pg::Result rows = connection_.Query(
+      "SELECT id, event_id, aggregate_id, event_type, payload, created_at FROM outbox "
+      "WHERE NOT published AND id > $1 ORDER BY id LIMIT $2",
+      {pg::Param::Int(after_id), pg::Param::Int(limit)}, "read unpublished rows");
+  std::vector<OutboxRow> out;
+  for (int i = 0; i < rows.rows(); ++i) out.push_back(ReadRow(rows, i));
+  return out;
+}
+
+bool PgStore::MarkPublished(std::int64_t id) {
+  return connection_
+             .Query(std::string("UPDATE outbox SET published = true, published_at = ") + kEpochMsNow +
+                        " WHERE id = $1 AND NOT published",
+                    {pg::Param::Int(id)}, "mark a row published")
+             .Affected() == 1;
+}
+
+std::int64_t PgStore::WaitingCount(std::int64_t /*now_ms*/) {
+  return connection_.QueryInt(
+      "SELECT COUNT(*) FROM outbox WHERE NOT published AND parked_at IS NULL "
+      "AND (next_attempt_at > now() OR claim_until > now())",
+      {}, "count waiting rows");
+}
+
+std::int64_t PgStore::PendingCount() {
+  return connection_.QueryInt("SELECT COUNT(*) FROM outbox WHERE NOT published AND parked_at IS NULL",
+                              {}, "count pending rows");
+}
+
+std::vector<ClaimOwner> PgStore::ClaimOwners(std::int64_t /*now_ms*/) {
+  const pg::Result rows = connection_.Query(
+      "SELECT claim_owner, COUNT(*), "
+      "GREATEST(0, (extract(epoch FROM now() - min(claimed_at)) * 1000)::bigint), "
+      "GREATEST(0, (extract(epoch FROM max(claim_until) - now()) * 1000)::bigint), "
+      "max(claim_token) FROM outbox WHERE NOT published AND claim_until > now() "
+      "GROUP BY claim_owner ORDER BY claim_owner",
+      {}, "read the claim owners");
+  std::vector<ClaimOwner> owners;
+  for (int i = 0; i < rows.rows(); ++i)
+    owners.push_back({rows.Text(i, 0), rows.Int(i, 1), rows.Int(i, 2), rows.Int(i, 3), rows.Int(i, 4)});
+  return owners;
+}
+
+std::int64_t PgStore::ReleaseClaimsOf(const std::string& owner, std::int64_t up_to_token) {
+  return connection_
+      .Query("UPDATE outbox SET claim_token = NULL, claim_owner = NULL, claim_until = NULL "
+             "WHERE claim_owner = $1 AND claim_token <= $2 AND NOT published",
+             {pg::Param::Text(owner), pg::Param::Int(up_to_token)}, "release a dead relay's claims")
+      .Affected();
+}
+
+}  // namespace outbox

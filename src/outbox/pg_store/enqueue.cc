@@ -1,0 +1,36 @@
+// PgStore: the business transaction's side of the outbox: enqueue and the next id.
+#include "outbox/pg_store.h"
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "outbox/error.h"
+
+#include "internal.h"
+
+namespace outbox {
+
+using namespace pg_store;  // this folder's shared helpers (internal.h)
+
+std::int64_t PgStore::Enqueue(pg::Transaction& txn, const OutboxEvent& event) {
+  if (event.aggregate_id.empty()) throw ConfigError(EmptyAggregateMessage(event.event_id));
+  const pg::Param created_at =
+      event.created_at_ms == 0 ? pg::Param::Null() : pg::Param::Int(event.created_at_ms);
+  return txn.connection().QueryInt(
+      "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at) "
+      "VALUES($1, $2, $3, $4, COALESCE($5::bigint, "
+      "(extract(epoch FROM clock_timestamp()) * 1000)::bigint)) RETURNING id",
+      {pg::Param::Text(event.event_id), pg::Param::Text(event.aggregate_id),
+       pg::Param::Text(event.event_type), pg::Param::Bytes(event.payload), created_at},
+      fmt::format("enqueue event '{}'", event.event_id));
+}
+
+std::int64_t PgStore::NextId() {
+  // last_value is the last id handed out once is_called; before the first nextval it is the first.
+  return connection_.QueryInt(
+      "SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM outbox_id_seq", {},
+      "read the next outbox id");
+}
+
+}  // namespace outbox

@@ -1,0 +1,51 @@
+// Helpers shared by the files of PgStore (outbox/pg_store.h), the outbox on PostgreSQL. The files
+// of this folder hold one concept each, as those of src/outbox/sqlite_store do: open, schema
+// (tables, the schema lock, reset), run, enqueue, claims (claim and settle), lease (leader mode),
+// inspection (status, parked rows, snapshots, the MVCC horizon) and retention (purge).
+// Private to the library: nothing outside src/outbox/pg_store includes it.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "outbox/pg_store.h"
+
+namespace outbox::pg_store {
+
+// epoch ms of a timestamptz, on the server.
+constexpr const char* kEpochMsNow = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+inline pg::Param Bool(bool value) { return pg::Param::Text(value ? "true" : "false"); }
+
+inline OutboxRow ReadRow(const pg::Result& rows, int i) {
+  OutboxRow row;
+  row.id = rows.Int(i, 0);
+  row.event.event_id = rows.Text(i, 1);
+  row.event.aggregate_id = rows.Text(i, 2);
+  row.event.event_type = rows.Text(i, 3);
+  row.event.payload = rows.Bytes(i, 4);
+  row.event.created_at_ms = rows.Int(i, 5);
+  return row;
+}
+
+// Splits acked into report's marked and fenced ids by the ids a mark's RETURNING gave back;
+// an id given twice is marked once and fenced the second time.
+void TallyMarks(const pg::Result& marked, const std::vector<std::int64_t>& acked,
+                SettleReport& report);
+
+// "{1,2,3}": ids as one bigint[] parameter.
+pg::Param IdArray(const std::vector<std::int64_t>& ids);
+
+// Inside a settle's transaction: each failed delivery whose row is still this settle's gets
+// attempts + 1, its error, its next attempt after BackoffMs on the server's clock, and is parked
+// at max_attempts or when park_now; a row no longer ours is counted fenced. claim_token: claims
+// mode, the row must still carry it; null (leader mode, the lease already checked in this
+// transaction): the row must still be unpublished. One body for both settles, as on SQLite.
+void RecordFailures(pg::Connection& connection, std::optional<std::int64_t> claim_token,
+                    const std::vector<FailedDelivery>& failed, const SettlePolicy& policy,
+                    SettleReport& report);
+
+}  // namespace outbox::pg_store

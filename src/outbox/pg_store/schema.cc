@@ -1,0 +1,228 @@
+// PgStore: the schema, its creation under the advisory schema lock, and reset.
+#include "outbox/pg_store.h"
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "internal.h"
+
+namespace outbox {
+
+using namespace pg_store;  // this folder's shared helpers (internal.h)
+
+namespace {
+
+// The SQLite schema 3, in PostgreSQL's types. Times the relay compares (claim_until,
+// next_attempt_at) are timestamptz of the server's clock; created_at and published_at stay epoch
+// ms like SQLite's, for the checker and the reports. payload is bytea: Kafka values are bytes,
+// and a text column would refuse bytes that are not UTF-8.
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS outbox (
+  id BIGSERIAL PRIMARY KEY,
+  event_id TEXT NOT NULL UNIQUE,
+  aggregate_id TEXT NOT NULL CONSTRAINT outbox_aggregate_id_not_empty CHECK (aggregate_id <> ''),
+  event_type TEXT NOT NULL,
+  payload BYTEA NOT NULL,
+  created_at BIGINT NOT NULL DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+  published BOOLEAN NOT NULL DEFAULT false,
+  published_at BIGINT,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT,
+  next_attempt_at TIMESTAMPTZ NOT NULL DEFAULT '-infinity',
+  parked_at TIMESTAMPTZ,
+  claim_token BIGINT,
+  claim_owner TEXT,
+  claim_until TIMESTAMPTZ,
+  claimed_at TIMESTAMPTZ
+);
+CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox(id) WHERE NOT published;
+CREATE INDEX IF NOT EXISTS outbox_pending_by_aggregate ON outbox(aggregate_id, id) WHERE NOT published;
+CREATE SEQUENCE IF NOT EXISTS outbox_fence;
+CREATE TABLE IF NOT EXISTS outbox_archive (LIKE outbox INCLUDING DEFAULTS, archived_at BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox_run (run_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox_purged (
+  id BIGINT PRIMARY KEY, event_id TEXT NOT NULL, aggregate_id TEXT NOT NULL,
+  purged_at BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS outbox_broker (
+  incarnation TEXT PRIMARY KEY, noted_at BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS outbox_offset (last_id BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox_lease (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  owner TEXT NOT NULL,
+  token BIGINT NOT NULL,
+  until TIMESTAMPTZ NOT NULL,
+  acquired_at TIMESTAMPTZ NOT NULL
+);
+INSERT INTO outbox_lease(id, owner, token, until, acquired_at)
+  VALUES (1, '', 0, '-infinity', '-infinity') ON CONFLICT (id) DO NOTHING;
+CREATE INDEX IF NOT EXISTS outbox_failed_by_aggregate ON outbox(aggregate_id, id)
+  WHERE NOT published AND attempts > 0;
+)sql";
+
+// outbox_lease (relay --coordination leader, PgStore::AcquireLease): one row from the start, so
+// every lease operation is an UPDATE of row 1, whose row lock serializes a takeover with the
+// holder's settle. until and acquired_at are the server's clock; '-infinity' means never held
+// (acquired_at) or released (until). outbox_failed_by_aggregate once served the leader's hold-back
+// test (ReadPage), which now holds back behind any unpublished row, as the claim does, and reads
+// outbox_pending_by_aggregate; the index stays (it holds only failed rows: no cost on writes).
+
+}  // namespace
+
+bool PgStore::SchemaCurrent() {
+  return connection_.QueryInt(
+             "SELECT (to_regclass('outbox') IS NOT NULL AND to_regclass('outbox_archive') IS NOT NULL "
+             "AND to_regclass('outbox_fence') IS NOT NULL AND to_regclass('outbox_run') IS NOT NULL "
+             "AND to_regclass('outbox_offset') IS NOT NULL AND to_regclass('outbox_lease') IS NOT NULL "
+             "AND to_regclass('outbox_failed_by_aggregate') IS NOT NULL "
+             "AND to_regclass('outbox_purged') IS NOT NULL "
+             "AND to_regclass('outbox_broker') IS NOT NULL)::int",
+             {}, "read the outbox schema") == 1;
+}
+
+void PgStore::Migrate() {
+  // Even CREATE INDEX IF NOT EXISTS takes a SHARE lock on the table before it looks, and so waits
+  // behind every open write transaction: a relay starting beside busy writers would stall. So the
+  // DDL runs only when a table is missing.
+  if (SchemaCurrent()) return;
+  // A session-level advisory lock: held until the unlock below (or the connection's end, should
+  // this process die here), so a second process waits instead of racing the CREATEs.
+  LockMigration();
+  try {
+    if (!SchemaCurrent()) connection_.Exec(kSchema, "create the outbox schema");
+  } catch (...) {
+    UnlockMigration();
+    throw;
+  }
+  UnlockMigration();
+}
+
+std::string PgStore::MigrationLockHolder() {
+  // A bigint advisory key sits in pg_locks as classid = its high 32 bits, objid = its low 32
+  // bits, objsubid = 1 (https://www.postgresql.org/docs/15/view-pg-locks.html).
+  const pg::Result holders = connection_.Query(
+      "SELECT l.pid, COALESCE(a.application_name, ''), COALESCE(a.state, ''), "
+      "COALESCE(extract(epoch FROM now() - a.state_change)::bigint, -1) "
+      "FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
+      "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+      "AND l.classid::bigint = ($1::bigint >> 32) AND l.objid::bigint = ($1::bigint & 4294967295) "
+      "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+      "AND l.pid <> pg_backend_pid() ORDER BY l.pid LIMIT 1",
+      {pg::Param::Int(kMigrationLockKey)}, "look for the schema lock's holder");
+  if (holders.rows() == 0) return "";
+  const std::string pid = holders.Text(0, 0);
+  const std::string app = holders.Text(0, 1);
+  const std::string state = holders.Text(0, 2);
+  const std::int64_t state_s = holders.Int(0, 3);
+  std::string who = fmt::format("PID {}", pid);
+  if (!app.empty()) who += fmt::format(" application_name '{}'", app);
+  if (!state.empty()) who += fmt::format(" state '{}'", state);
+  if (state_s >= 0) who += fmt::format(" for {} s", state_s);
+  return fmt::format("{}; end that session or run `SELECT pg_terminate_backend({})`", who, pid);
+}
+
+void PgStore::LockMigration() {
+  // Bounded: the session's lock_timeout when the URL sets one, else kMigrationLockWaitMs. An
+  // unbounded pg_advisory_lock behind a session that forgot its lock hangs reset without a word.
+  const std::string previous =
+      connection_.Query("SELECT current_setting('lock_timeout')", {}, "read lock_timeout")
+          .Text(0, 0);
+  const bool bounded_already = previous != "0";
+  if (!bounded_already)
+    connection_.Query("SELECT set_config('lock_timeout', $1, false)",
+                      {pg::Param::Text(fmt::format("{}ms", kMigrationLockWaitMs))},
+                      "bound the wait for the schema lock");
+  const std::string waited = bounded_already ? previous : fmt::format("{}ms", kMigrationLockWaitMs);
+  try {
+    connection_.Query("SELECT pg_advisory_lock($1)", {pg::Param::Int(kMigrationLockKey)},
+                      "lock the schema for migration");
+  } catch (const pg::PgError& e) {
+    if (e.sqlstate() != "55P03") throw;
+    if (!bounded_already)
+      connection_.Query("SELECT set_config('lock_timeout', '0', false)", {},
+                        "restore lock_timeout");
+    const std::string holder = MigrationLockHolder();
+    throw pg::PgError(
+        fmt::format("lock the schema for migration: advisory lock {} (pg_advisory_lock key, "
+                    "\"outbox\") not granted within lock_timeout {}: held by {}",
+                    kMigrationLockKey, waited,
+                    holder.empty() ? std::string("a session that has released it since (retry)")
+                                   : holder),
+        "55P03");
+  }
+  if (!bounded_already)
+    connection_.Query("SELECT set_config('lock_timeout', '0', false)", {},
+                      "restore lock_timeout");
+}
+
+ResetCounts PgStore::ResetSchema() {
+  // The schema lock before the drop: a reset that could not take it after dropping would leave
+  // no schema behind.
+  LockMigration();
+  try {
+    ResetCounts counts = ResetLocked();
+    UnlockMigration();
+    return counts;
+  } catch (...) {
+    UnlockMigration();
+    throw;
+  }
+}
+
+void PgStore::UnlockMigration() {
+  connection_.Query("SELECT pg_advisory_unlock($1)", {pg::Param::Int(kMigrationLockKey)},
+                    "unlock the schema");
+}
+
+ResetCounts PgStore::ResetLocked() {
+  ResetCounts counts;
+  {
+    pg::Transaction txn(connection_);
+    // What the drop removes, counted in its own transaction (as Store::ResetSchema does).
+    const auto exists = [this](const char* table) {
+      return connection_.QueryInt(
+                 "SELECT (to_regclass($1) IS NOT NULL)::int", {pg::Param::Text(table)},
+                 "look for a table") == 1;
+    };
+    if (exists("outbox")) {
+      counts.outbox_rows =
+          connection_.QueryInt("SELECT COUNT(*) FROM outbox", {}, "count the outbox rows");
+      // The lab's table has a boolean published column; a table of another design may not.
+      counts.lab_table =
+          connection_.QueryInt(
+              "SELECT COUNT(*) FROM pg_attribute WHERE attrelid = to_regclass('outbox') "
+              "AND attname = 'published' AND atttypid = 'boolean'::regtype AND NOT attisdropped",
+              {}, "look at the outbox table") == 1;
+      if (counts.lab_table)
+        counts.published = connection_.QueryInt("SELECT COUNT(*) FROM outbox WHERE published", {},
+                                                "count the published rows");
+    }
+    if (exists("outbox_archive"))
+      counts.archived = connection_.QueryInt("SELECT COUNT(*) FROM outbox_archive", {},
+                                             "count the archived rows");
+    connection_.Exec("DROP TABLE IF EXISTS outbox_archive; DROP TABLE IF EXISTS outbox_purged; "
+                     "DROP TABLE IF EXISTS outbox_broker; DROP TABLE IF EXISTS outbox_partitioning; "
+                     "DROP TABLE IF EXISTS outbox; "
+                     "DROP SEQUENCE IF EXISTS outbox_fence; DROP TABLE IF EXISTS outbox_run; "
+                     "DROP TABLE IF EXISTS outbox_offset;",
+                     "drop the outbox schema");
+    // The lease row stays, so the fencing token keeps growing across runs (a relay of the last
+    // run still holding token N can never settle under a new term that restarted at N); its
+    // current term ends, as ReleaseLease ends one.
+    if (exists("outbox_lease"))
+      connection_.Query("UPDATE outbox_lease SET until = '-infinity' WHERE id = 1", {},
+                        "end the leader's term");
+    txn.Commit();
+  }
+  connection_.Exec(kSchema, "create the outbox schema");
+  // The run id is the server's: epoch ms and 32 random bits, as on SQLite.
+  connection_.Exec(
+      "INSERT INTO outbox_run(run_id) SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint "
+      "|| '-' || lpad(to_hex(floor(random() * 4294967296)::bigint), 8, '0')",
+      "start a new run");
+  return counts;
+}
+
+}  // namespace outbox

@@ -1,0 +1,70 @@
+// Store: the business transaction's side of the outbox: begin, enqueue, bulk load, next id.
+#include "outbox/store.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+
+#include "outbox/error.h"
+
+#include "internal.h"
+
+namespace outbox {
+
+using namespace sqlite_store;  // this folder's shared helpers (internal.h)
+
+sqlite::Transaction Store::BeginWrite() { return sqlite::Transaction(connection_); }
+
+sqlite::ReadTransaction Store::BeginRead() { return sqlite::ReadTransaction(connection_); }
+
+std::int64_t Store::Enqueue(sqlite::Transaction& txn, const OutboxEvent& event) {
+  if (&txn.connection() != &connection_)
+    throw ConfigError(fmt::format("enqueue event '{}' into '{}': the transaction is not on this "
+                                  "store's connection; begin it with Store::BeginWrite()",
+                                  event.event_id, connection_.path()));
+  if (event.aggregate_id.empty()) throw ConfigError(EmptyAggregateMessage(event.event_id));
+  auto insert = connection_.Prepare(
+      "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at, headers) "
+      "VALUES(?1, ?2, ?3, ?4, ?5, ?6)");
+  insert.Bind(1, event.event_id)
+      .Bind(2, event.aggregate_id)
+      .Bind(3, event.event_type)
+      .Bind(4, event.payload)
+      .Bind(5, event.created_at_ms);
+  if (event.headers.empty()) insert.BindNull(6); else insert.Bind(6, event.headers);
+  insert.Run();
+  return connection_.LastInsertRowid();
+}
+
+std::int64_t Store::BulkLoad(std::int64_t count,
+                             const std::function<OutboxEvent(std::int64_t)>& make_event,
+                             bool published) {
+  sqlite::Transaction txn(connection_);
+  auto insert = connection_.Prepare(
+      "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at, published, "
+      "published_at, headers) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+  for (std::int64_t i = 0; i < count; ++i) {
+    const OutboxEvent event = make_event(i);
+    insert.Reset();
+    insert.Bind(1, event.event_id)
+        .Bind(2, event.aggregate_id)
+        .Bind(3, event.event_type)
+        .Bind(4, event.payload)
+        .Bind(5, event.created_at_ms)
+        .Bind(6, std::int64_t{published ? 1 : 0});
+    if (published) insert.Bind(7, event.created_at_ms); else insert.BindNull(7);
+    if (event.headers.empty()) insert.BindNull(8); else insert.Bind(8, event.headers);
+    insert.Run();
+  }
+  txn.Commit();
+  connection_.Exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  return std::max<std::int64_t>(count, 0);
+}
+
+std::int64_t Store::NextId() {
+  return 1 + connection_.QueryInt64(
+                 "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'outbox'), 0)");
+}
+}  // namespace outbox

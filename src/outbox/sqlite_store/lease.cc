@@ -1,0 +1,156 @@
+// Store: leader mode (relay --coordination leader): the lease, a leader's page and its settle.
+#include "outbox/store.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "outbox/error.h"
+
+#include "internal.h"
+
+namespace outbox {
+
+using namespace sqlite_store;  // this folder's shared helpers (internal.h)
+
+namespace {
+
+LeaderLease ReadLeaseRow(sqlite::Connection& connection) {
+  auto select = connection.Prepare(
+      "SELECT owner, token, until_ms, acquired_at FROM outbox_lease WHERE id = 1");
+  LeaderLease lease;
+  if (!select.Step()) return lease;
+  lease.owner = select.ColumnText(0);
+  lease.token = select.ColumnInt64(1);
+  lease.until_ms = select.ColumnInt64(2);
+  lease.acquired_at_ms = select.ColumnInt64(3);
+  return lease;
+}
+
+void RequirePositiveLease(std::int64_t lease_ms) {
+  if (lease_ms <= 0) throw ConfigError(fmt::format("lease {} ms: must be positive", lease_ms));
+}
+
+}  // namespace
+
+LeaderLease Store::ReadLease() {
+  sqlite::ReadTransaction txn(connection_);
+  return ReadLeaseRow(connection_);
+}
+
+LeaseAcquisition Store::AcquireLease(const std::string& owner, std::int64_t lease_ms,
+                                     std::int64_t now_ms) {
+  RequirePositiveLease(lease_ms);
+  LeaseAcquisition out;
+  out.previous = ReadLease();
+  out.lease = out.previous;
+  if (out.previous.Live(now_ms)) return out;  // a standby's poll writes nothing
+  return Phrased(fmt::format("acquire the leader lease for {}", owner), path(), [&] {
+    sqlite::Transaction txn(connection_);
+    out.previous = ReadLeaseRow(connection_);  // again, under the write lock
+    out.lease = out.previous;
+    if (out.previous.Live(now_ms)) return out;
+    auto take = connection_.Prepare(
+        "UPDATE outbox_lease SET owner = ?1, token = token + 1, until_ms = ?2 + ?3, "
+        "acquired_at = ?2 WHERE id = 1 RETURNING token");
+    take.Bind(1, owner).Bind(2, now_ms).Bind(3, lease_ms);
+    if (!take.Step()) throw DbError("the lease row is missing", SQLITE_CORRUPT);
+    out.lease = {owner, take.ColumnInt64(0), now_ms + lease_ms, now_ms};
+    take.Reset();
+    txn.Commit();
+    out.acquired = true;
+    return out;
+  });
+}
+
+bool Store::RenewLease(std::int64_t token, std::int64_t lease_ms, std::int64_t now_ms) {
+  RequirePositiveLease(lease_ms);
+  return Phrased(fmt::format("renew the leader lease of term {}", token), path(), [&] {
+    sqlite::Transaction txn(connection_);
+    auto renew = connection_.Prepare(
+        "UPDATE outbox_lease SET until_ms = MAX(until_ms, ?2 + ?3) WHERE id = 1 AND token = ?1");
+    renew.Bind(1, token).Bind(2, now_ms).Bind(3, lease_ms).Run();
+    const bool current = connection_.Changes() == 1;
+    txn.Commit();
+    return current;
+  });
+}
+
+bool Store::ReleaseLease(std::int64_t token) {
+  return Phrased(fmt::format("release the leader lease of term {}", token), path(), [&] {
+    sqlite::Transaction txn(connection_);
+    auto release =
+        connection_.Prepare("UPDATE outbox_lease SET until_ms = 0 WHERE id = 1 AND token = ?1");
+    release.Bind(1, token).Run();
+    const bool current = connection_.Changes() == 1;
+    txn.Commit();
+    return current;
+  });
+}
+
+// Sendable rows o for a leader: ?1 = cursor (id > ?1), ?2 = upper bound, ?3 = now,
+// ?4 = block_key. Claims of a claims-mode relay are respected, so a
+// leader never sends what such a relay holds.
+static const std::string& SendableWhere() {
+  static const std::string where =
+      SendableRowsWhere(/*cursor=*/1, /*upper=*/2, /*now=*/3, /*block_key=*/4);
+  return where;
+}
+
+std::vector<OutboxRow> Store::ReadPage(const PageRequest& request) {
+  auto select = connection_.Prepare(fmt::format(
+      "SELECT o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at, o.headers "
+      "FROM outbox o WHERE {} ORDER BY o.id LIMIT ?5",
+      SendableWhere()));
+  select.Bind(1, request.after_id)
+      .Bind(2, request.up_to_id > 0 ? request.up_to_id : std::numeric_limits<std::int64_t>::max())
+      .Bind(3, request.now_ms)
+      .Bind(4, static_cast<std::int64_t>(request.block_key ? 1 : 0))
+      .Bind(5, request.limit);
+  std::vector<OutboxRow> rows;
+  while (select.Step()) rows.push_back(ReadOutboxRow(select, 6));
+  return rows;
+}
+
+SettleReport Store::SettleUnderLease(std::int64_t token, const std::vector<std::int64_t>& acked,
+                                     const std::vector<FailedDelivery>& failed,
+                                     const SettlePolicy& policy, std::int64_t now_ms,
+                                     std::int64_t lease_ms) {
+  RequirePositiveLease(lease_ms);
+  return Phrased(fmt::format("settle a batch of leader term {} ({} acknowledged, {} failed)", token,
+                             acked.size(), failed.size()),
+                 path(), [&] {
+    SettleReport report;
+    sqlite::Transaction txn(connection_);
+    auto renew = connection_.Prepare(
+        "UPDATE outbox_lease SET until_ms = MAX(until_ms, ?2 + ?3) WHERE id = 1 AND token = ?1");
+    renew.Bind(1, token).Bind(2, now_ms).Bind(3, lease_ms).Run();
+    if (connection_.Changes() != 1) {
+      // Another relay took over: its term's sends stand, ours are not recorded.
+      report.fenced_out = true;
+      for (std::int64_t id : acked) report.fenced_ids.push_back(id);
+      for (const FailedDelivery& failure : failed) report.fenced_ids.push_back(failure.id);
+      report.fenced = static_cast<std::int64_t>(report.fenced_ids.size());
+      return report;  // the transaction rolls back: nothing written
+    }
+    auto mark = connection_.Prepare(
+        "UPDATE outbox SET published = 1, published_at = ?2 WHERE id = ?1 AND published = 0");
+    for (std::int64_t id : acked) {
+      mark.Reset();
+      mark.Bind(1, id).Bind(2, now_ms).Run();
+      if (connection_.Changes() == 1) {
+        ++report.marked;
+        report.marked_ids.push_back(id);
+      } else {
+        ++report.fenced;
+        report.fenced_ids.push_back(id);
+      }
+    }
+    RecordFailures(connection_, "published = 0", 0, failed, policy, now_ms, report);
+    txn.Commit();
+    return report;
+  });
+}
+}  // namespace outbox
