@@ -2,8 +2,8 @@
 // holds it (issue 12). Two implementations:
 //   - Store (outbox/store.h): an SQLite file, the lab's default;
 //   - PgStore (outbox/pg_store.h): a PostgreSQL server through libpq.
-// The choice by the --db value lives in the lab (lab/loans.h, OpenOutboxStore and OpenLabStore):
-// a path is SQLite, a postgresql:// or postgres:// URL is PostgreSQL (pg::IsPostgresUrl).
+// The choice by the --db value is OpenStore (outbox/open_store.h): a path is SQLite, a
+// postgresql:// or postgres:// URL is PostgreSQL, another URL scheme is refused.
 //
 // The value types below (Claim, ClaimRequest, ...) are defined in outbox/store.h; include that
 // (or pg_store.h) to call these functions. The business write (BeginWrite, Enqueue) is not here:

@@ -6,7 +6,7 @@
 #include "lab/history.h"
 #include "lab/recording_publisher.h"
 #include "lab/relay_owner.h"
-#include "lab/loans.h"
+#include "outbox/open_store.h"
 #include "outbox/change_watcher.h"
 #include "outbox/timed_waiter.h"
 #include "outbox/kafka/kafka_publisher.h"
@@ -15,7 +15,7 @@ namespace outbox::cli {
 
 LoopReport DrainOutbox(const GlobalOptions& global, std::int64_t delivery_timeout_ms) {
   const std::unique_ptr<OutboxStore> owned_store =
-      lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
+      OpenStore(global.db, OpenMode::kExisting, global.MakeStoreOptions());
   OutboxStore& store = *owned_store;
   kafka::KafkaPublisherOptions publisher_options;
   publisher_options.brokers = global.RequireBrokers();

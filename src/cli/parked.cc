@@ -4,7 +4,7 @@
 
 #include "cli/command.h"
 #include "lab/json_bytes.h"
-#include "lab/loans.h"
+#include "outbox/open_store.h"
 #include "outbox/error.h"
 
 namespace outbox::cli {
@@ -23,7 +23,7 @@ Command AddParkedCommand(CLI::App& app, const GlobalOptions& global) {
       ->check(PositiveInteger())
       ->capture_default_str();
   return {sub, [&global, o]() -> ExitCode {
-            auto store = lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
+            auto store = OpenStore(global.db, OpenMode::kReadOnly, global.MakeStoreOptions());
             const std::int64_t now_ms = store->clock().EpochMs();
             const TroubledRows troubled = store->ListTroubled(now_ms, o->limit);
             if (o->json) {

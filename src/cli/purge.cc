@@ -4,7 +4,7 @@
 
 #include "cli/command.h"
 #include "cli/duration.h"
-#include "lab/loans.h"
+#include "outbox/open_store.h"
 #include "outbox/error.h"
 #include "outbox/pg/connection.h"
 
@@ -30,7 +30,7 @@ Command AddPurgeCommand(CLI::App& app, const GlobalOptions& global) {
       ->check(PositiveInteger())
       ->capture_default_str();
   return {sub, [&global, o]() -> ExitCode {
-            auto store = lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
+            auto store = OpenStore(global.db, OpenMode::kExisting, global.MakeStoreOptions());
             const PurgeReport r = store->PurgeOlderThan(o->older_than_ms, o->batch_size, o->archive);
             fmt::print("[purge] deleted={} archived={} batches={}\n", r.deleted, r.archived, r.batches);
             return ExitCode::kOk;
@@ -50,7 +50,7 @@ Command AddUnparkCommand(CLI::App& app, const GlobalOptions& global) {
   return {sub, [&global, o, id]() -> ExitCode {
             if (!o->all && id->count() == 0)
               throw CommandError(ExitCode::kUsage, "unpark: give an outbox id or --all");
-            auto store = lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kExisting);
+            auto store = OpenStore(global.db, OpenMode::kExisting, global.MakeStoreOptions());
             if (o->all) {
               fmt::print("[unpark] unparked={}\n", store->UnparkAll());
               return ExitCode::kOk;

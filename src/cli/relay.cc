@@ -21,7 +21,7 @@
 #include "cli/stop_signal.h"
 #include "lab/recording_publisher.h"
 #include "lab/relay_owner.h"
-#include "lab/loans.h"
+#include "outbox/open_store.h"
 #include "outbox/change_watcher.h"
 #include "outbox/pg/connection.h"
 #include "outbox/timed_waiter.h"
@@ -312,7 +312,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                                  "--pg-claim naive-cursor needs a postgresql:// --db (the SQLite "
                                  "store has one writer at a time: its ids commit in order)");
             const std::unique_ptr<OutboxStore> owned_store =
-                lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kExisting, pg_mode);
+                OpenStore(global.db, OpenMode::kExisting, global.MakeStoreOptions(), pg_mode);
             OutboxStore& store = *owned_store;
             // Only keys that pin an aggregate to a partition have a mapping to keep.
             if (relay_options.key == KeyChoice::kAggregateId)

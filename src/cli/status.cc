@@ -10,7 +10,7 @@
 #include "cli/command.h"
 #include "cli/duration.h"
 #include "lab/json_bytes.h"
-#include "lab/loans.h"
+#include "outbox/open_store.h"
 #include "lab/relay_owner.h"
 #include "outbox/error.h"
 #include "outbox/pg_store.h"
@@ -32,7 +32,7 @@ struct StatusView {
 };
 
 StatusView ReadStatusView(const GlobalOptions& global, std::int64_t horizon_threshold_ms) {
-  auto store = lab::OpenOutboxStore(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
+  auto store = OpenStore(global.db, OpenMode::kReadOnly, global.MakeStoreOptions());
   const std::int64_t now_ms = store->clock().EpochMs();
   StatusView view{store->Status(now_ms), store->ClaimOwners(now_ms), store->ReadLease(), now_ms,
                   store->WalSizeBytes(), store->backend()};

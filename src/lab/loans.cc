@@ -8,6 +8,7 @@
 
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
+#include "outbox/open_store.h"
 #include "outbox/pg/connection.h"
 
 namespace outbox::lab {
@@ -140,18 +141,9 @@ OutboxEvent LoanCreatedEvent(const Loan& loan, std::int64_t index) {
   return OutboxEvent{event_id, loan.loan_id, "LoanCreated", payload.dump(), loan.created_at_ms};
 }
 
-std::unique_ptr<OutboxStore> OpenOutboxStore(const std::string& db, const StoreOptions& options,
-                                             OpenMode mode, PgClaimMode pg_mode) {
-  if (!pg::IsPostgresUrl(db)) return std::make_unique<Store>(db, options, mode);
-  if (mode == OpenMode::kCreate)
-    throw ConfigError(fmt::format("open database '{}': use ResetLabStore to create it",
-                                  pg::RedactPassword(db)));
-  return std::make_unique<PgStore>(db, options.clock, pg_mode);
-}
-
 std::unique_ptr<OutboxStore> OpenLabStore(const std::string& db, const StoreOptions& options,
                                           OpenMode mode) {
-  if (!pg::IsPostgresUrl(db)) return OpenLabDatabase(db, options, mode);
+  if (StoreBackend(db) == Backend::kSqlite) return OpenLabDatabase(db, options, mode);
   {
     // Look before PgStore's constructor would create the outbox tables.
     pg::Connection probe(db);
@@ -165,7 +157,7 @@ std::unique_ptr<OutboxStore> OpenLabStore(const std::string& db, const StoreOpti
 
 std::unique_ptr<OutboxStore> ResetLabStore(const std::string& db, const StoreOptions& options,
                                            ResetRemoved* removed) {
-  if (!pg::IsPostgresUrl(db)) return ResetLabDatabase(db, options, removed);
+  if (StoreBackend(db) == Backend::kSqlite) return ResetLabDatabase(db, options, removed);
   auto store = std::make_unique<PgStore>(db, options.clock);
   std::int64_t loans = 0;
   {

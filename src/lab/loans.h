@@ -37,16 +37,8 @@ struct ResetRemoved {
   ResetCounts outbox;
 };
 
-// The outbox named by db, whatever the backend (issue 12): a postgresql:// or postgres:// URL
-// (pg::IsPostgresUrl) opens a PgStore on that server with pg_mode and options.clock; anything
-// else is an SQLite path opened as Store(db, options, mode). Does not look for the business
-// table (the relay needs only the outbox). Throws what Store or PgStore throws; on PostgreSQL,
-// ConfigError for mode kCreate (use ResetLabStore).
-std::unique_ptr<OutboxStore> OpenOutboxStore(const std::string& db, const StoreOptions& options,
-                                             OpenMode mode = OpenMode::kExisting,
-                                             PgClaimMode pg_mode = PgClaimMode::kScan);
-
-// OpenLabDatabase for either backend: the outbox and the business_loan table must both exist.
+// OpenLabDatabase for either backend (StoreBackend, outbox/open_store.h: ConfigError for another
+// URL scheme): the outbox and the business_loan table must both exist.
 // On PostgreSQL the tables are looked for before anything is created: throws
 // SchemaMissingError ("no business_loan table"), having created nothing, when reset never ran
 // there; pg::PgError when the server cannot be reached. kReadOnly changes nothing on
@@ -54,7 +46,7 @@ std::unique_ptr<OutboxStore> OpenOutboxStore(const std::string& db, const StoreO
 std::unique_ptr<OutboxStore> OpenLabStore(const std::string& db, const StoreOptions& options,
                                           OpenMode mode = OpenMode::kExisting);
 
-// ResetLabDatabase for either backend. On PostgreSQL: drops and recreates the outbox tables
+// ResetLabDatabase for either backend (StoreBackend, as OpenLabStore). On PostgreSQL: drops and recreates the outbox tables
 // (PgStore::ResetSchema) and business_loan in the URL's database and search_path schema, which
 // must exist. When removed is given, it receives what was dropped (on PostgreSQL too: counted
 // in the reset's transactions). Throws DbError or pg::PgError.
