@@ -18,8 +18,10 @@ the output is not compared, but the command must exit 0). Comparing:
     on stderr), which are not compared;
   - volatile parts are replaced on both sides before comparing: PIDs after `kill -9`,
     `kill -USR1` and `pid=`, and durations (`12ms`, `0.7s`).
-A command ending in `&` runs in the background until it prints a HOLD line (the chapter's
-holds); a later `kill -9 N` kills the newest background process, whatever N the doc shows.
+A command ending in `&` runs in the background; what it prints counts as the output of the step
+in which it appears (a step that claims output waits, bounded, until it matches). `kill -9 N`
+kills the newest background process still running, whatever N the doc shows. `export` lines set
+variables for the commands after them.
 
 Each block runs in a fresh temporary directory, in a copy of the repository's entry points
 (run.sh, scripts/wait-until.sh) whose build/outbox-lab is the binary under test and whose cmake
@@ -150,7 +152,9 @@ class Sandbox:
         self.env = {k: v for k, v in os.environ.items() if k not in CLEARED_ENV}
         self.env.update(PATH=f'{bin_dir}:{os.environ["PATH"]}', OUTBOX_LAB_STATE=str(self.dir / 'state'),
                         TMPDIR=str(self.tmp), LC_ALL='C.UTF-8')
-        self.background = []
+        self.background = []  # (process, its output file, its path)
+        self.consumed = {}  # background index -> bytes of its output already compared
+        self.last_rc = 0
 
     def rewrite(self, command):
         return command.replace('/tmp/', f'{self.tmp}/')
@@ -163,45 +167,62 @@ class Sandbox:
         return [l for l in lines if not l.startswith('run.sh: ')]
 
     def run(self, command):
-        """Returns (exit code or None for a background command, output lines)."""
+        """Starts or runs one command; returns (exit code, None for a background one, output lines)."""
         command = self.rewrite(command)
-        kill = re.fullmatch(r'\s*kill -9 \d+\s*', command)
-        if kill:
-            if not self.background:
-                return 1, ['doctest: kill -9 with no background process']
-            proc, _ = self.background[-1]
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
+        if re.fullmatch(r'\s*kill -9 \d+\s*', command):
+            live = [proc for proc, _, _ in self.background if proc.poll() is None]
+            if not live:
+                return 1, ['doctest: kill -9 with no background process running']
+            # The newest: the one whose HOLD line the doc shows; its whole process group, so the
+            # lab dies with the bash that started it (run.sh and a plain command exec into it).
+            os.killpg(live[-1].pid, signal.SIGKILL)
+            live[-1].wait()
             return 0, []
         if command.rstrip().endswith('&'):
-            return None, self.start_background(command.rstrip()[:-1])
-        proc = subprocess.run(['bash', '-c', command], cwd=self.repo, env=self.env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            self.start_background(command.rstrip()[:-1])
+            return None, []
+        if command.startswith('export '):
+            # Later commands see the variables: run it, then read bash's environment back.
+            proc = subprocess.run(['bash', '-c', command + ' && env -0'], cwd=self.repo, env=self.env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=COMMAND_TIMEOUT_S)
+            if proc.returncode == 0:
+                pairs = [e.split('=', 1) for e in proc.stdout.decode().split('\0') if '=' in e]
+                self.env = {k: v for k, v in pairs if k not in ('_', 'SHLVL', 'PWD', 'OLDPWD')}
+                return 0, []
+            return proc.returncode, self.lines_of(proc.stdout.decode('utf-8', 'replace'))
+        # `$?` is the previous command's exit code, as in the shell the transcript shows.
+        proc = subprocess.run(['bash', '-c', f'(exit {self.last_rc}); {command}'], cwd=self.repo,
+                              env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               timeout=COMMAND_TIMEOUT_S)
+        self.last_rc = proc.returncode
         return proc.returncode, self.lines_of(proc.stdout.decode('utf-8', 'replace'))
 
     def start_background(self, command):
-        # exec: the PID the doc kills is the lab's own (run.sh execs the binary too).
         out_path = self.dir / f'bg-{len(self.background)}.out'
         out = open(out_path, 'wb')
-        proc = subprocess.Popen(['bash', '-c', 'exec ' + command], cwd=self.repo, env=self.env,
+        proc = subprocess.Popen(['bash', '-c', command], cwd=self.repo, env=self.env,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        self.background.append((proc, out))
-        deadline = time.monotonic() + HOLD_TIMEOUT_S
-        while time.monotonic() < deadline:
-            text = out_path.read_bytes().decode('utf-8', 'replace')
-            if 'HOLD' in text or proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        else:
-            return [f'doctest: no HOLD line within {HOLD_TIMEOUT_S}s'] + self.lines_of(text)
-        return self.lines_of(out_path.read_bytes().decode('utf-8', 'replace'))
+        self.background.append((proc, out, out_path))
+
+    def background_output(self):
+        """What the background processes printed since the last call, as complete lines."""
+        lines = []
+        for i, (_, _, path) in enumerate(self.background):
+            data = path.read_bytes()
+            done = self.consumed.get(i, 0)
+            end = data.rfind(b'\n') + 1
+            if end > done:
+                lines += self.lines_of(data[done:end].decode('utf-8', 'replace'))
+                self.consumed[i] = end
+        return lines
 
     def close(self):
-        for proc, out in self.background:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
+        for proc, out, _ in self.background:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
             out.close()
         # run.sh's embedded brokers live in the state directory: stop every one.
         subprocess.run(['bash', '-c', './run.sh stop-broker'], cwd=self.repo, env=self.env,
@@ -215,19 +236,29 @@ class Sandbox:
 
 
 def run_block(block, binary, repo):
+    """Runs a transcript. A step's output is the command's own, then what the background
+    processes printed meanwhile; a step that claims output waits (up to HOLD_TIMEOUT_S) until
+    that matches, so a HOLD line printed by a background process is waited for, never slept for."""
     sandbox = Sandbox(binary, repo)
     failures = []
     try:
         for command, claimed in parse_transcript(block.body):
             started = time.monotonic()
             rc, actual = sandbox.run(command)
-            took = time.monotonic() - started
+            actual = actual + sandbox.background_output()
             if claimed:
-                if not output_matches(claimed, actual):
-                    failures.append((command, claimed, actual, rc))
-            elif rc not in (0, None):
-                failures.append((command, ['(exit 0)'], actual + [f'(exit {rc})'], rc))
-            print(f'  {took:5.1f}s {"ok  " if not failures or failures[-1][0] != command else "FAIL"} $ {command}')
+                deadline = time.monotonic() + HOLD_TIMEOUT_S
+                while not output_matches(claimed, actual) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    actual += sandbox.background_output()
+                ok = output_matches(claimed, actual)
+            else:
+                ok = rc in (0, None)
+                if not ok:
+                    claimed = ['(exit 0)']
+            if not ok:
+                failures.append((command, claimed, actual, rc))
+            print(f'  {time.monotonic() - started:5.1f}s {"ok  " if ok else "FAIL"} $ {command}')
     finally:
         sandbox.close()
     return failures
