@@ -10,6 +10,8 @@ Usage: scripts/check-help-docs.py BINARY [REPO_DIR]
    option of that subcommand or a global one.
 3. Every other `--name` in backticks or code blocks is an option of some subcommand, or of one of
    the repository's scripts and the tools the docs run (OTHER_TOOLS below).
+4. The exit codes of src/cli/exit_code.h are the rows of docs/exit-codes.md's table and of the
+   README's short one.
 Prints one line per finding and exits 1 if there is any; 0 with a count otherwise.
 """
 import pathlib
@@ -158,6 +160,15 @@ def main():
                     if name not in options[sub] and name not in options[''] and name != '--help':
                         findings.append(f'{rel}:{number}: `{sub} ... {name}`: {sub} has no option {name}')
 
+    # 4. The exit codes: the enum main.cc picks from, the full table and the README's short one.
+    enum = set(map(int, re.findall(r'^\s*k\w+ = (\d+),', (repo / 'src/cli/exit_code.h').read_text(), re.M)))
+    for table in ('docs/exit-codes.md', 'README.md'):
+        codes = set(map(int, re.findall(r'^\| (\d+) \|', (repo / table).read_text(), re.M)))
+        for code in sorted(enum - codes):
+            findings.append(f'{table}: exit code {code} (src/cli/exit_code.h) is not in its table')
+        for code in sorted(codes - enum):
+            findings.append(f'{table}: exit code {code} is in its table but not in src/cli/exit_code.h')
+
     for f in findings:
         print(f'check-help-docs: {f}')
     if findings:
@@ -165,7 +176,7 @@ def main():
         return 1
     total = sum(len(v) for v in options.values())
     print(f'check-help-docs: {len(subcommands)} subcommands, {total} options in --help, all documented; '
-          f'{checked} option names in the docs, all real')
+          f'{checked} option names in the docs, all real; {len(enum)} exit codes in both tables')
     return 0
 
 
