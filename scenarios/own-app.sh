@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Your own application writes the outbox: the README's Python sample, run as given, ends valid.
-# Injects: nothing; runs the README's Python block (extracted from README.md, unchanged) after
+# Your own application writes the outbox: the Python sample of docs/writing-to-the-outbox.md,
+# run as given, ends valid.
+# Injects: nothing; runs that Python block (extracted from the doc, unchanged) after
 #          `reset`, then an application with its own `orders` table instead of business_loan.
 # Expects: the sample commits one loan and its event; relay --until-empty publishes it; check is
 #          valid (exit 0). With orders: check without --business-table says "atomicity skipped"
@@ -13,17 +14,17 @@ command -v python3 >/dev/null || die "python3 is required"
 start_broker
 cd "$TMP" || die "cd $TMP"
 sample=$TMP/sample.py
-# The README's block after "Python (`sqlite3` from the standard library", as given.
+# The doc's block after "Python (`sqlite3` from the standard library", as given.
 awk '/Python \(`sqlite3` from the standard library/ {found=1} found && /^```python$/ {inside=1; next}
-     inside && /^```$/ {exit} inside {print}' "$REPO_DIR/README.md" >"$sample"
-grep -q 'data/outbox.db' "$sample" || die "no Python sample writing data/outbox.db found in README.md"
+     inside && /^```$/ {exit} inside {print}' "$REPO_DIR/docs/writing-to-the-outbox.md" >"$sample"
+grep -q 'data/outbox.db' "$sample" || die "no Python sample writing data/outbox.db in docs/writing-to-the-outbox.md"
 
-step "the README's sample, after reset, ends valid"
+step "the doc's Python sample, after reset, ends valid"
 DB=data/outbox.db
 run reset
 expect_rc 0 "reset data/outbox.db"
 echo "\$ python3 sample.py"
-python3 "$sample" || fail "the README's Python sample failed (exit $?)"
+python3 "$sample" || fail "the doc's Python sample failed (exit $?)"
 run relay --until-empty
 expect_rc 0 "relay --until-empty"
 run check

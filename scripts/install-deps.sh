@@ -22,6 +22,8 @@ packages=(
   # scenarios/foreign-readers.sh reads the chapter's topic with clients that are not the lab:
   # kafkajs from npm (tools/kafkajs-reader, `npm ci` there) and confluent-kafka-python
   python3-confluent-kafka nodejs
+  # the doc-tests (scripts/doctest.py, scripts/check-help-docs.py)
+  python3
 )
 # Debian's nodejs has no npm (package npm); NodeSource's nodejs, installed as "nodejs", brings its
 # own and conflicts with Debian's npm.

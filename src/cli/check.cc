@@ -222,7 +222,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
       "(header run_id). Exit 0 valid, 1 invalid, 15 not drained yet (unpublished rows: run the "
       "relay, then check), 16 cannot judge (the broker dropped records, or the in-memory embedded "
       "broker was restarted since they were published); when it cannot check, the "
-      "code of the error as for every command (see README: 6 no database, 8 no broker ...). "
+      "code of the error as for every command (docs/exit-codes.md: 6 no database, 8 no broker ...). "
       "Duplicates never invalidate (at-least-once). With --expect: exit 0 when every "
       "expectation holds, 1 when one does not");
   auto o = std::make_shared<CheckOptions>();

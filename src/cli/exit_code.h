@@ -1,4 +1,5 @@
-// Exit codes of outbox-lab, chosen in main.cc only. Documented in README.md.
+// Exit codes of outbox-lab, chosen in main.cc only. Documented in docs/exit-codes.md (in short in
+// README.md; scripts/check-help-docs.py checks both tables against this enum).
 #pragma once
 
 namespace outbox::cli {

@@ -13,7 +13,7 @@ namespace outbox::cli {
 
 void AddGlobalOptions(CLI::App& app, GlobalOptions& global) {
   app.add_option("--db", global.db, "SQLite database file (the chapter's -Doutbox.db), or a postgresql:// URL "
-                 "(README, \"PostgreSQL\")")
+                 "(docs/postgresql.md)")
       ->envname("OUTBOX_DB")
       ->check(CLI::Validator([](std::string& db) { return DbPathProblem(db); }, "PATH", "DbPath"))
       ->capture_default_str();
