@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "lab/json_bytes.h"
-#include "lab/loans.h"
+#include "lab/broker/json_bytes.h"
+#include "lab/chapter/loans.h"
 #include "outbox/error.h"
 
 namespace outbox::cli {

@@ -4,7 +4,7 @@
 
 #include "cli/command.h"
 #include "cli/duration.h"
-#include "lab/loans.h"
+#include "lab/chapter/loans.h"
 #include "outbox/error.h"
 #include "outbox/pg/connection.h"
 
