@@ -11,7 +11,7 @@
 #include "lab/bench/benchmark.h"
 #include "lab/bench/statistics.h"
 #include "lab/broker/json_bytes.h"
-#include "lab/report/report.h"
+#include "lab/report/page_file.h"
 #include "outbox/error.h"
 #include "outbox/pg/connection.h"
 

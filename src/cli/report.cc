@@ -7,7 +7,9 @@
 #include "lab/chapter/loans.h"
 #include "lab/check/checker.h"
 #include "lab/check/reconciliation.h"
-#include "lab/report/report.h"
+#include "lab/report/model.h"
+#include "lab/report/page.h"
+#include "lab/report/page_file.h"
 
 namespace outbox::cli {
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <iterator>
 
-#include "lab/report/report.h"
+#include "lab/report/html_text.h"
 
 namespace outbox::lab {
 namespace {

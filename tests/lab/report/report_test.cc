@@ -1,7 +1,10 @@
 // Report: untrusted bytes made safe, lanes and cells built from a history and
 // a topic, and the page rendered from hand-made models (the chapter's run, a
 // hostile one, a big one, one with an order violation).
-#include "lab/report/report.h"
+#include "lab/report/html_text.h"
+#include "lab/report/model.h"
+#include "lab/report/page.h"
+#include "lab/report/page_file.h"
 
 #include <catch2/catch.hpp>
 #include <cstdint>

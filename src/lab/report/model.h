@@ -1,32 +1,12 @@
-// Report: one self-contained HTML page of a run (issue 11). Gathering and
-// rendering are separate: BuildReportModel reads the checker's verdict and
-// joins it with the topic and the histories into a ReportModel, a plain value;
-// RenderReportHtml turns a model into the page and touches nothing else, so a
-// test can render a hand-made model.
-//
-// The page is inline SVG + CSS + a little plain JavaScript (hover and click
-// show an element's details). It references nothing outside itself, and its
-// Content-Security-Policy forbids any network request, so it opens from disk
-// in any browser. Every string from the database, the topic or a history is
-// untrusted bytes: it is made valid UTF-8 (invalid sequences become U+FFFD)
-// and HTML-escaped before it reaches the page.
-//
-// Elements the browser test asserts on (stable ids, classes and data-):
-//   #timeline .lane[data-process][data-name]       one lane per process
-//   .lane .op[data-f][data-outcome][data-value]    one operation (detailed mode)
-//   .lane .kill#kill-PID[data-process]             a process that never finished
-//   .lane .hold[data-value]                        a hold point it recorded
-//   #kafka .partition[data-partition] .cell[data-offset][data-event]
-//   .cell.dup[data-cause]                          a copy after the first of an event id
-//   #kafka .range[data-first][data-last]           an offset range (binned mode)
-//   #reconciliation tr[data-key], #counts tr[data-key][data-count], #verdict[data-valid]
-//   #order .violation                              one order violation, both records
+// The report's model: what happened in a run, as a plain value. BuildReportModel reads the
+// checker's verdict and joins it with the topic and the histories (lanes of operations, cells of
+// records, the cause of every duplicate); the page (lab/report/page.h) only draws it, so a test
+// can render a hand-made model.
 // Thread-safety: plain functions over values.
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "lab/chapter/history.h"
@@ -123,41 +103,5 @@ ReportModel BuildReportModel(Store& store, const std::vector<TopicRecord>& recor
                              const std::vector<HistoryOp>& ops, bool has_history,
                              std::int64_t malformed_lines,
                              const std::string& broker_incarnation = {});
-
-struct RenderOptions {
-  // Above these, the page aggregates: time bins instead of one glyph per
-  // operation, offset ranges instead of one cell per record.
-  std::int64_t max_detailed_ops = 800;       // operations over all lanes
-  std::int64_t max_detailed_records = 1000;  // records over all partitions
-  int time_bins = 160;                       // bins across the timeline
-  int offset_ranges = 160;                   // ranges per partition
-  std::int64_t max_listed_ids = 50;          // ids listed per count; "and N more" after
-  std::int64_t max_listed_duplicates = 10;   // duplicated ids listed (allowed, so kept short)
-};
-
-// The page, as UTF-8 text. Pure: reads only model and options.
-std::string RenderReportHtml(const ReportModel& model, const RenderOptions& options = {});
-
-// Writes text to path.tmp and renames it over path, so that a reader never
-// sees half a page. Throws ConfigError naming the file and strerror, or naming
-// its folder when that does not exist.
-void WriteFileAtomically(const std::string& path, const std::string& text);
-
-// Checks, before a long measurement or read, that WriteFileAtomically(path, ...)
-// can create its temporary file: creates path.tmp and removes it again (path
-// itself is not touched). Throws ConfigError "write 'path.tmp': <strerror>"
-// as WriteFileAtomically would, e.g. when the directory does not exist or is
-// not writable.
-void RequireWritableFile(const std::string& path);
-
-// bytes with every invalid UTF-8 sequence (overlong, surrogate, truncated,
-// above U+10FFFF) replaced by U+FFFD and every C0 control but tab and newline
-// replaced by U+FFFD. Source: the Unicode Standard, ch. 3, table 3-7
-// (well-formed UTF-8 byte sequences).
-std::string SanitizeUtf8(std::string_view bytes);
-
-// SanitizeUtf8, then & < > " ' as character references: safe as element text
-// and as a quoted attribute value.
-std::string EscapeHtml(std::string_view bytes);
 
 }  // namespace outbox::lab
