@@ -23,7 +23,7 @@
 #          prints the same schedule hash; where the other processes are at that instant is up to
 #          the scheduler.
 #          Every lab process records its phases in the history (relay: claim, produce, acked,
-#          marking, mark, idle; writer: begin, commit; src/lab/history.h). After the run each
+#          marking, mark, idle; writer: begin, commit; src/lab/chapter/history.h). After the run each
 #          kill is classified by the last phase its victim recorded (marking and begin by the
 #          outcome too: see window() below), and a table of kills per window is printed. One relay
 #          runs the default coordination, leader mode (its "claim" phase is the page read); two

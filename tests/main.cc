@@ -3,7 +3,7 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
-#include "lab/lab_failpoints.h"
+#include "lab/faults/lab_failpoints.h"
 
 int main(int argc, char* argv[]) {
   outbox::lab::RegisterLabFailpoints();

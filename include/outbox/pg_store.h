@@ -81,7 +81,7 @@ class PgStore : public OutboxStore {
   // Drops and recreates the outbox, its archive, the fencing sequence, the naive offset and the
   // run table, empty, and starts a new run (RunId). The leader lease row stays (its token keeps
   // growing) with its term ended. The lab's business table is the lab's
-  // (lab/loans.h, ResetLabStore). Returns what it dropped, counted in the drop's transaction
+  // (lab/chapter/loans.h, ResetLabStore). Returns what it dropped, counted in the drop's transaction
   // (lab_table false: the table named outbox has no boolean published column, so published is
   // 0). Takes the schema lock (see the constructor) before it drops anything. Throws
   // pg::PgError ("55P03" naming the lock's holder).

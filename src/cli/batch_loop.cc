@@ -3,8 +3,8 @@
 #include "cli/command.h"
 #include "cli/duration.h"
 #include "cli/publishing.h"
-#include "lab/batched_loop.h"
-#include "lab/loans.h"
+#include "lab/bench/batched_loop.h"
+#include "lab/chapter/loans.h"
 
 namespace outbox::cli {
 namespace {

@@ -7,11 +7,11 @@
 
 #include "cli/command.h"
 #include "cli/duration.h"
-#include "lab/json_bytes.h"
-#include "lab/bench_report.h"
-#include "lab/benchmark.h"
-#include "lab/report.h"
-#include "lab/statistics.h"
+#include "lab/bench/bench_report.h"
+#include "lab/bench/benchmark.h"
+#include "lab/bench/statistics.h"
+#include "lab/broker/json_bytes.h"
+#include "lab/report/page_file.h"
 #include "outbox/error.h"
 #include "outbox/pg/connection.h"
 

@@ -10,8 +10,8 @@
 #include <fstream>
 
 #include "cli/command.h"
-#include "lab/broker_control.h"
-#include "lab/embedded_broker.h"
+#include "lab/broker/embedded_broker.h"
+#include "lab/faults/broker_control.h"
 #include "outbox/error.h"
 
 namespace outbox::cli {

@@ -8,11 +8,11 @@
 #include "cli/duration.h"
 #include "cli/option_values.h"
 #include "cli/publishing.h"
-#include "lab/json_bytes.h"
-#include "lab/checker.h"
-#include "lab/loans.h"
-#include "lab/reconciliation.h"
-#include "lab/verdict_text.h"
+#include "lab/broker/json_bytes.h"
+#include "lab/chapter/loans.h"
+#include "lab/check/checker.h"
+#include "lab/check/reconciliation.h"
+#include "lab/check/verdict_text.h"
 
 namespace outbox::cli {
 namespace {

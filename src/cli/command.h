@@ -12,7 +12,7 @@
 
 #include "cli/exit_code.h"
 #include "cli/usage_hints.h"
-#include "lab/history.h"
+#include "lab/chapter/history.h"
 #include "outbox/clock.h"
 #include "outbox/error.h"
 #include "outbox/kafka/handles.h"

@@ -2,8 +2,8 @@
 
 #include "cli/command.h"
 #include "cli/duration.h"
-#include "lab/idempotent_consumer.h"
-#include "lab/topic_reader.h"
+#include "lab/chapter/idempotent_consumer.h"
+#include "lab/check/topic_reader.h"
 
 namespace outbox::cli {
 namespace {

@@ -3,10 +3,10 @@
 #include <algorithm>
 
 #include "cli/publishing.h"
-#include "lab/history.h"
-#include "lab/recording_publisher.h"
-#include "lab/relay_owner.h"
+#include "lab/chapter/history.h"
 #include "outbox/open_store.h"
+#include "lab/chapter/recording_publisher.h"
+#include "lab/chapter/relay_owner.h"
 #include "outbox/change_watcher.h"
 #include "outbox/timed_waiter.h"
 #include "outbox/kafka/kafka_publisher.h"

@@ -13,8 +13,8 @@
 #include "cli/command.h"
 #include "cli/exit_code.h"
 #include "outbox/error.h"
-#include "lab/lab_failpoints.h"
-#include "lab/powerloss_vfs.h"
+#include "lab/faults/lab_failpoints.h"
+#include "lab/faults/powerloss_vfs.h"
 #include "outbox/failpoint.h"
 #include "outbox/pg/connection.h"
 

@@ -1,8 +1,8 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
-#include "lab/hold.h"
-#include "lab/loans.h"
+#include "lab/chapter/hold.h"
+#include "lab/chapter/loans.h"
 
 namespace outbox::cli {
 

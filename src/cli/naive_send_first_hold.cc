@@ -2,9 +2,9 @@
 
 #include "cli/command.h"
 #include "cli/publishing.h"
-#include "lab/hold.h"
-#include "lab/loans.h"
-#include "lab/recording_publisher.h"
+#include "lab/chapter/hold.h"
+#include "lab/chapter/loans.h"
+#include "lab/chapter/recording_publisher.h"
 
 namespace outbox::cli {
 

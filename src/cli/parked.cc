@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "lab/json_bytes.h"
+#include "lab/broker/json_bytes.h"
 #include "outbox/open_store.h"
 #include "outbox/error.h"
 

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include "cli/publishing.h"
-#include "lab/partition_mapping.h"
-#include "lab/topic_reader.h"
+#include "lab/check/partition_mapping.h"
+#include "lab/check/topic_reader.h"
 
 namespace outbox::cli {
 

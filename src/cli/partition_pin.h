@@ -1,5 +1,5 @@
 // relay --key aggregate-id's check of the key->partition mapping at start
-// (lab/partition_mapping.h).
+// (lab/check/partition_mapping.h).
 #pragma once
 
 #include "cli/command.h"

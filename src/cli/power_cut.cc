@@ -4,7 +4,7 @@
 
 #include "cli/command.h"
 #include "cli/option_values.h"
-#include "lab/power_cut.h"
+#include "lab/faults/power_cut.h"
 
 namespace outbox::cli {
 

@@ -1,11 +1,11 @@
 #include <fmt/format.h>
 
 #include "cli/command.h"
-#include "lab/json_bytes.h"
+#include "lab/broker/json_bytes.h"
 #include "cli/publishing.h"
-#include "lab/lab_failpoints.h"
-#include "lab/loans.h"
-#include "lab/recording_publisher.h"
+#include "lab/chapter/loans.h"
+#include "lab/chapter/recording_publisher.h"
+#include "lab/faults/lab_failpoints.h"
 #include "outbox/failpoint.h"
 #include "outbox/per_row_relay.h"
 

@@ -6,8 +6,8 @@
 #include <algorithm>
 
 #include "cli/duration.h"
-#include "lab/json_bytes.h"
-#include "lab/topic_reader.h"
+#include "lab/broker/json_bytes.h"
+#include "lab/check/topic_reader.h"
 #include "outbox/error.h"
 #include "outbox/outbox_store.h"
 

@@ -13,15 +13,15 @@
 #include <sqlite3.h>
 
 #include "cli/command.h"
-#include "lab/json_bytes.h"
+#include "lab/broker/json_bytes.h"
 #include "cli/drain.h"
 #include "cli/duration.h"
 #include "cli/partition_pin.h"
 #include "cli/publishing.h"
 #include "cli/stop_signal.h"
-#include "lab/recording_publisher.h"
-#include "lab/relay_owner.h"
 #include "outbox/open_store.h"
+#include "lab/chapter/recording_publisher.h"
+#include "lab/chapter/relay_owner.h"
 #include "outbox/change_watcher.h"
 #include "outbox/pg/connection.h"
 #include "outbox/timed_waiter.h"

@@ -4,10 +4,12 @@
 
 #include "cli/command.h"
 #include "cli/duration.h"
-#include "lab/checker.h"
-#include "lab/loans.h"
-#include "lab/reconciliation.h"
-#include "lab/report.h"
+#include "lab/chapter/loans.h"
+#include "lab/check/checker.h"
+#include "lab/check/reconciliation.h"
+#include "lab/report/model.h"
+#include "lab/report/page.h"
+#include "lab/report/page_file.h"
 
 namespace outbox::cli {
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "cli/command.h"
-#include "lab/loans.h"
+#include "lab/chapter/loans.h"
 #include "outbox/pg/connection.h"
 
 namespace outbox::cli {

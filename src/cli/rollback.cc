@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "cli/command.h"
-#include "lab/loans.h"
+#include "lab/chapter/loans.h"
 #include "outbox/error.h"
 
 namespace outbox::cli {

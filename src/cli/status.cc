@@ -9,9 +9,9 @@
 
 #include "cli/command.h"
 #include "cli/duration.h"
-#include "lab/json_bytes.h"
+#include "lab/broker/json_bytes.h"
 #include "outbox/open_store.h"
-#include "lab/relay_owner.h"
+#include "lab/chapter/relay_owner.h"
 #include "outbox/error.h"
 #include "outbox/pg_store.h"
 

@@ -6,9 +6,9 @@
 #include "cli/command.h"
 #include "cli/stop_signal.h"
 #include "cli/row_lines.h"
-#include "lab/lab_failpoints.h"
-#include "lab/loans.h"
-#include "lab/workload.h"
+#include "lab/chapter/loans.h"
+#include "lab/chapter/workload.h"
+#include "lab/faults/lab_failpoints.h"
 #include "outbox/failpoint.h"
 
 namespace outbox::cli {

@@ -2,8 +2,8 @@
 
 #include "cli/command.h"
 #include "cli/row_lines.h"
-#include "lab/lab_failpoints.h"
-#include "lab/loans.h"
+#include "lab/chapter/loans.h"
+#include "lab/faults/lab_failpoints.h"
 #include "outbox/failpoint.h"
 
 namespace outbox::cli {

@@ -97,7 +97,7 @@ const std::vector<FailpointInfo> kLibraryFailpoints = {
     {"relay.after_ack_before_mark", "records acknowledged by the broker; rows not marked: re-sent later"},
     {"relay.after_mark", "the batch is marked published"},
     {"purge.mid_batch", "earlier purge batches; this batch's deletes roll back"},
-    // The vfs.* points are evaluated by the power-loss VFS shim (lab/powerloss_vfs.h, --vfs
+    // The vfs.* points are evaluated by the power-loss VFS shim (lab/faults/powerloss_vfs.h, --vfs
     // powerloss) on every such call; NAME.db, NAME.wal, NAME.journal select one kind of file.
     {"vfs.read", "what the last sync made durable; a read fails (SQLITE_IOERR_READ)"},
     {"vfs.write", "what the last sync made durable; this write is not made (SQLITE_IOERR_WRITE, enospc: SQLITE_FULL)"},

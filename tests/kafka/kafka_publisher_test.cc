@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
-#include "lab/embedded_broker.h"  // rdkafka.h, then rdkafka_mock.h
-#include "lab/topic_reader.h"
+#include "lab/broker/embedded_broker.h"  // rdkafka.h, then rdkafka_mock.h
+#include "lab/check/topic_reader.h"
 #include "outbox/per_row_relay.h"
 #include "outbox/error.h"
 #include "outbox/kafka/handles.h"

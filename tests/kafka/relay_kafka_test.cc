@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "lab/embedded_broker.h"  // rdkafka.h, then rdkafka_mock.h
-#include "lab/reconciliation.h"
-#include "lab/topic_reader.h"
+#include "lab/broker/embedded_broker.h"  // rdkafka.h, then rdkafka_mock.h
+#include "lab/check/reconciliation.h"
+#include "lab/check/topic_reader.h"
 #include "outbox/kafka/kafka_publisher.h"
 #include "outbox/relay.h"
 #include "outbox/sqlite/connection.h"

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "lab/embedded_broker.h"
-#include "lab/topic_reader.h"
+#include "lab/broker/embedded_broker.h"
+#include "lab/check/topic_reader.h"
 #include "outbox/kafka/kafka_publisher.h"
 #include "outbox/per_row_relay.h"
 #include "outbox/record_headers.h"

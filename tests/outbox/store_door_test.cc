@@ -79,6 +79,6 @@ TEST_CASE("No source file outside src/outbox runs SQL on the outbox tables", "[s
     const auto found = Offenders(root / dir, root / "src" / "outbox");
     offenders.insert(offenders.end(), found.begin(), found.end());
   }
-  INFO("SQL on the outbox tables belongs in src/outbox/store.cc; ask the Store instead");
+  INFO("SQL on the outbox tables belongs in src/outbox (sqlite_store/, pg_store/); ask the Store instead");
   CHECK(offenders == std::vector<std::string>{});
 }

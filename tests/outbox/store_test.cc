@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "lab/loans.h"
+#include "lab/chapter/loans.h"
 #include "outbox/error.h"
 #include "outbox/sqlite/connection.h"
 #include "outbox/store.h"

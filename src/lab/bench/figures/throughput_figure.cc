@@ -1,0 +1,203 @@
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <set>
+
+#include "lab/bench/bench_support.h"
+#include "lab/bench/statistics.h"
+#include "lab/chapter/loans.h"
+#include "outbox/error.h"
+#include "outbox/kafka/kafka_publisher.h"
+#include "outbox/per_row_relay.h"
+#include "outbox/relay.h"
+
+namespace outbox::lab::bench {
+
+RelayFigures RunInterleaved(const BenchmarkOptions& options, OutboxStore& chapter_store,
+                            Publisher& chapter_publisher, Relay& relay, const std::string& where) {
+  RelayFigures figures;
+  for (int slice = 0; slice < kSlices; ++slice) {
+    const auto run_chapter = [&] {
+      const std::int64_t rows = SliceEnd(options.chapter_events, slice) - figures.chapter.events;
+      if (rows <= 0) return;
+      const auto start = SteadyClock::now();
+      const PerRowRelayReport report =
+          RunPerRowRelay(chapter_store, chapter_publisher, {rows, /*mark=*/true}, nullptr);
+      figures.chapter.seconds += SecondsSince(start);
+      figures.chapter.events += report.marked;
+      if (report.marked != rows)
+        RequireAllDelivered(("chapter algorithm" + where).c_str(), options.chapter_events,
+                            figures.chapter.events);
+    };
+    const auto run_relay = [&] {
+      const std::int64_t until = SliceEnd(options.events, slice);
+      const auto start = SteadyClock::now();
+      while (figures.relay.events < until) {
+        const BatchReport batch = relay.RunBatch();
+        if (batch.claimed == 0) break;
+        figures.relay.events += batch.settle.marked;
+      }
+      figures.relay.seconds += SecondsSince(start);
+    };
+    if (slice % 2 == 0) {
+      run_chapter();
+      run_relay();
+    } else {
+      run_relay();
+      run_chapter();
+    }
+  }
+  RequireAllDelivered(("chapter algorithm" + where).c_str(), options.chapter_events,
+                      figures.chapter.events);
+  RequireAllDelivered(("relay" + where).c_str(), options.events, figures.relay.events);
+  return figures;
+}
+
+// The chapter's relay and the production relay, each on its own database and
+// producer, run in kSlices alternating slices; each figure is its events over
+// the sum of its slices' times. The chapter commits once per row, the relay
+// twice per batch, so a change in fsync latency during the run (this VM's disk
+// alternates between ~0.1 ms and ~4 ms) must hit both alike.
+RelayFigures MeasureRelays(const BenchmarkOptions& options, const TempDir& dir,
+                           const std::string& brokers, const std::string& topic) {
+  auto chapter_store = FreshDatabase(dir.File("chapter.db"), options.store);
+  Populate(*chapter_store, 1, options.chapter_events, /*published=*/false);
+  const std::string relay_path = dir.File("relay.db");
+  auto relay_store = FreshDatabase(relay_path, options.store);
+  Populate(*relay_store, 1, options.events, /*published=*/false);
+
+  kafka::KafkaPublisher chapter_publisher(PublisherOptions(options, brokers, topic));
+  kafka::KafkaPublisher relay_publisher(PublisherOptions(options, brokers, topic));
+  WarmUp(chapter_publisher);
+  WarmUp(relay_publisher);
+  RelayOptions relay_options;
+  relay_options.batch_size = options.batch_size;
+  relay_options.owner = fmt::format("bench-{}", getpid());
+  Relay relay(*relay_store, relay_publisher, relay_options);
+
+  RelayFigures figures = RunInterleaved(options, *chapter_store, chapter_publisher, relay, "");
+  if (relay_store->PendingCount() != 0)
+    throw KafkaError(fmt::format("relay: {} rows still pending in '{}'",
+                                 relay_store->PendingCount(), relay_path),
+                     RD_KAFKA_RESP_ERR__MSG_TIMED_OUT);
+  figures.chapter.events_per_s = Rate(figures.chapter.events, figures.chapter.seconds);
+  figures.relay.events_per_s = Rate(figures.relay.events, figures.relay.seconds);
+  return figures;
+}
+
+WorkloadThroughputFigure MeasureRelayOnWorkload(const BenchmarkOptions& options,
+                                                const std::string& db, Publisher& publisher,
+                                                Workload workload) {
+  auto store = FreshDatabase(db, options.store);
+  std::set<std::int64_t> loans;
+  store->BulkLoad(
+      options.events,
+      [workload, &loans, now = store->clock().EpochMs()](std::int64_t i) {
+        const std::int64_t loan = LoanNumberFor(workload, i + 1);
+        loans.insert(loan);
+        return LoanCreatedEvent(ChapterLoan(loan, now), i + 1);
+      },
+      /*published=*/false);
+  RelayOptions relay_options;
+  relay_options.batch_size = options.batch_size;
+  relay_options.owner = fmt::format("bench-{}-{}", getpid(), WorkloadName(workload));
+  // Leader mode, the relay's default on SQLite: a claim (claims mode) takes at most one row per
+  // aggregate, which caps a batch at 50 rows on workload 50 (issue 8, item 3).
+  relay_options.coordination = Coordination::kLeader;
+  Relay relay(*store, publisher, relay_options);
+
+  WorkloadThroughputFigure figure;
+  figure.workload = WorkloadName(workload);
+  figure.aggregates = static_cast<std::int64_t>(loans.size());
+  const auto start = SteadyClock::now();
+  while (figure.relay.events < options.events) {
+    const BatchReport batch = relay.RunBatch();
+    if (batch.claimed == 0) break;
+    figure.relay.events += batch.settle.marked;
+  }
+  figure.relay.seconds = SecondsSince(start);
+  const std::string name = "relay, workload " + figure.workload;
+  RequireAllDelivered(name.c_str(), options.events, figure.relay.events);
+  if (store->PendingCount() != 0)
+    throw KafkaError(fmt::format("{}: {} rows still pending in '{}'", name, store->PendingCount(), db),
+                     RD_KAFKA_RESP_ERR__MSG_TIMED_OUT);
+  figure.relay.events_per_s = Rate(figure.relay.events, figure.relay.seconds);
+  return figure;
+}
+
+namespace {
+
+// Delivery reports of the raw producer. Served on our thread (rd_kafka_poll,
+// rd_kafka_flush), so plain counters do.
+struct RawDeliveries {
+  std::int64_t ok = 0;
+  std::int64_t failed = 0;
+  rd_kafka_resp_err_t first_error = RD_KAFKA_RESP_ERR_NO_ERROR;
+};
+
+void OnRawDelivery(rd_kafka_t*, const rd_kafka_message_t* msg, void* opaque) noexcept {
+  auto* deliveries = static_cast<RawDeliveries*>(opaque);
+  if (msg->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    ++deliveries->ok;
+    return;
+  }
+  ++deliveries->failed;
+  if (deliveries->first_error == RD_KAFKA_RESP_ERR_NO_ERROR) deliveries->first_error = msg->err;
+}
+
+// Produces m as KafkaPublisher does (same key, value and headers), waiting
+// for room when the local queue is full.
+void ProduceRaw(rd_kafka_t* producer, const std::string& topic, const OutboundMessage& m) {
+  const rd_kafka_resp_err_t err = kafka::ProduceOutboundMessage(producer, topic, m, nullptr);
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) kafka::ThrowKafkaError("raw produce", err);
+  rd_kafka_poll(producer, 0);
+}
+
+}  // namespace
+
+ThroughputFigure MeasureRaw(const BenchmarkOptions& options, const std::string& brokers,
+                            const std::string& topic) {
+  std::vector<OutboundMessage> messages;
+  messages.reserve(static_cast<std::size_t>(options.events));
+  for (std::int64_t i = 1; i <= options.events; ++i) messages.push_back(MessageForRow(RowFor(i, options.store.clock->EpochMs())));
+
+  // Declared before the producer, destroyed after it: reports write into it.
+  RawDeliveries deliveries;
+  std::vector<kafka::Property> properties = {
+      {"bootstrap.servers", brokers},
+      {"acks", "all"},
+      {"message.timeout.ms", std::to_string(options.delivery_timeout_ms)},
+  };
+  properties.insert(properties.end(), options.properties.begin(), options.properties.end());
+  kafka::ConfHandle conf = kafka::MakeConf(properties);
+  rd_kafka_conf_set_dr_msg_cb(conf.get(), &OnRawDelivery);
+  rd_kafka_conf_set_opaque(conf.get(), &deliveries);
+  kafka::KafkaHandle producer = kafka::MakeClient(RD_KAFKA_PRODUCER, std::move(conf));
+
+  OutboundMessage warmup;
+  warmup.key = "bench-warmup";
+  warmup.payload = "{}";
+  ProduceRaw(producer.get(), topic, warmup);
+  rd_kafka_flush(producer.get(), options.delivery_timeout_ms);
+  if (deliveries.ok != 1)
+    throw KafkaError(fmt::format("raw produce warm-up: {}", kafka::DescribeError(deliveries.first_error)),
+                     deliveries.first_error);
+  deliveries = RawDeliveries{};
+
+  const auto start = SteadyClock::now();
+  for (const OutboundMessage& message : messages) ProduceRaw(producer.get(), topic, message);
+  const rd_kafka_resp_err_t flushed = rd_kafka_flush(producer.get(), options.delivery_timeout_ms + 5000);
+  ThroughputFigure figure;
+  figure.seconds = SecondsSince(start);
+  if (flushed != RD_KAFKA_RESP_ERR_NO_ERROR) kafka::ThrowKafkaError("raw produce: flush", flushed);
+  if (deliveries.failed > 0)
+    throw KafkaError(fmt::format("raw produce: {} of {} deliveries failed, first: {}",
+                                 deliveries.failed, options.events,
+                                 kafka::DescribeError(deliveries.first_error)),
+                     deliveries.first_error);
+  figure.events = deliveries.ok;
+  figure.events_per_s = Rate(figure.events, figure.seconds);
+  return figure;
+}
+
+}  // namespace outbox::lab::bench

@@ -1,0 +1,106 @@
+#include "lab/chapter/history.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "lab/broker/json_bytes.h"
+#include "outbox/error.h"
+
+namespace outbox::lab {
+
+History::History(const std::string& path, Clock& clock, std::string process_name)
+    : clock_(clock), process_name_(std::move(process_name)) {
+  fd_ = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) ThrowSystemError(fmt::format("open history '{}'", path), errno);
+  if (!process_name_.empty()) Record("invoke", "process", process_name_);
+}
+
+History::~History() {
+  // Best effort like every record, and a destructor must not throw: a history that cannot be
+  // written must not change how the run ends.
+  try {
+    if (!process_name_.empty())
+      Record(std::uncaught_exceptions() > 0 ? "fail" : "ok", "process", process_name_);
+  } catch (const std::exception&) {
+  }
+  close(fd_);
+}
+
+void History::Record(std::string_view type, std::string_view f, std::string_view value,
+                     std::string_view error, std::int64_t token) {
+  Write(type, f, value, error, token, -1);
+}
+
+void History::RecordPhase(std::string_view phase, std::int64_t token) {
+  Write("note", "phase", phase, {}, token, clock_.MonotonicUs());
+}
+
+void History::Write(std::string_view type, std::string_view f, std::string_view value,
+                    std::string_view error, std::int64_t token, std::int64_t mono_us) {
+  nlohmann::ordered_json op;
+  op["process"] = getpid();
+  op["time_ms"] = clock_.EpochMs();
+  op["type"] = type;
+  op["f"] = f;
+  // Values come from outbox rows other programs wrote: never let their bytes
+  // stop the run (BytesToJson keeps bytes that are not UTF-8 as text + hex).
+  op["value"] = BytesToJson(value);
+  if (!error.empty()) op["error"] = BytesToJson(error);
+  if (token > 0) op["token"] = token;
+  if (mono_us >= 0) op["mono_us"] = mono_us;
+  const std::string line = op.dump() + "\n";
+  // Best effort: a history that cannot be written must not change the run.
+  [[maybe_unused]] const ssize_t n = write(fd_, line.data(), line.size());
+}
+
+std::vector<HistoryOp> ReadHistories(const std::vector<std::string>& paths, std::int64_t* malformed) {
+  std::vector<HistoryOp> ops;
+  for (const std::string& path : paths) {
+    std::ifstream in(path);
+    if (!in) ThrowSystemError(fmt::format("read history '{}'", path), errno);
+    for (std::string line; std::getline(in, line);) {
+      auto json = nlohmann::json::parse(line, nullptr, false);
+      if (!json.is_object() || !json.contains("type") || !json.contains("f") || !json.contains("value") ||
+          !json["type"].is_string() || !json["f"].is_string()) {
+        if (malformed && !line.empty()) ++*malformed;
+        continue;
+      }
+      HistoryOp op;
+      if (json.contains("process") && json["process"].is_number_integer())
+        op.process = json["process"].get<std::int64_t>();
+      if (json.contains("time_ms") && json["time_ms"].is_number_integer())
+        op.time_ms = json["time_ms"].get<std::int64_t>();
+      op.type = json["type"].get<std::string>();
+      op.f = json["f"].get<std::string>();
+      const auto& value = json["value"];
+      const std::optional<std::string> bytes = BytesFromJson(value);
+      op.value = bytes ? *bytes
+                       : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      if (json.contains("error"))
+        op.error = BytesFromJson(json["error"]).value_or(std::string());
+      for (const char* known : {"process", "time_ms", "type", "f", "value", "error"}) json.erase(known);
+      if (!json.empty())
+        op.details = json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      if (json.contains("token") && json["token"].is_number_integer()) op.token = json["token"].get<std::int64_t>();
+      ops.push_back(std::move(op));
+    }
+  }
+  return ops;
+}
+
+void RecordSettle(History* history, std::int64_t token, const std::vector<std::string>& marked,
+                  const std::vector<std::string>& parked, const std::vector<std::string>& fenced) {
+  if (!history) return;
+  for (const auto& id : marked) history->Record("ok", "mark", id, {}, token);
+  for (const auto& id : fenced) history->Record("fail", "mark", id, "fenced", token);
+  for (const auto& id : parked) history->Record("ok", "park", id, {}, token);
+}
+
+}  // namespace outbox::lab

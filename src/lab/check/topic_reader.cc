@@ -1,0 +1,202 @@
+#include "lab/check/topic_reader.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string_view>
+#include <nlohmann/json.hpp>
+
+#include "lab/broker/embedded_broker.h"
+#include "lab/chapter/partition_reader.h"
+#include "outbox/error.h"
+
+namespace outbox::lab {
+namespace {
+
+void FreeKafkaMemory(void* p) { rd_kafka_mem_free(nullptr, p); }
+
+std::string HeaderOf(const rd_kafka_message_t* msg, const char* name) {
+  rd_kafka_headers_t* headers = nullptr;
+  const void* data = nullptr;
+  size_t size = 0;
+  if (rd_kafka_message_headers(msg, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+      rd_kafka_header_get_last(headers, name, &data, &size) != RD_KAFKA_RESP_ERR_NO_ERROR || !data)
+    return {};
+  return std::string(static_cast<const char*>(data), size);
+}
+
+std::string EventIdOf(const rd_kafka_message_t* msg, const std::string& key,
+                      const std::string& value) {
+  rd_kafka_headers_t* headers = nullptr;
+  if (rd_kafka_message_headers(msg, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    const void* data = nullptr;
+    size_t size = 0;
+    if (rd_kafka_header_get_last(headers, "event_id", &data, &size) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+        data)
+      return std::string(static_cast<const char*>(data), size);
+  }
+  const auto payload = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+  if (payload.is_object() && payload.contains("eventId") && payload["eventId"].is_string())
+    return payload["eventId"].get<std::string>();
+  return key;
+}
+
+std::vector<RecordHeader> HeadersOf(const rd_kafka_message_t* msg) {
+  std::vector<RecordHeader> out;
+  rd_kafka_headers_t* headers = nullptr;
+  if (rd_kafka_message_headers(msg, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) return out;
+  const char* name = nullptr;
+  const void* data = nullptr;
+  size_t size = 0;
+  for (size_t i = 0; rd_kafka_header_get_all(headers, i, &name, &data, &size) ==
+                     RD_KAFKA_RESP_ERR_NO_ERROR;
+       ++i)
+    out.push_back({name, data ? std::string(static_cast<const char*>(data), size) : std::string()});
+  return out;
+}
+
+}  // namespace
+
+std::int64_t TopicLog::Dropped() const {
+  std::int64_t dropped = 0;
+  for (const PartitionExtent& p : partitions) dropped += p.log_start;
+  return dropped;
+}
+
+std::string BrokerIncarnationOf(rd_kafka_t* client, const rd_kafka_metadata_t& metadata,
+                                int timeout_ms) {
+  const std::string_view prefix = kIncarnationTopicPrefix;
+  for (int t = 0; t < metadata.topic_cnt; ++t) {
+    const std::string_view name = metadata.topics[t].topic ? metadata.topics[t].topic : "";
+    if (name.substr(0, prefix.size()) == prefix)
+      return "embedded:" + std::string(name.substr(prefix.size()));
+  }
+  std::unique_ptr<char, void (*)(void*)> cluster_id(rd_kafka_clusterid(client, timeout_ms),
+                                                    FreeKafkaMemory);
+  return cluster_id ? "cluster:" + std::string(cluster_id.get()) : std::string();
+}
+
+std::string ReadBrokerIncarnation(const std::string& brokers,
+                                  const std::vector<kafka::Property>& properties, int timeout_ms) {
+  std::vector<kafka::Property> all = {{"bootstrap.servers", brokers}, {"log_level", "2"}};
+  all.insert(all.end(), properties.begin(), properties.end());
+  kafka::KafkaHandle client = kafka::MakeClient(RD_KAFKA_PRODUCER, kafka::MakeConf(all));
+  return ReadBrokerIncarnation(client.get(), timeout_ms);
+}
+
+std::string ReadBrokerIncarnation(rd_kafka_t* client, int timeout_ms) {
+  const rd_kafka_metadata_t* raw_metadata = nullptr;
+  const rd_kafka_resp_err_t err = rd_kafka_metadata(client, 1, nullptr, &raw_metadata, timeout_ms);
+  kafka::MetadataHandle metadata(raw_metadata);
+  if (err || !metadata) return {};
+  return BrokerIncarnationOf(client, *metadata, std::min(timeout_ms, 1000));
+}
+
+std::int32_t ReadPartitionCount(const std::string& brokers,
+                                const std::vector<kafka::Property>& properties,
+                                const std::string& topic, int timeout_ms) {
+  std::vector<kafka::Property> all = {{"bootstrap.servers", brokers}, {"log_level", "2"}};
+  all.insert(all.end(), properties.begin(), properties.end());
+  kafka::KafkaHandle client = kafka::MakeClient(RD_KAFKA_PRODUCER, kafka::MakeConf(all));
+  const rd_kafka_metadata_t* raw_metadata = nullptr;
+  // All topics: asking for one topic by name would let the broker auto-create it.
+  const rd_kafka_resp_err_t err =
+      rd_kafka_metadata(client.get(), 1, nullptr, &raw_metadata, timeout_ms);
+  kafka::MetadataHandle metadata(raw_metadata);
+  if (err || !metadata) return 0;
+  for (int t = 0; t < metadata->topic_cnt; ++t)
+    if (metadata->topics[t].topic == topic && metadata->topics[t].err == RD_KAFKA_RESP_ERR_NO_ERROR)
+      return metadata->topics[t].partition_cnt;
+  return 0;
+}
+
+std::vector<TopicRecord> ReadTopic(const TopicReadOptions& options) {
+  return ReadTopicLog(options).records;
+}
+
+TopicLog ReadTopicLog(const TopicReadOptions& options) {
+  const Deadline deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeout_ms);
+  const std::string what = fmt::format("read topic '{}' from '{}'", options.topic, options.brokers);
+  std::vector<kafka::Property> properties = {
+      {"bootstrap.servers", options.brokers},
+      {"group.id", "outbox-lab-reader"},  // assign() needs one; nothing is committed
+      {"enable.auto.commit", "false"},
+      {"enable.partition.eof", "false"},
+      {"log_level", "2"},  // failures reach the user as KafkaError; -X log_level=7 for more
+  };
+  properties.insert(properties.end(), options.properties.begin(), options.properties.end());
+  kafka::KafkaHandle consumer = kafka::MakeClient(RD_KAFKA_CONSUMER, kafka::MakeConf(properties));
+
+  const rd_kafka_metadata_t* raw_metadata = nullptr;
+  rd_kafka_resp_err_t err =
+      rd_kafka_metadata(consumer.get(), 1, nullptr, &raw_metadata, RemainingMs(deadline));
+  kafka::MetadataHandle metadata(raw_metadata);
+  if (err) kafka::ThrowKafkaError(what + ": broker unreachable", err);
+
+  TopicLog log;
+  log.broker_incarnation = BrokerIncarnationOf(consumer.get(), *metadata, 1000);
+  log.topic = options.topic;
+  log.brokers = options.brokers;
+  std::vector<std::int32_t> partitions;
+  for (int t = 0; t < metadata->topic_cnt; ++t) {
+    const auto& topic = metadata->topics[t];
+    if (options.topic != topic.topic) continue;
+    if (topic.err != RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) log.topic_exists = true;
+    if (topic.err) continue;
+    for (int p = 0; p < topic.partition_cnt; ++p) partitions.push_back(topic.partitions[p].id);
+  }
+  std::sort(partitions.begin(), partitions.end());
+
+  // Read up to the high watermark as it is now; records produced later are not waited for.
+  std::map<std::int32_t, std::int64_t> next_offset, end_offset;
+  kafka::TopicPartitionListHandle assignment(
+      rd_kafka_topic_partition_list_new(static_cast<int>(partitions.size())));
+  for (std::int32_t p : partitions) {
+    int64_t low = 0, high = 0;
+    err = rd_kafka_query_watermark_offsets(consumer.get(), options.topic.c_str(), p, &low, &high,
+                                           RemainingMs(deadline));
+    if (err) kafka::ThrowKafkaError(fmt::format("{}: watermarks of partition {}", what, p), err);
+    log.partitions.push_back({p, low, high});
+    if (high <= low) continue;
+    next_offset[p] = low;
+    end_offset[p] = high;
+    rd_kafka_topic_partition_list_add(assignment.get(), options.topic.c_str(), p)->offset = low;
+  }
+
+  std::vector<TopicRecord>& records = log.records;
+  if (next_offset.empty()) return log;
+  err = rd_kafka_assign(consumer.get(), assignment.get());
+  if (err) kafka::ThrowKafkaError(what + ": assign partitions", err);
+
+  ReadPartitionsToEnd(
+      consumer.get(), next_offset, end_offset, deadline, options.timeout_ms, what,
+      [&](const rd_kafka_message_t& msg) {
+        if (msg.offset >= end_offset[msg.partition]) return;  // produced after the start
+        TopicRecord record;
+        record.partition = msg.partition;
+        record.offset = msg.offset;
+        if (msg.key) record.key.assign(static_cast<const char*>(msg.key), msg.key_len);
+        if (msg.payload) record.value.assign(static_cast<const char*>(msg.payload), msg.len);
+        record.event_id = EventIdOf(&msg, record.key, record.value);
+        record.run_id = HeaderOf(&msg, "run_id");
+        record.headers = HeadersOf(&msg);
+        records.push_back(std::move(record));
+      });
+  std::stable_sort(records.begin(), records.end(), [](const TopicRecord& a, const TopicRecord& b) {
+    return a.partition != b.partition ? a.partition < b.partition : a.offset < b.offset;
+  });
+  return log;
+}
+
+void RequireTopicIfPublished(const TopicLog& log, std::int64_t published_rows) {
+  if (log.topic_exists || published_rows <= 0) return;
+  throw KafkaError(fmt::format(
+      "topic '{}' does not exist on {}; check --topic ({} outbox rows are marked published)",
+      log.topic, log.brokers, published_rows),
+      RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+}
+
+}  // namespace outbox::lab

@@ -1,0 +1,107 @@
+// Reads a whole topic, every partition from its low to its high watermark, as
+// kafka-console-consumer --from-beginning does in the chapter's final check.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "outbox/event.h"
+#include "outbox/kafka/handles.h"
+
+namespace outbox::lab {
+
+struct TopicRecord {
+  std::int32_t partition = 0;
+  std::int64_t offset = 0;
+  std::string key;
+  std::string value;
+  // The record's event id: header "event_id", else the payload's "eventId",
+  // else the key.
+  std::string event_id;
+  // Header "run_id" (Store::RunId() of the database it came from), or empty
+  // when the record has none (produced by another client, or before run ids).
+  std::string run_id;
+  std::vector<RecordHeader> headers = {};  // every record header, in order
+};
+
+// One partition as the read found it.
+struct PartitionExtent {
+  std::int32_t partition = 0;
+  // The low watermark: the first offset the broker still holds. Above 0 the
+  // broker dropped the records below it (retention: a real Kafka's
+  // retention.ms/bytes, or the embedded broker's 5 MiB per partition).
+  std::int64_t log_start = 0;
+  std::int64_t end = 0;  // the high watermark when the read began
+};
+
+struct TopicLog {
+  std::vector<TopicRecord> records;         // ordered by partition then offset
+  std::vector<PartitionExtent> partitions;  // every partition of the topic, by id
+  // False when the broker's metadata does not list the topic (Kafka's
+  // UNKNOWN_TOPIC_OR_PART): the read found nothing because there is nothing.
+  bool topic_exists = false;
+  // The broker's incarnation when the read began (BrokerIncarnationOf): empty
+  // when the broker names none.
+  std::string broker_incarnation;
+  std::string topic;    // the topic read, and the bootstrap servers it was read from,
+  std::string brokers;  // for messages about the read
+
+  // Offsets the broker no longer holds, over all partitions (the sum of log_start).
+  std::int64_t Dropped() const;
+};
+
+struct TopicReadOptions {
+  std::string brokers;
+  std::string topic;
+  std::vector<kafka::Property> properties;  // -X, applied last
+  // Bound on the whole read (metadata, watermarks, fetches), in ms.
+  int timeout_ms = 10000;
+};
+
+// Returns every record, ordered by partition then offset. A topic that does
+// not exist yields no records. Throws KafkaError when the broker cannot be
+// reached or the read does not finish within timeout_ms; ConfigError for a
+// bad -X property.
+std::vector<TopicRecord> ReadTopic(const TopicReadOptions& options);
+
+// The same read, with each partition's log start (low watermark) and end, so
+// that a checker can tell "not in Kafka" from "maybe dropped by retention".
+// Throws as ReadTopic.
+TopicLog ReadTopicLog(const TopicReadOptions& options);
+
+// Which broker incarnation a client talks to: "embedded:<id>" for the lab's
+// embedded broker (its marker topic, see kIncarnationTopicPrefix in
+// lab/broker/embedded_broker.h; a new id at every start, since its records live in
+// memory and die with it), else "cluster:<id>" for a real Kafka cluster (its
+// cluster id, which outlives broker restarts, as its records do), else empty.
+// metadata: of all topics, from client. Waits at most timeout_ms (ms) for the
+// cluster id. Never throws.
+std::string BrokerIncarnationOf(rd_kafka_t* client, const rd_kafka_metadata_t& metadata,
+                                int timeout_ms);
+
+// Connects to brokers and returns BrokerIncarnationOf, or empty when the
+// broker cannot be reached within timeout_ms (ms). Throws ConfigError for a
+// bad -X property only.
+std::string ReadBrokerIncarnation(const std::string& brokers,
+                                  const std::vector<kafka::Property>& properties, int timeout_ms);
+
+// The same through a client the caller already has (a relay's producer): no second client to
+// create and destroy. Empty when the broker does not answer within timeout_ms (ms). Never throws.
+std::string ReadBrokerIncarnation(rd_kafka_t* client, int timeout_ms);
+
+// The partition count of topic on brokers, or 0 when the broker cannot be reached within
+// timeout_ms (ms) or the topic does not exist (yet). Throws ConfigError for a bad -X property only.
+std::int32_t ReadPartitionCount(const std::string& brokers,
+                                const std::vector<kafka::Property>& properties,
+                                const std::string& topic, int timeout_ms);
+
+// A topic that does not exist is simply empty while nothing was published to
+// it; once published_rows (outbox rows marked published, >= 0) is above 0, it
+// means a mistyped --topic or another broker, and judging the log would call
+// every published event lost. Throws KafkaError "topic 'T' does not exist on
+// B; check --topic (N outbox rows are marked published)" then; returns
+// otherwise.
+void RequireTopicIfPublished(const TopicLog& log, std::int64_t published_rows);
+
+}  // namespace outbox::lab

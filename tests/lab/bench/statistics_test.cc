@@ -1,0 +1,36 @@
+// Statistics: median, nearest-rank percentile, rates and ratios.
+#include "lab/bench/statistics.h"
+
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+using outbox::lab::Median;
+using outbox::lab::Percentile;
+using outbox::lab::Rate;
+using outbox::lab::Ratio;
+
+TEST_CASE("Median takes the middle value or the mean of the two middle values", "[bench]") {
+  CHECK(Median({}) == 0);
+  CHECK(Median({7}) == 7);
+  CHECK(Median({3, 1, 2}) == 2);
+  CHECK(Median({4, 1, 3, 2}) == 2.5);
+}
+
+TEST_CASE("Percentile uses the nearest rank", "[bench]") {
+  std::vector<double> hundred;
+  for (int i = 100; i >= 1; --i) hundred.push_back(i);  // unsorted on purpose
+  CHECK(Percentile(hundred, 99) == 99);
+  CHECK(Percentile(hundred, 50) == 50);
+  CHECK(Percentile(hundred, 100) == 100);
+  CHECK(Percentile(hundred, 0.5) == 1);
+  CHECK(Percentile({5, 1000}, 99) == 1000);  // two samples: p99 is the larger
+  CHECK(Percentile({}, 99) == 0);
+}
+
+TEST_CASE("Rate and Ratio give 0 instead of dividing by zero", "[bench]") {
+  CHECK(Rate(500, 2.0) == 250);
+  CHECK(Rate(500, 0) == 0);
+  CHECK(Ratio(3, 4) == 0.75);
+  CHECK(Ratio(3, 0) == 0);
+}
