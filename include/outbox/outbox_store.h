@@ -5,8 +5,8 @@
 // The choice by the --db value is OpenStore (outbox/open_store.h): a path is SQLite, a
 // postgresql:// or postgres:// URL is PostgreSQL, another URL scheme is refused.
 //
-// The value types below (Claim, ClaimRequest, ...) are defined in outbox/store.h; include that
-// (or pg_store.h) to call these functions. The business write (BeginWrite, Enqueue) is not here:
+// The value types below (Claim, ClaimRequest, ...) are defined in outbox/claim.h, lease.h and
+// status.h; include outbox/store.h or pg_store.h (both include them) to call these functions. The business write (BeginWrite, Enqueue) is not here:
 // its transaction belongs to one database's client library, so each implementation offers its own.
 //
 // An implementation owns one connection: one OutboxStore per thread. Errors are the

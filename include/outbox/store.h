@@ -16,10 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "outbox/claim.h"
 #include "outbox/clock.h"
 #include "outbox/event.h"
+#include "outbox/lease.h"
 #include "outbox/outbox_store.h"
 #include "outbox/sqlite/connection.h"
+#include "outbox/status.h"
 
 namespace outbox {
 
@@ -70,33 +73,6 @@ struct ResetCounts {
   bool lab_table = true;         // false: a table of another design was named outbox
 };
 
-struct OutboxCounts {
-  std::int64_t total = 0;
-  std::int64_t published = 0;
-  std::int64_t unpublished = 0;
-};
-
-// One outbox row as the checker and reconciliation see it.
-struct SnapshotRow {
-  std::int64_t id = 0;
-  std::string event_id;
-  std::string aggregate_id;
-  bool published = false;  // true for every archived row
-  bool parked = false;     // unpublished and parked after max attempts
-  bool archived = false;   // no longer in the outbox table: archived or purged
-  // Deleted by a purge without archive: only its id, event id and aggregate are left (table
-  // outbox_purged), so the checker counts its record as a published event, never a phantom.
-  bool purged = false;
-};
-
-// Every outbox and archive row, read in one read transaction.
-struct OutboxSnapshot {
-  std::vector<SnapshotRow> rows;  // outbox, archive and purged rows together, in id order
-
-  // Counts over the rows still in the outbox table (archived rows excluded).
-  OutboxCounts Counts() const;
-};
-
 // The schema version kept in PRAGMA user_version. 1 is the chapter's table;
 // 2 adds the relay's columns (published_at, attempts, last_error,
 // next_attempt_at, parked_at, claim_*) and the fencing-token counter.
@@ -113,176 +89,12 @@ struct OutboxSnapshot {
 // ReadPage's hold-back test; it now reads outbox_pending_by_aggregate, as the claim does).
 inline constexpr int kSchemaVersion = 5;
 
-// A batch claimed by one relay (Store::ClaimBatch).
-struct Claim {
-  std::int64_t token = 0;  // fencing token: strictly increasing across all claims
-  std::vector<OutboxRow> rows;  // in id order
-  std::vector<std::int64_t> attempts;  // attempts so far, parallel to rows
-};
-
-struct ClaimRequest {
-  std::string owner;            // shown in status, e.g. "relay-4242@host"
-  std::int64_t after_id = 0;    // keyset cursor: claim rows with id > after_id
-  std::int64_t up_to_id = 0;    // and id <= up_to_id, unless 0
-  std::int64_t limit = 1000;    // rows, > 0
-  std::int64_t lease_ms = 30000;  // the claim expires this long after now_ms
-  std::int64_t now_ms = 0;      // epoch ms
-  // Per-aggregate order: only the oldest unpublished row of each aggregate is
-  // claimable, so a later event never overtakes an earlier one.
-  bool block_key = true;
-};
-
-// A delivery failure to record against a claimed row.
-struct FailedDelivery {
-  std::int64_t id = 0;
-  std::string error;
-  // Park at once, whatever the attempts: the row itself is bad (its headers
-  // column, say) and a retry would fail the same way.
-  bool park_now = false;
-};
-
-struct SettlePolicy {
-  int max_attempts = 5;              // attempts after which a row is parked
-  std::int64_t backoff_base_ms = 200;   // first retry delay
-  std::int64_t backoff_max_ms = 60000;  // cap of the exponential delay
-};
-
-// The longest a relay may hold a row back, by a lease (claim_until) or a
-// backoff (next_attempt_at), ms: one day. A claim_until or next_attempt_at
-// further ahead than this (or not a number) was not written by a relay: an
-// application's far-future or malformed value must not hold its row back
-// forever (no row may stall a command), so the store treats such a row as
-// unclaimed and due. Relay::Relay refuses a longer lease; BackoffMs caps at it.
-inline constexpr std::int64_t kMaxHoldMs = 24LL * 60 * 60 * 1000;
-
-// The delay before the next attempt of a row that failed `attempts` times (>= 1), ms:
-// backoff_base_ms doubled per earlier failure, capped at backoff_max_ms and at kMaxHoldMs.
-inline std::int64_t BackoffMs(std::int64_t attempts, const SettlePolicy& policy) {
-  const std::int64_t cap = policy.backoff_max_ms < kMaxHoldMs ? policy.backoff_max_ms : kMaxHoldMs;
-  std::int64_t delay = policy.backoff_base_ms;
-  for (std::int64_t i = 1; i < attempts && delay < cap; ++i) delay *= 2;
-  return delay < cap ? delay : cap;
-}
-
-struct SettleReport {
-  std::int64_t marked = 0;   // acknowledged rows marked published
-  std::int64_t retried = 0;  // failed rows put into backoff
-  std::int64_t parked = 0;   // failed rows parked after max_attempts
-  std::int64_t fenced = 0;   // rows whose claim was taken over: left untouched
-  // The outbox ids behind marked, parked and fenced (in the order given), for histories.
-  std::vector<std::int64_t> marked_ids;
-  std::vector<std::int64_t> parked_ids;
-  std::vector<std::int64_t> fenced_ids;
-  // SettleUnderLease only: the lease had passed to a newer token, nothing was written.
-  bool fenced_out = false;
-};
-
-// The leader lease of relay --coordination leader (Store::ReadLease).
-struct LeaderLease {
-  std::string owner;               // the holder's owner name, "" when never held
-  std::int64_t token = 0;          // fencing token of the current term; 0 before the first
-  std::int64_t until_ms = 0;       // epoch ms the term runs out; 0 after ReleaseLease
-  std::int64_t acquired_at_ms = 0; // epoch ms the term began
-
-  // True when a relay holds it at now_ms (epoch ms).
-  bool Live(std::int64_t now_ms) const { return token > 0 && until_ms > now_ms; }
-  bool operator==(const LeaderLease&) const = default;
-};
-
-// The outcome of Store::AcquireLease.
-struct LeaseAcquisition {
-  bool acquired = false;
-  LeaderLease lease;     // after the attempt: ours when acquired, else the live holder's
-  LeaderLease previous;  // before it: whose term ended (owner "" and token 0 for the first)
-};
-
-// A leader's page (Store::ReadPage).
-struct PageRequest {
-  std::int64_t after_id = 0;  // keyset cursor: rows with id > after_id
-  std::int64_t up_to_id = 0;  // and id <= up_to_id, unless 0
-  std::int64_t limit = 1000;  // rows, > 0
-  std::int64_t now_ms = 0;    // epoch ms: backoffs and claims are judged at it
-  // Only each aggregate's oldest unpublished row (FailureMode::kBlockKey in
-  // leader mode), as ClaimRequest::block_key.
-  bool block_key = true;
-};
-
-// The unexpired claims of one relay (Store::ClaimOwners).
-struct ClaimOwner {
-  std::string owner;  // ClaimRequest::owner, e.g. "relay-4242@host"
-  std::int64_t rows = 0;
-  std::int64_t age_ms = 0;         // since its oldest claim was taken, ms
-  std::int64_t expires_in_ms = 0;  // until its last lease runs out, ms
-  std::int64_t max_token = 0;      // its newest claim's fencing token (ReleaseClaimsOf)
-};
-
-// Rows waiting on a backoff (Store::Backoffs).
-struct BackoffWait {
-  std::int64_t rows = 0;          // unpublished, unparked, unclaimed, next attempt in the future
-  std::int64_t first_due_ms = 0;  // epoch ms the first of them may be tried again; 0 when none
-
-  bool operator==(const BackoffWait&) const = default;
-};
-
-// Everything status and metrics report, read in one transaction.
-// "unpublished" means one thing everywhere (verify, status, Count): not yet
-// published, parked rows included. "pending" is the part a relay still works
-// on: unpublished and not parked (PendingCount).
-struct OutboxStatus {
-  std::int64_t unpublished = 0;     // not published: pending + parked
-  std::int64_t pending = 0;         // not published, not parked
-  // now - oldest pending created_at, >= 0; 0 when none. Over rows whose
-  // created_at keeps the contract only, so it is never an impossible age.
-  std::int64_t oldest_pending_age_ms = 0;
-  std::int64_t in_backoff = 0;      // unpublished rows whose next attempt is in the future
-  std::int64_t parked = 0;
-  std::int64_t claimed = 0;         // unpublished rows under an unexpired claim
-  std::int64_t published = 0;       // published rows still in the table
-  std::int64_t archived = 0;        // rows in outbox_archive
-  // Unpublished rows whose created_at breaks the contract (not an integer
-  // epoch ms between 2000 and 2100: seconds, text), written before schema 3.
-  std::int64_t bad_created_at = 0;
-  std::vector<std::int64_t> bad_created_at_ids;  // the first kBadCreatedAtIdsShown, in id order
-};
-
-inline constexpr std::size_t kBadCreatedAtIdsShown = 20;
-
 // How a relay maps record keys to the partitions of one topic (OutboxStore::NotePartitionMapping).
 struct PartitionMapping {
   std::string topic;
   std::string partitioner;      // librdkafka's `partitioner` property ("consistent_random", ...)
   std::int32_t partitions = 0;  // the topic's partition count when recorded; 0: not known
   std::int64_t noted_at_ms = 0; // epoch ms when recorded (the store's clock); ignored by Note
-};
-
-// An unpublished row that failed at least once: parked, or waiting in backoff.
-struct TroubledRow {
-  std::int64_t id = 0;
-  std::string event_id;
-  std::string aggregate_id;
-  std::string event_type;
-  bool parked = false;
-  std::int64_t attempts = 0;
-  std::string last_error;  // the delivery error of the last attempt, as the publisher said it
-  // now - created_at in ms, >= 0; 0 when created_at breaks the contract (see Status).
-  std::int64_t age_ms = 0;
-  std::int64_t next_attempt_at_ms = 0;  // epoch ms; meaningful when not parked
-};
-
-// A parked row that is its aggregate's oldest unpublished row, and the pending
-// rows of that aggregate behind it: under block-key they wait for an unpark
-// (Store::Stalls).
-struct Stall {
-  std::int64_t parked_id = 0;
-  std::string event_id;
-  std::string aggregate_id;
-  std::int64_t rows_held = 0;  // unpublished, unparked rows of the aggregate behind it, > 0
-};
-
-struct TroubledRows {
-  std::int64_t parked = 0;   // all parked rows
-  std::int64_t failing = 0;  // all unparked, unpublished rows with attempts > 0
-  std::vector<TroubledRow> rows;  // the first limit of them, parked first, then in id order
 };
 
 // One sqlite3_wal_checkpoint_v2 (Store::CheckpointPassive).

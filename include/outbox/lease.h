@@ -1,0 +1,41 @@
+// The value types of leader mode (relay --coordination leader: Store::ReadLease, AcquireLease,
+// ReadPage and their PgStore and OutboxStore twins, outbox/store.h, outbox/pg_store.h): the
+// lease, the outcome of an acquisition and a leader's page request. Plain values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace outbox {
+
+// The leader lease of relay --coordination leader (Store::ReadLease).
+struct LeaderLease {
+  std::string owner;               // the holder's owner name, "" when never held
+  std::int64_t token = 0;          // fencing token of the current term; 0 before the first
+  std::int64_t until_ms = 0;       // epoch ms the term runs out; 0 after ReleaseLease
+  std::int64_t acquired_at_ms = 0; // epoch ms the term began
+
+  // True when a relay holds it at now_ms (epoch ms).
+  bool Live(std::int64_t now_ms) const { return token > 0 && until_ms > now_ms; }
+  bool operator==(const LeaderLease&) const = default;
+};
+
+// The outcome of Store::AcquireLease.
+struct LeaseAcquisition {
+  bool acquired = false;
+  LeaderLease lease;     // after the attempt: ours when acquired, else the live holder's
+  LeaderLease previous;  // before it: whose term ended (owner "" and token 0 for the first)
+};
+
+// A leader's page (Store::ReadPage).
+struct PageRequest {
+  std::int64_t after_id = 0;  // keyset cursor: rows with id > after_id
+  std::int64_t up_to_id = 0;  // and id <= up_to_id, unless 0
+  std::int64_t limit = 1000;  // rows, > 0
+  std::int64_t now_ms = 0;    // epoch ms: backoffs and claims are judged at it
+  // Only each aggregate's oldest unpublished row (FailureMode::kBlockKey in
+  // leader mode), as ClaimRequest::block_key.
+  bool block_key = true;
+};
+
+}  // namespace outbox

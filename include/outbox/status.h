@@ -1,0 +1,92 @@
+// What the store reports of the outbox for status, metrics, parked and the checker (Store::Status,
+// ListTroubled, Stalls, Count, Snapshot and their PgStore and OutboxStore twins,
+// outbox/store.h, outbox/pg_store.h). Plain values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace outbox {
+
+struct OutboxCounts {
+  std::int64_t total = 0;
+  std::int64_t published = 0;
+  std::int64_t unpublished = 0;
+};
+
+// One outbox row as the checker and reconciliation see it.
+struct SnapshotRow {
+  std::int64_t id = 0;
+  std::string event_id;
+  std::string aggregate_id;
+  bool published = false;  // true for every archived row
+  bool parked = false;     // unpublished and parked after max attempts
+  bool archived = false;   // no longer in the outbox table: archived or purged
+  // Deleted by a purge without archive: only its id, event id and aggregate are left (table
+  // outbox_purged), so the checker counts its record as a published event, never a phantom.
+  bool purged = false;
+};
+
+// Every outbox and archive row, read in one read transaction.
+struct OutboxSnapshot {
+  std::vector<SnapshotRow> rows;  // outbox, archive and purged rows together, in id order
+
+  // Counts over the rows still in the outbox table (archived rows excluded).
+  OutboxCounts Counts() const;
+};
+
+// Everything status and metrics report, read in one transaction.
+// "unpublished" means one thing everywhere (verify, status, Count): not yet
+// published, parked rows included. "pending" is the part a relay still works
+// on: unpublished and not parked (PendingCount).
+struct OutboxStatus {
+  std::int64_t unpublished = 0;     // not published: pending + parked
+  std::int64_t pending = 0;         // not published, not parked
+  // now - oldest pending created_at, >= 0; 0 when none. Over rows whose
+  // created_at keeps the contract only, so it is never an impossible age.
+  std::int64_t oldest_pending_age_ms = 0;
+  std::int64_t in_backoff = 0;      // unpublished rows whose next attempt is in the future
+  std::int64_t parked = 0;
+  std::int64_t claimed = 0;         // unpublished rows under an unexpired claim
+  std::int64_t published = 0;       // published rows still in the table
+  std::int64_t archived = 0;        // rows in outbox_archive
+  // Unpublished rows whose created_at breaks the contract (not an integer
+  // epoch ms between 2000 and 2100: seconds, text), written before schema 3.
+  std::int64_t bad_created_at = 0;
+  std::vector<std::int64_t> bad_created_at_ids;  // the first kBadCreatedAtIdsShown, in id order
+};
+
+inline constexpr std::size_t kBadCreatedAtIdsShown = 20;
+// An unpublished row that failed at least once: parked, or waiting in backoff.
+struct TroubledRow {
+  std::int64_t id = 0;
+  std::string event_id;
+  std::string aggregate_id;
+  std::string event_type;
+  bool parked = false;
+  std::int64_t attempts = 0;
+  std::string last_error;  // the delivery error of the last attempt, as the publisher said it
+  // now - created_at in ms, >= 0; 0 when created_at breaks the contract (see Status).
+  std::int64_t age_ms = 0;
+  std::int64_t next_attempt_at_ms = 0;  // epoch ms; meaningful when not parked
+};
+
+// A parked row that is its aggregate's oldest unpublished row, and the pending
+// rows of that aggregate behind it: under block-key they wait for an unpark
+// (Store::Stalls).
+struct Stall {
+  std::int64_t parked_id = 0;
+  std::string event_id;
+  std::string aggregate_id;
+  std::int64_t rows_held = 0;  // unpublished, unparked rows of the aggregate behind it, > 0
+};
+
+struct TroubledRows {
+  std::int64_t parked = 0;   // all parked rows
+  std::int64_t failing = 0;  // all unparked, unpublished rows with attempts > 0
+  std::vector<TroubledRow> rows;  // the first limit of them, parked first, then in id order
+};
+
+}  // namespace outbox
