@@ -22,6 +22,9 @@ packages=(
   # scenarios/foreign-readers.sh reads the chapter's topic with clients that are not the lab:
   # kafkajs from npm (tools/kafkajs-reader, `npm ci` there) and confluent-kafka-python
   python3-confluent-kafka nodejs
+  # relay --http's server (a compiled library with a pkg-config file in Debian 12), and promtool
+  # (package prometheus) for `promtool check metrics` and the alert rules' `promtool test rules`
+  libcpp-httplib-dev prometheus curl
 )
 # Debian's nodejs has no npm (package npm); NodeSource's nodejs, installed as "nodejs", brings its
 # own and conflicts with Debian's npm.
