@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 
@@ -27,10 +28,11 @@ struct OpsServer::State {
 
   std::mutex unpark_mutex;  // one unpark at a time
 
-  std::mutex probe_mutex;
-  std::int64_t probe_at_steady_ms = 0;
+  std::mutex probe_mutex;  // guards the probe's answer and stopping
+  std::condition_variable probe_wake;
   std::string probe_error;
   bool probed = false;
+  bool stopping = false;
 
   // What one read of the database gave: the status families' inputs, or why not.
   struct StatusRead {
@@ -69,19 +71,29 @@ struct OpsServer::State {
     return r;
   }
 
+  // The broker probe runs on a thread of its own, every broker_probe_cache_ms, so no request
+  // ever waits for a broker that does not answer; requests read its last answer.
   std::string ProbeBroker() {
     std::lock_guard lock(probe_mutex);
-    const std::int64_t now = RelayObserver::SteadyNowMs();
-    if (!probed || now - probe_at_steady_ms >= options.broker_probe_cache_ms) {
+    return probed ? probe_error : std::string("not probed yet");
+  }
+
+  void ProbeLoop() {
+    std::unique_lock lock(probe_mutex);
+    while (!stopping) {
+      lock.unlock();
+      std::string error;
       try {
-        probe_error = hooks.probe_broker ? hooks.probe_broker() : std::string();
+        error = hooks.probe_broker ? hooks.probe_broker() : std::string();
       } catch (const std::exception& e) {
-        probe_error = e.what();
+        error = e.what();
       }
-      probe_at_steady_ms = RelayObserver::SteadyNowMs();
+      lock.lock();
+      probe_error = std::move(error);
       probed = true;
+      probe_wake.wait_for(lock, std::chrono::milliseconds(options.broker_probe_cache_ms),
+                          [this] { return stopping; });
     }
-    return probe_error;
   }
 
   ProbeVerdict Ready(const RelaySnapshot& snapshot, const StatusRead& read, std::int64_t now) {
@@ -295,6 +307,7 @@ OpsServer::OpsServer(OpsServerOptions options, OpsServerHooks hooks)
                                   "an address of this host, or a bad host name)",
                                   options_.host, options_.port));
   thread_ = std::thread([this] { server_->listen_after_bind(); });
+  prober_ = std::thread([st] { st->ProbeLoop(); });
   // stop() before the listener runs would be lost (the thread would then serve on, unjoinable):
   // wait for it, 1 ms at a time; it is up within a millisecond or two.
   for (int i = 0; i < 5000 && !server_->is_running(); ++i)
@@ -302,8 +315,14 @@ OpsServer::OpsServer(OpsServerOptions options, OpsServerHooks hooks)
 }
 
 OpsServer::~OpsServer() {
+  {
+    std::lock_guard lock(state_->probe_mutex);
+    state_->stopping = true;
+  }
+  state_->probe_wake.notify_all();
   server_->stop();
   if (thread_.joinable()) thread_.join();
+  if (prober_.joinable()) prober_.join();  // within one probe's timeout
 }
 
 }  // namespace outbox::ops

@@ -40,7 +40,9 @@ struct OpsServerOptions {
   std::size_t max_body_bytes = 64 * 1024;
   int read_timeout_s = 5;               // a client silent this long mid-request is dropped
   std::int64_t parked_read_cap = 20000; // parked rows read per GET /parked or filter unpark
-  std::int64_t broker_probe_cache_ms = 1000;  // a probe's answer is reused this long
+  // The broker is probed on a thread of the server's own, once per this many ms (plus the
+  // probe's own wait); /readyz and /metrics read its last answer and never wait for a broker.
+  std::int64_t broker_probe_cache_ms = 1000;
 };
 
 struct OpsServerHooks {
@@ -48,7 +50,8 @@ struct OpsServerHooks {
   // Opens a connection of the endpoint's own: read_only for metrics, probes and listing, writable
   // for an unpark. Throws what the store throws.
   std::function<std::unique_ptr<OutboxStore>(bool read_only)> open_store;
-  // Asks the broker for metadata: "" when it answered, else why not. May block (its own timeout).
+  // Asks the broker for metadata: "" when it answered, else why not. May block (its own timeout);
+  // runs on the server's probe thread only.
   std::function<std::string()> probe_broker;
   // One line for the relay's log (each unpark: who and how many). Any thread.
   std::function<void(const std::string& line)> log;
@@ -83,7 +86,8 @@ class OpsServer {
   // the server and the state its handlers use are freed.
   std::unique_ptr<State> state_;
   std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::thread thread_;   // httplib's listener (its workers are its own)
+  std::thread prober_;   // the broker probe (State::ProbeLoop)
 };
 
 }  // namespace outbox::ops

@@ -9,7 +9,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -59,13 +62,17 @@ struct ServerFixture {
     options.tokens = {{"alice", kToken}};
     options.max_body_bytes = 1024;
     options.read_timeout_s = 1;
+    options.broker_probe_cache_ms = 20;
     OpsServerHooks hooks;
     hooks.observer = &observer;
     hooks.open_store = [path](bool read_only) -> std::unique_ptr<OutboxStore> {
       return std::make_unique<Store>(path, FastStoreOptions(),
                                      read_only ? OpenMode::kReadOnly : OpenMode::kExisting);
     };
-    hooks.probe_broker = [this] { return broker_error; };
+    hooks.probe_broker = [this] {
+      std::lock_guard lock(broker_mutex);
+      return broker_error;
+    };
     hooks.log = [this](const std::string& line) { log.push_back(line); };
     server = std::make_unique<OpsServer>(options, hooks);
     client = std::make_unique<httplib::Client>("127.0.0.1", server->port());
@@ -74,7 +81,20 @@ struct ServerFixture {
 
   TempDir dir;
   RelayObserver observer{false};
+  std::mutex broker_mutex;  // the probe runs on the server's thread
   std::string broker_error;
+  void SetBrokerError(const std::string& error) {
+    std::lock_guard lock(broker_mutex);
+    broker_error = error;
+  }
+  // GET path until it answers status (every 10 ms, at most 3 s); the last answer.
+  httplib::Result WaitFor(const std::string& path, int status) {
+    for (int i = 0;; ++i) {
+      httplib::Result res = client->Get(path.c_str());
+      if (!res || res->status == status || i == 300) return res;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
   std::vector<std::string> log;
   std::unique_ptr<OpsServer> server;
   std::unique_ptr<httplib::Client> client;
@@ -105,15 +125,21 @@ TEST_CASE("The endpoint serves metrics and probes from the snapshot and its own 
   REQUIRE(res);
   CHECK(res->status == 200);
   CHECK(res->body == "ok\n");
-  // The pending rows were made in 2023 (MakeEvent): no age rule is set, so ready.
-  res = f.client->Get("/readyz");
+  // The pending rows were made in 2023 (MakeEvent): no age rule is set, so ready once the
+  // broker probe (on the server's own thread) has answered.
+  res = f.WaitFor("/readyz", 200);
   REQUIRE(res);
   CHECK(res->status == 200);
-  f.broker_error = "no metadata answer within 800 ms: Local: Broker transport failure";
-  res = f.client->Get("/readyz");
+  CHECK(res->body == "ok\n");
+  f.SetBrokerError("no metadata answer within 800 ms: Local: Broker transport failure");
+  res = f.WaitFor("/readyz", 503);
   REQUIRE(res);
-  // The probe's answer of a moment ago is reused (for a second), not asked again.
-  CHECK(res->status == 200);
+  CHECK(res->status == 503);
+  CHECK(res->body ==
+        "broker unreachable: no metadata answer within 800 ms: Local: Broker transport failure\n");
+  res = f.client->Get("/metrics");
+  REQUIRE(res);
+  CHECK(res->body.find("\noutbox_relay_ready 0\n") != std::string::npos);
 }
 
 TEST_CASE("The endpoint lists parked rows by filter and unparks them only for a valid token",
@@ -204,7 +230,7 @@ TEST_CASE("The endpoint answers bad input with a 4xx and goes on serving", "[ops
   const ssize_t got = read(fd, buf, sizeof buf);  // 0: closed by the server; -1: still open at 4 s
   close(fd);
   CHECK(got >= 0);
-  res = f.client->Get("/readyz");
+  res = f.WaitFor("/readyz", 200);
   REQUIRE(res);
   CHECK(res->status == 200);
 }
