@@ -12,7 +12,8 @@
 #   5. the last leader killed.
 # A recorder scrapes every relay's /metrics once a second (a failed scrape records up 0, as
 # Prometheus does) until the end.
-# Expects the endpoint's metrics to cross each alert's threshold: outbox_parked_rows 1,
+# Expects the endpoint's metrics to cross each alert's threshold (and /readyz to say "backlog
+# too old" beside "broker unreachable" while the broker is down): outbox_parked_rows 1,
 # outbox_oldest_pending_age_seconds above 300 while the broker is down, failed deliveries
 # counted, outbox_leader_token 5 after four takeovers, and no answer from a killed relay.
 # With ALERTS_RECORD_OUT=FILE it writes the recorded series there as promtool input_series.
@@ -25,7 +26,7 @@ FAKETIME_LIB=$(dpkg -L libfaketime 2>/dev/null | grep '/libfaketimeMT\.so\.1$' |
   die "libfaketimeMT.so.1 not found: install Debian's faketime (scripts/install-deps.sh does)"
 
 RELAY_ARGS=(relay --http 127.0.0.1:0 --lease 2s --delivery-timeout 1s --idle-max 200ms
-  --max-attempts 5 --backoff-base 2s --backoff-max 10s -X message.max.bytes=2000)
+  --max-attempts 5 --backoff-base 2s --backoff-max 10s --ready-max-age 5m -X message.max.bytes=2000)
 TARGETS=$TMP/targets   # "instance port" lines the recorder scrapes
 SAMPLES=$TMP/samples   # "index instance metric value" lines
 : >"$TARGETS"
@@ -109,6 +110,11 @@ LD_PRELOAD=$FAKETIME_LIB FAKETIME=-10m run write 3 --quiet
 expect_rc 0 "write 3 with the clock 10 minutes behind"
 run status
 wait_for 20 "$LEADER_PID" "oldest pending age above 300 s" _last_above relay-1 outbox_oldest_pending_age_seconds 300
+echo "\$ curl http://127.0.0.1:$(http_port "$TMP/relay-1.log")/readyz"
+curl -s -m 5 -o "$TMP/readyz.body" -w 'HTTP %{http_code}\n' "http://127.0.0.1:$(http_port "$TMP/relay-1.log")/readyz"
+cat "$TMP/readyz.body"
+expect_line '^backlog too old: the oldest pending row is [0-9]+(m|s|ms)[^ ]* old, above --ready-max-age 5m$' "$TMP/readyz.body"
+expect_line '^broker unreachable: ' "$TMP/readyz.body"
 wait_samples 20
 FAILED=$(last relay-1 outbox_relay_failed_deliveries_total)
 echo "failed deliveries so far: $FAILED"
