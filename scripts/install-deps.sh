@@ -24,6 +24,9 @@ packages=(
   python3-confluent-kafka nodejs
   # the doc-tests (scripts/doctest.py, scripts/check-help-docs.py)
   python3
+  # relay --http's server (a compiled library with a pkg-config file in Debian 12), and promtool
+  # (package prometheus) for `promtool check metrics` and the alert rules' `promtool test rules`
+  libcpp-httplib-dev prometheus curl
 )
 # Debian's nodejs has no npm (package npm); NodeSource's nodejs, installed as "nodejs", brings its
 # own and conflicts with Debian's npm.

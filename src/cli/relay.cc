@@ -18,6 +18,7 @@
 #include "cli/duration.h"
 #include "cli/partition_pin.h"
 #include "cli/publishing.h"
+#include "cli/relay_http.h"
 #include "cli/stop_signal.h"
 #include "outbox/open_store.h"
 #include "lab/chapter/recording_publisher.h"
@@ -29,6 +30,7 @@
 #include "outbox/error.h"
 #include "outbox/kafka/kafka_publisher.h"
 #include "outbox/relay.h"
+#include "outbox/relay_observer.h"
 
 namespace outbox::cli {
 namespace {
@@ -267,7 +269,9 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_flag("--json", o->json,
                 "Print JSON lines instead: {\"report\":\"batch\",...} per batch (unless --quiet), "
                 "then {\"report\":\"final\",\"stopped\":...,\"batches\":...,...}");
-  return {sub, [&global, o]() -> ExitCode {
+  auto http = std::make_shared<RelayHttpOptions>();
+  AddRelayHttpOptions(*sub, *http);
+  return {sub, [&global, o, http]() -> ExitCode {
             RelayOptions relay_options;
             relay_options.batch_size = o->batch_size;
             relay_options.key = ParseKeyChoice(o->key);
@@ -355,6 +359,9 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                 idle = now_idle;
               };
             *dead_lease_token = ReleaseDeadOwners(store);
+            // What the loop does, for --http: published by the loop's thread, read by the server's.
+            RelayObserver observer(leader);
+            ObserveRelay(observer, relay_options);
             Relay relay(store, recording, relay_options);
             // An SQLite file's commits wake the relay through inotify; a PostgreSQL server is
             // polled (the idle backoff, up to --idle-max).
@@ -407,8 +414,14 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                            error, attempt, FormatDuration(wait_ms));
               std::fflush(stdout);
             };
+            ObservedWaiter observed(*watcher, observer);
+            observed.SetRelay(&relay);
+            // Declared after the publisher: stopped before it, as it probes the broker through it.
+            const std::unique_ptr<ops::OpsServer> http_server =
+                StartRelayHttp(*http, global, observer, publisher.handle(),
+                               loop_options.idle_max_ms, o->delivery_timeout_ms, o->json);
             const LoopReport report = RunRelayLoopReconnecting(
-                relay, *watcher, loop_options, [&](const BatchReport& batch) {
+                relay, observed, loop_options, ObserveLoop(observer, loop_options, [&](const BatchReport& batch) {
                   if (o->quiet) return;
                   if (o->json) {
                     const nlohmann::ordered_json line = {
@@ -427,7 +440,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                              batch.settle.marked, batch.settle.retried, batch.settle.parked,
                              batch.settle.fenced);
                   std::fflush(stdout);
-                });
+                }));
             if (!report.server_unreachable.empty()) {
               // Stopped while the database server was down, and one more attempt found it down
               // still: no connection for Resign or the final counts. Nothing is lost: a lease and

@@ -12,6 +12,7 @@
 #include "lab/broker/json_bytes.h"
 #include "outbox/open_store.h"
 #include "lab/chapter/relay_owner.h"
+#include "ops/prometheus_text.h"
 #include "outbox/error.h"
 #include "outbox/pg_store.h"
 
@@ -45,42 +46,9 @@ StatusView ReadStatusView(const GlobalOptions& global, std::int64_t horizon_thre
 // Default of status --horizon-threshold: a transaction open a minute is no OLTP transaction.
 constexpr std::int64_t kHorizonThresholdMs = 60000;
 
-// Prometheus text exposition format, version 0.0.4.
+// Prometheus text exposition format, version 0.0.4: the families relay --http serves too.
 std::string PrometheusText(const StatusView& view) {
-  const OutboxStatus& s = view.status;
-  std::string out;
-  auto gauge = [&out](const char* name, const char* help, double value) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, value);
-  };
-  gauge("outbox_unpublished_rows", "Rows not yet published, parked rows included.", s.unpublished);
-  gauge("outbox_pending_rows", "Rows not yet published and not parked.", s.pending);
-  gauge("outbox_oldest_pending_age_seconds",
-        "Age of the oldest pending row; alert on this, not on the row count.",
-        static_cast<double>(s.oldest_pending_age_ms) / 1000.0);
-  gauge("outbox_backoff_rows", "Unpublished rows waiting for their next attempt.", s.in_backoff);
-  gauge("outbox_parked_rows", "Rows parked after max attempts; need outbox-lab unpark.", s.parked);
-  gauge("outbox_claimed_rows", "Unpublished rows under an unexpired relay claim.", s.claimed);
-  std::int64_t stalled = 0;
-  for (const Stall& st : view.stalls) stalled += st.rows_held;
-  gauge("outbox_stalled_rows",
-        "Pending rows held back behind a parked row of their aggregate (block-key; the first 10 "
-        "parked rows counted); status names the parked rows.",
-        static_cast<double>(stalled));
-  gauge("outbox_published_rows", "Published rows still in the outbox table (until purge).",
-        s.published);
-  gauge("outbox_archived_rows", "Rows in outbox_archive.", s.archived);
-  gauge("outbox_bad_created_at_rows",
-        "Unpublished rows whose created_at is not epoch ms (left out of the oldest age).",
-        s.bad_created_at);
-  gauge("outbox_leader_token",
-        "Fencing token of the leader lease (relay --coordination leader); 0 before the first.",
-        static_cast<double>(view.lease.token));
-  gauge("outbox_leader_lease_left_seconds",
-        "Time until the leader's lease runs out unless renewed; 0 when no relay leads.",
-        view.lease.Live(view.now_ms)
-            ? static_cast<double>(view.lease.until_ms - view.now_ms) / 1000.0
-            : 0.0);
-  return out;
+  return ops::StatusMetricsText(view.status, view.lease, view.stalls, view.now_ms);
 }
 
 }  // namespace

@@ -1,0 +1,35 @@
+// The Prometheus text exposition format (version 0.0.4) of the outbox's figures: the status
+// families (what `outbox-lab metrics` prints, read from the database) and the relay loop's own
+// (what relay --http adds from its RelayObserver). Pure functions: no I/O, any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "outbox/relay_observer.h"
+#include "outbox/store.h"
+
+namespace outbox::ops {
+
+// The status families: the backlog, parked, claimed rows and the leader lease as read at now_ms
+// (epoch ms of the store's clock); stalls: OutboxStore::Stalls (its first rows held count).
+// Every family is a gauge with HELP and TYPE; promtool check metrics accepts the text.
+std::string StatusMetricsText(const OutboxStatus& status, const LeaderLease& lease,
+                              const std::vector<Stall>& stalls, std::int64_t now_ms);
+
+// What RelayMetricsText needs besides the snapshot, worked out by the caller at the same instant.
+struct RelayVerdicts {
+  std::int64_t now_steady_ms = 0;  // RelayObserver::SteadyNowMs() when read
+  bool healthy = false;            // /healthz would answer 200
+  bool ready = false;              // /readyz would answer 200
+  bool status_read_failed = false; // the status families could not be read (database error)
+};
+
+// The relay families (outbox_relay_*): loop turns, batches, rows acked, failed, marked, parked,
+// fenced (counters since the relay started), batches in flight, the last loop's age in seconds,
+// leadership, database retries and losses, and 1/0 gauges for healthy, ready and a failed status
+// read. Counters end in _total.
+std::string RelayMetricsText(const RelaySnapshot& snapshot, const RelayVerdicts& verdicts);
+
+}  // namespace outbox::ops
