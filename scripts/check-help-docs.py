@@ -35,7 +35,7 @@ DOCS = {
     'consume': ['docs/failpoints-and-checker.md', 'docs/commands.md'],
     'check': ['docs/failpoints-and-checker.md'],
     'failpoints': ['docs/failpoints-and-checker.md'],
-    'relay': ['docs/relay.md'],
+    'relay': ['docs/relay.md', 'docs/operations.md'],
     'status': ['docs/relay.md'],
     'metrics': ['docs/relay.md'],
     'purge': ['docs/relay.md'],
