@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +10,7 @@
 
 #include "cli/command.h"
 #include "cli/duration.h"
+#include "cli/outage_text.h"
 #include "lab/json_bytes.h"
 #include "lab/loans.h"
 #include "lab/relay_owner.h"
@@ -29,6 +31,8 @@ struct StatusView {
   // PostgreSQL: the oldest transaction pinning the MVCC horizon past the threshold; never on
   // SQLite (a reader there holds back only the WAL checkpoint, see wal-bytes).
   std::optional<HorizonHolder> horizon;
+  // The broker outage a relay recorded and has not cleared (OutboxStore::ReadOutage).
+  std::optional<BrokerOutage> outage;
 };
 
 StatusView ReadStatusView(const GlobalOptions& global, std::int64_t horizon_threshold_ms) {
@@ -37,6 +41,7 @@ StatusView ReadStatusView(const GlobalOptions& global, std::int64_t horizon_thre
   StatusView view{store->Status(now_ms), store->ClaimOwners(now_ms), store->ReadLease(), now_ms,
                   store->WalSizeBytes(), store->backend()};
   if (view.status.parked > 0) view.stalls = store->Stalls(10);
+  view.outage = store->ReadOutage();
   if (auto* pg_store = dynamic_cast<PgStore*>(store.get()))
     view.horizon = pg_store->OldestHorizonHolder(horizon_threshold_ms);
   return view;
@@ -80,6 +85,32 @@ std::string PrometheusText(const StatusView& view) {
         view.lease.Live(view.now_ms)
             ? static_cast<double>(view.lease.until_ms - view.now_ms) / 1000.0
             : 0.0);
+  // The outage as a labelled series (its cause and start in the labels), present only while
+  // one is recorded, as Prometheus' own `ALERTS` series are.
+  const auto label = [](const std::string& value) {
+    std::string escaped;
+    for (const char c : value) {
+      if (c == '\\' || c == '"') escaped += '\\';
+      if (c == '\n') {
+        escaped += "\\n";
+        continue;
+      }
+      escaped += c;
+    }
+    return escaped;
+  };
+  out += "# HELP outbox_broker_outage 1 while a relay waits out a broker outage (no attempt "
+         "counted, nothing parked); its labels name the cause and start.\n"
+         "# TYPE outbox_broker_outage gauge\n";
+  if (view.outage)
+    out += fmt::format("outbox_broker_outage{{cause=\"{}\",since=\"{}\"}} 1\n",
+                       label(view.outage->cause), UtcTime(view.outage->since_ms));
+  else
+    out += "outbox_broker_outage 0\n";
+  gauge("outbox_broker_outage_seconds",
+        "Time since the recorded broker outage began; 0 when none.",
+        view.outage ? static_cast<double>(std::max<std::int64_t>(0, view.now_ms - view.outage->since_ms)) / 1000.0
+                    : 0.0);
   return out;
 }
 
@@ -135,6 +166,8 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                 out["stalls"].push_back({{"parked_id", st.parked_id}, {"event_id", st.event_id},
                                          {"aggregate_id", st.aggregate_id},
                                          {"rows_held", st.rows_held}});
+              out["outage"] = nullptr;
+              if (view.outage) out["outage"] = OutageJson(*view.outage, s.pending);
               out["horizon"] = nullptr;
               if (view.horizon)
                 out["horizon"] = {{"pid", view.horizon->pid},
@@ -176,6 +209,11 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                 fmt::print("[status] leader none: the lease of token {} ({}) has run out or was "
                            "released\n",
                            lease.token, lab::EscapeBytes(lease.owner));
+              if (view.outage)
+                fmt::print("[status] {}; noted by {} at {}, next try at {}\n",
+                           lab::EscapeBytes(OutageText(*view.outage, s.pending)),
+                           lab::EscapeBytes(view.outage->owner), UtcTime(view.outage->noted_at_ms),
+                           UtcTime(view.outage->retry_at_ms));
               for (const Stall& st : view.stalls)
                 fmt::print("[status] stalled: parked row id={} event={} holds back {} rows of "
                            "aggregate {}\n",
