@@ -354,7 +354,14 @@ BatchReport Relay::FinishBatch() {
     // Free at once for this relay's next try (claims mode; a leader's next pass reads them
     // anyway): the outage's backoff, not the lease, decides when they go again. This batch is
     // the oldest in flight: the owner's claims up to its token are its own rows.
-    if (!leader_mode()) store_.ReleaseClaimsOf(options_.owner, claim.token);
+    // A release that fails on a lock or an I/O error leaves the rows to their lease instead.
+    if (!leader_mode()) {
+      try {
+        store_.ReleaseClaimsOf(options_.owner, claim.token);
+      } catch (const DbError& e) {
+        if (e.primary_code() != SQLITE_BUSY && e.primary_code() != SQLITE_IOERR) throw;
+      }
+    }
     OutageGoesOn(outage_cause);
   } else if (report.acked > 0) {
     OutageOver();

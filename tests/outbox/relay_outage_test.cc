@@ -76,9 +76,9 @@ struct OutageFixture {
   explicit OutageFixture(Coordination coordination)
       : store(dir.File("lab.db"), FastStoreOptions(), OpenMode::kCreate) {
     store.ResetSchema();
-    std::vector<outbox::OutboxEvent> events;
-    for (int i = 0; i < 12; ++i) events.push_back(EventOn(i, "L-" + std::to_string(i % 3)));
-    ids = EnqueueAll(store, events);
+    std::vector<outbox::OutboxEvent> written;
+    for (int i = 0; i < 12; ++i) written.push_back(EventOn(i, "L-" + std::to_string(i % 3)));
+    ids = EnqueueAll(store, written);
     options.owner = "relay-outage-test";
     options.clock = &clock;
     options.coordination = coordination;
