@@ -234,10 +234,13 @@ std::vector<DeliveryResult> KafkaPublisher::AwaitOldest() {
       slot.result.error =
           fmt::format("the producer hit a fatal error: {} ({})", reason, rd_kafka_err2name(fatal));
     } else if (!slot.result.ok && ClassifyDeliveryError(slot.err) == DeliveryFault::kOutage) {
+      // The cause first (the relay names the outage by the text before "; the message: "),
+      // the message's own error after it: `publish` still shows its _MSG_TIMED_OUT.
       slot.result.outage = true;
-      slot.result.error = connectivity != RD_KAFKA_RESP_ERR_NO_ERROR
-                              ? DescribeOutage(connectivity, connectivity_reason)
-                              : DescribeOutage(slot.err);
+      if (connectivity != RD_KAFKA_RESP_ERR_NO_ERROR)
+        slot.result.error = fmt::format("{}; the message: {}",
+                                        DescribeOutage(connectivity, connectivity_reason),
+                                        DescribeError(slot.err));
     }
     results.push_back(std::move(slot.result));
   }

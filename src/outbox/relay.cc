@@ -301,7 +301,12 @@ BatchReport Relay::FinishBatch() {
       ++left_unsettled;
     } else if (result.outage) {
       // The brokers failed, not the message: left pending, no attempt counted, never parked.
-      outage_cause = result.error.empty() ? "delivery failed" : result.error;
+      // KafkaPublisher writes "<cause>; the message: <its own error>" when it knows more than
+      // the message's own error: the outage is named by the cause.
+      const std::size_t own = result.error.find("; the message: ");
+      outage_cause = result.error.empty()        ? std::string("delivery failed")
+                     : own == std::string::npos ? result.error
+                                                : result.error.substr(0, own);
       ++report.outage;
     } else {
       failed.push_back({result.outbox_id, result.error.empty() ? "delivery failed" : result.error});

@@ -177,7 +177,9 @@ TEST_CASE("KafkaPublisher reports every message as an outage naming all brokers 
     CHECK(results[i].outbox_id == static_cast<std::int64_t>(i) + 1);
     CHECK(results[i].outage);
     CHECK_FALSE(results[i].producer_fatal);
-    CHECK(results[i].error == "all brokers down (_ALL_BROKERS_DOWN)");
+    CHECK(results[i].error ==
+          "all brokers down (_ALL_BROKERS_DOWN); the message: Local: Message timed out "
+          "(_MSG_TIMED_OUT)");
   }
 }
 

@@ -45,6 +45,9 @@ using outbox::testing::TempDir;
 using outbox::testing::TextColumn;
 
 constexpr const char* kAllDown = "all brokers down (_ALL_BROKERS_DOWN)";
+// As KafkaPublisher reports it: the cause, then the message's own error.
+constexpr const char* kAllDownReport =
+    "all brokers down (_ALL_BROKERS_DOWN); the message: Local: Message timed out (_MSG_TIMED_OUT)";
 
 // Acks every message, except: while down, every message fails as an outage; a message whose
 // outbox id is in poison always fails as the message's own error.
@@ -54,7 +57,7 @@ class OutagePublisher : public FakePublisher {
     std::vector<DeliveryResult> results = FakePublisher::Publish(messages);
     for (DeliveryResult& result : results) {
       if (down) {
-        result = {result.outbox_id, false, -1, -1, kAllDown, false, true};
+        result = {result.outbox_id, false, -1, -1, kAllDownReport, false, true};
       } else if (poison.count(result.outbox_id) > 0) {
         result = {result.outbox_id, false, -1, -1, "Broker: Message size too large "
                                                    "(MSG_SIZE_TOO_LARGE)"};
