@@ -86,10 +86,11 @@ class KafkaPublisher : public Publisher {
   // "Fatal errors"), every failed result carries producer_fatal and an error
   // naming the fatal error, not the message's own _FATAL. A failure that is not
   // the message's (ClassifyDeliveryError, delivery_errors.h: timeouts, purges,
-  // unreachable brokers) carries outage, and its error names the outage: the
-  // client's last connectivity error since the last ack (error_cb:
-  // "all brokers down (_ALL_BROKERS_DOWN)", "transport failure: ... (_TRANSPORT)"),
-  // else the message's own (e.g. "Local: Message timed out (_MSG_TIMED_OUT)").
+  // unreachable brokers) carries outage. When the client saw a connectivity error
+  // since the last ack (error_cb), its error reads "<cause>; the message: <its own
+  // error>", e.g. "all brokers down (_ALL_BROKERS_DOWN); the message: Local: Message
+  // timed out (_MSG_TIMED_OUT)", and the relay names the outage by the cause;
+  // otherwise it is the message's own error alone.
   std::vector<DeliveryResult> AwaitOldest() override;
 
   std::size_t InFlight() const override { return in_flight_.size(); }
