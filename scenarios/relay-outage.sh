@@ -147,7 +147,7 @@ if [ "${OUTAGE_BACKEND:-sqlite}" != postgres ]; then
   expect_eq 0 "$BG_RC" "the relay's exit code"
   grep -v '^\[relay\] batch ' "$relay_log" | sed 's/^/  | /'
   # librdkafka retries REQUEST_TIMED_OUT itself until the delivery timeout: _MSG_TIMED_OUT.
-  expect_line "${OUTAGE_LINE}Local: Message timed out \(_MSG_TIMED_OUT\), 50 rows waiting; no attempt counted" "$relay_log"
+  expect_line "${OUTAGE_LINE}Local: Message timed out \(_MSG_TIMED_OUT\), [0-9]+ rows waiting; no attempt counted" "$relay_log"
   expect_line '^\[relay\] broker outage over: ' "$relay_log"
   expect_line '^\[relay\] done: batches=[0-9]+ acked=50 marked=50 failed=[1-9][0-9]* parked=0 fenced=0 pending=0$' "$relay_log"
   after_up 50
