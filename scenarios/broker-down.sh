@@ -4,7 +4,8 @@
 # Injects: `broker-ctl down` on the embedded broker (librdkafka's mock: rd_kafka_mock_broker_set_down)
 #          (1) before a relay starts: relay --once against a dead broker; (2) while a relay runs,
 #          after its first batch was acknowledged, with 10 more loans written meanwhile.
-# Expects: (1) the batch fails (failed=5 marked=0), nothing is marked: published=0, unpublished=5.
+# Expects: (1) the batch fails (failed=5 marked=0 retried=0: an outage counts no attempt), nothing
+#          is marked, and the relay says it ended during the outage: published=0, unpublished=5.
 #          (2) every batch while down reports acked=0 marked=0, published stays at 5 with 10
 #          unpublished, nothing is parked; after `broker-ctl up` the same relay process drains
 #          everything by itself, and marked equals acked over its whole life. check: valid,
@@ -38,7 +39,8 @@ broker_ctl down
 step "(1) a relay started while the broker is down: one batch, nothing acknowledged"
 run relay --once "${RETRY_ARGS[@]}"
 expect_rc 0 "relay --once"
-expect_line '^\[relay\] batch token=[0-9]+ claimed=5 acked=0 failed=5 marked=0 retried=5 parked=0 ' "$OUT"
+expect_line '^\[relay\] batch token=[0-9]+ claimed=5 acked=0 failed=5 marked=0 retried=0 parked=0 ' "$OUT"
+expect_line '^\[relay\] ended during a broker outage since .*, 5 rows waiting: none parked' "$OUT"
 run verify --no-kafka --expect business=5,outbox=5,published=0,unpublished=5
 expect_rc 0 "nothing marked while the broker is down"
 

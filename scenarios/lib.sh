@@ -196,11 +196,12 @@ _now_us() { _wait_now_us; }
 _nonempty() { [ -s "$1" ]; }
 _has_line() { grep -q -- "$1" "$2" 2>/dev/null; }
 
-# start_broker [--control]: an embedded broker in its own process (it must survive our kill -9 of the lab),
-# or, with KAFKA_BOOTSTRAP_SERVERS set, that Kafka and a topic no other run uses.
+# start_broker [--control [BROKER OPTIONS...]]: an embedded broker in its own process (it must
+# survive our kill -9 of the lab), or, with KAFKA_BOOTSTRAP_SERVERS set, that Kafka and a topic no
+# other run uses. With --control, the options after it go to `broker` (e.g. --broker-count 3).
 start_broker() {
   local control=""
-  [ "${1:-}" = "--control" ] && control=$TMP/broker.ctl
+  [ "${1:-}" = "--control" ] && control=$TMP/broker.ctl && shift
   if [ -n "$EXTERNAL_BROKERS" ] && [ -z "$control" ]; then
     BROKER=$EXTERNAL_BROKERS
     TOPIC=outbox-lab-$SCENARIO-$$-$RANDOM
@@ -209,7 +210,7 @@ start_broker() {
   fi
   local addr_file=$TMP/broker.addr log=$TMP/broker.log
   local extra=()
-  [ -n "$control" ] && extra=(--control "$control")
+  [ -n "$control" ] && extra=(--control "$control" "$@")
   : >"$log"  # emptied by us, not by the child: see start_hold
   "$LAB_BIN" --topic "$TOPIC" broker --addr-file "$addr_file" "${extra[@]}" </dev/null >>"$log" 2>&1 &
   BROKER_PID=$!
@@ -319,9 +320,9 @@ release() {
 
 _has_lines() { [ "$(grep -E -c -- "$2" "$3" 2>/dev/null)" -ge "$1" ]; }
 
-# start_control_broker: an embedded broker with a --control socket for broker-ctl (always
-# embedded: a real Kafka cannot take faults from broker-ctl).
-start_control_broker() { start_broker --control; }
+# start_control_broker [BROKER OPTIONS...]: an embedded broker with a --control socket for
+# broker-ctl (always embedded: a real Kafka cannot take faults from broker-ctl).
+start_control_broker() { start_broker --control "$@"; }
 
 # broker_ctl REQUEST...: one fault request to the broker of start_control_broker.
 broker_ctl() {

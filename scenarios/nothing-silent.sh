@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Nothing silent (issue 15, section 3): every wait, stop and removal says so.
-# Injects: a relay against a broker nobody listens on (127.0.0.1:1), whose rows go into backoff;
+# Injects: a relay against a broker nobody listens on (127.0.0.1:1), stopped by SIGTERM;
 #          `write` of 5 and of 21 loans (either side of the per-row limit, 20); `reset` of a
 #          database with rows; SIGINT to the chapter's `publish` while it stands between the
 #          broker's ack of its 2nd row and that row's mark (failpoint
 #          relay.after_ack_before_mark=1*off->pause, released by SIGUSR1 after the SIGINT); a
 #          relay holding a claim (claims mode; failpoint relay.after_claim=hold, lease 3s) while a second relay
 #          polls every 50 ms.
-# Expects: the relay says once that 5 rows wait in backoff and when the first is due; write 5
+# Expects: the relay names the broker outage, since when and the 5 rows waiting, at each try,
+#          parks none of them past --max-attempts 2, and says it ended during the outage; write 5
 #          prints 5 per-loan lines, write 21 none unless --verbose (then 21), both end with
 #          `[write] committed=N`; reset says how many rows it removed (and nothing on an empty
 #          database); publish interrupted by SIGINT marks the row in flight, prints one `marked`
@@ -18,23 +19,30 @@
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
-step "a relay whose deliveries fail says once that the rows wait in backoff, and until when"
+step "a relay whose broker nobody answers says it waits out the outage, and since when"
 run reset
 expect_rc 0 "reset"
 run write 5 --quiet
 expect_rc 0 "write 5 --quiet"
-run relay --until-empty --brokers 127.0.0.1:1 --delivery-timeout 500ms --lease 2s \
+start_bg relay-dead relay --brokers 127.0.0.1:1 --delivery-timeout 500ms --lease 2s \
   --backoff-base 1s --max-attempts 2 --idle-max 50ms
-expect_rc 0 "relay --until-empty against 127.0.0.1:1"
-expect_count 1 '^\[relay\] waiting: ' "$OUT"
-expect_line '^\[relay\] waiting: 5 rows in backoff after failed deliveries; the first is due at [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z \(in [^)]+\)$' "$OUT"
-expect_line '^\[relay\] done: .* parked=5 ' "$OUT"
+dead_pid=$BG_PID dead_log=$BG_LOG
+# Two failed tries: past --max-attempts 2 had they counted, yet nothing is parked.
+wait_for 30 "$dead_pid" "two outage lines" _has_lines 2 '^\[relay\] broker outage since ' "$dead_log"
+echo "\$ kill -TERM $dead_pid"
+kill -TERM "$dead_pid"
+wait_exit "$dead_pid" 20 "relay after SIGTERM"
+sed 's/^/  | /' "$dead_log"
+expect_eq 0 "$BG_RC" "the relay's exit code"
+expect_line '^\[relay\] broker outage since 20[0-9-]+T[0-9:]+Z: (all brokers down \(_ALL_BROKERS_DOWN\)|transport failure: .* \(_TRANSPORT\)), 5 rows waiting; no attempt counted, none parked; next try in 1s$' "$dead_log"
+expect_line '^\[relay\] stopped on signal: .* parked=0 fenced=0 pending=5$' "$dead_log"
+expect_line '^\[relay\] ended during a broker outage since .*, 5 rows waiting: none parked; a relay sends them once the brokers answer$' "$dead_log"
 
 start_broker
 
 step "write prints a line per loan up to 20 loans, beyond that only when asked"
 run reset
-expect_rc 0 "reset of the 5 parked rows"
+expect_rc 0 "reset of the 5 pending rows"
 expect_line '^\[reset\] removed business_loan=5 outbox=5 \(published=0 unpublished=5\) archived=0$' "$OUT"
 run reset
 expect_rc 0 "reset of an empty database"

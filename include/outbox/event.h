@@ -74,6 +74,11 @@ struct DeliveryResult {
   // nothing is known about this message, so the relay counts no attempt for it
   // and stops (Relay::FinishBatch). error then names the fatal error.
   bool producer_fatal = false;
+  // Failed because the brokers could not be reached or did not answer in time (a broker
+  // outage: kafka::ClassifyDeliveryError says which errors): the message is not at fault, so
+  // the relay counts no attempt, parks nothing and sends it again after a backoff. error then
+  // names the outage's cause, e.g. "all brokers down (_ALL_BROKERS_DOWN)".
+  bool outage = false;
 };
 
 }  // namespace outbox

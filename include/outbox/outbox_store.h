@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "outbox/broker_outage.h"
 #include "outbox/clock.h"
 #include "outbox/event.h"
 
@@ -136,6 +137,23 @@ class OutboxStore {
 
   // Counts for status and metrics at now_ms.
   virtual OutboxStatus Status(std::int64_t now_ms) = 0;
+
+  // --- Broker outages (outbox/broker_outage.h): written by the relay, read by status ---
+  //
+  // One record per database and run (table outbox_outage, created on first use; a reset starts
+  // a new run, and a record of an older run is never read). Store: src/outbox/store_outage.cc;
+  // PgStore: src/outbox/pg_store_outage.cc. All throw the implementation's error.
+  //
+  // Records outage as the current one: its cause, owner, noted_at_ms and retry_at_ms replace
+  // the recorded ones; since_ms is kept when an outage is already recorded (several relays
+  // note one outage), else outage.since_ms. One short transaction.
+  virtual void NoteOutage(const BrokerOutage& outage) = 0;
+  // Removes the record (delivery resumed). Returns true when there was one. Writes nothing when
+  // the table does not exist.
+  virtual bool ClearOutage() = 0;
+  // The recorded outage of this run; nullopt when none (or no table). Read only: works on a
+  // store opened OpenMode::kReadOnly.
+  virtual std::optional<BrokerOutage> ReadOutage() = 0;
 
   // --- Leader mode (relay --coordination leader) ---
   //

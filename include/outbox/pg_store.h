@@ -116,6 +116,11 @@ class PgStore : public OutboxStore {
   std::vector<std::string> BrokerIncarnations() override;
   void NotePartitionMapping(const PartitionMapping& mapping) override;
   std::optional<PartitionMapping> ReadPartitionMapping(const std::string& topic) override;
+  // Broker outages (outbox_store.h), in src/outbox/pg_store_outage.cc: the times given, not
+  // the server's (they only inform status).
+  void NoteOutage(const BrokerOutage& outage) override;
+  bool ClearOutage() override;
+  std::optional<BrokerOutage> ReadOutage() override;
   std::int64_t NextId() override;
   OutboxCounts Count() override;
   OutboxSnapshot Snapshot() override;

@@ -18,6 +18,19 @@
 // another relay; its own settle is then fenced out, but its records were
 // already produced: duplicates, never losses.
 //
+// Broker outages. A row counts an attempt toward parking (SettlePolicy::max_attempts) only
+// when its delivery failed for its own sake (kafka::ClassifyDeliveryError: size, invalid record,
+// authorization, unknown topic, ...). A delivery that failed for the brokers' sake
+// (DeliveryResult::outage: all brokers down, a transport failure, a timeout or purge while they
+// do not answer) is not the row's fault: the row is left as it was (attempts, backoff and
+// last_error untouched; a claim released at once), never parked, and the relay waits out the
+// outage: it sends nothing until a backoff of its own has passed (BackoffMs over the outage's
+// failed tries, from SettlePolicy::backoff_base_ms doubling to backoff_max_ms), then sends
+// again, oldest rows first, so per-aggregate order holds as for any retry. It records the
+// outage in the store (OutboxStore::NoteOutage: cause, start, next try) for status, reports it
+// through on_outage, and clears it with the first batch delivered again. A failure to write the
+// record is ignored: the record is advice, written again at the next try.
+//
 // Not thread-safe; run one Relay per thread or process.
 #pragma once
 
@@ -30,6 +43,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "outbox/broker_outage.h"
 #include "outbox/clock.h"
 #include "outbox/error.h"
 #include "outbox/publisher.h"
@@ -86,6 +100,19 @@ struct LeaseEvent {
   LeaderLease previous;  // kAcquired: the term it took over from (owner "" and token 0: none)
 };
 
+// A change in a broker outage this relay waits out (RelayOptions::on_outage).
+struct OutageEvent {
+  enum class Kind {
+    kBegun,   // a batch's deliveries failed for the brokers' sake (DeliveryResult::outage)
+    kGoesOn,  // another try failed the same way
+    kOver,    // a batch was delivered again: outage.since_ms says since when it lasted
+  };
+  Kind kind = Kind::kBegun;
+  BrokerOutage outage;            // as recorded (OutboxStore::NoteOutage); kOver: as it was
+  std::int64_t rows_waiting = -1; // pending rows at the time (-1: the count failed); kOver: 0
+  std::int64_t retry_in_ms = 0;   // until the next try; kOver: 0
+};
+
 // What one settle did, by event id: what a history records (RelayOptions::on_settle).
 struct SettleRecord {
   std::int64_t token = 0;            // the claim's fencing token
@@ -132,6 +159,9 @@ struct RelayOptions {
   // Leader mode: called when this relay becomes the leader, loses the lease,
   // or releases it. May be empty. Must not throw.
   std::function<void(const LeaseEvent&)> on_lease;
+  // Called when a broker outage begins, goes on (each failed try) and is over (see "Broker
+  // outages" at class Relay). May be empty. Must not throw.
+  std::function<void(const OutageEvent&)> on_outage;
   // After the settle (and relay.after_mark) of a batch smaller than
   // batch_size, run a PASSIVE checkpoint (Store::CheckpointPassive): the relay
   // has caught up with the writers and has time to spare, and the writers'
@@ -179,7 +209,10 @@ struct BatchReport {
   std::int64_t token = 0;
   std::int64_t claimed = 0;
   std::int64_t acked = 0;
-  std::int64_t failed = 0;
+  std::int64_t failed = 0;  // every failed delivery, the outage's included
+  // Of failed, the rows that failed for the brokers' sake (DeliveryResult::outage): left
+  // pending with no attempt counted, not in settle.retried or settle.parked.
+  std::int64_t outage = 0;
   SettleReport settle;
 };
 
@@ -189,7 +222,8 @@ class Relay {
   // max_attempts <= 0.
   Relay(OutboxStore& store, Publisher& publisher, RelayOptions options);
 
-  // True when a row could be claimed now (read-only: no write while idle).
+  // True when a row could be claimed now (read-only: no write while idle); false while an
+  // outage's backoff runs (OutageWaitMs).
   // Leader mode: when this relay leads and a row may be sent now. On the way
   // it acquires a free lease, or renews its own once less than half of it is
   // left (a write then; none on a standby while the leader's lease holds).
@@ -206,13 +240,19 @@ class Relay {
   // mode. Throws DbError.
   void Resign();
 
+  // The broker outage this relay is waiting out (BrokerOutage::active() false: none).
+  const BrokerOutage& Outage() const noexcept { return outage_; }
+  // How long this relay still waits before it sends again after an outage's failed try, ms;
+  // 0 when it may send (no outage, or its backoff has passed).
+  std::int64_t OutageWaitMs() const;
+
   // The lease token this relay holds in leader mode; 0 when it does not lead.
   std::int64_t LeaseToken() const noexcept { return lease_.token; }
 
   // What the rows this relay cannot claim now wait on (read only). Throws DbError.
   WaitReport Waits();
 
-  // True when nothing is claimable and no row waits on a backoff or a lease:
+  // True when nothing is claimable and no row waits on a backoff, a lease or an outage:
   // waiting longer cannot help (until-empty ends here). Both are judged at one
   // reading of the clock, so a row whose backoff ends meanwhile counts as one
   // or the other. Throws DbError.
@@ -263,6 +303,10 @@ class Relay {
   void LoseLease();   // leader mode: another relay took over
   void Phase(std::string_view phase, std::int64_t token) const;  // options_.on_phase, if any
   void CheckpointAfterSettle();  // options_.checkpoint_after_settle
+  // A batch left rows pending for an outage named cause: note it, back off.
+  void OutageGoesOn(const std::string& cause);
+  // A batch was delivered: end the outage, if any, and clear its record.
+  void OutageOver();
 
   OutboxStore& store_;
   Publisher& publisher_;
@@ -281,6 +325,11 @@ class Relay {
   // rows in flight, which a new pass of the cursor must not send again.
   LeaderLease lease_;
   std::unordered_set<std::int64_t> in_flight_ids_;
+  // The outage being waited out (since_ms 0: none), its failed tries, and whether a record may
+  // be in the store (true at start: a relay killed during an outage leaves one behind).
+  BrokerOutage outage_;
+  std::int64_t outage_tries_ = 0;
+  bool outage_recorded_ = true;
 };
 
 // Waits while the relay is idle. Implementations: ChangeWatcher (inotify),
@@ -299,8 +348,9 @@ class IdleWaiter {
 
 enum class LoopMode {
   kOnce,        // one batch
-  kUntilEmpty,  // until nothing is claimable and nothing waits on a backoff or lease;
-                // rows blocked behind a parked row of their aggregate stay pending
+  kUntilEmpty,  // until nothing is claimable and nothing waits on a backoff, lease or
+                // broker outage (it waits the outage out); rows blocked behind a parked row
+                // of their aggregate stay pending
   kForever,     // until a stop request
 };
 

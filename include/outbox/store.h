@@ -169,6 +169,10 @@ class Store : public OutboxStore {
   std::vector<std::string> BrokerIncarnations() override;
   void NotePartitionMapping(const PartitionMapping& mapping) override;
   std::optional<PartitionMapping> ReadPartitionMapping(const std::string& topic) override;
+  // Broker outages (outbox_store.h), in src/outbox/store_outage.cc. Throw DbError.
+  void NoteOutage(const BrokerOutage& outage) override;
+  bool ClearOutage() override;
+  std::optional<BrokerOutage> ReadOutage() override;
   // True when the outbox table exists.
   bool HasSchema();
 

@@ -16,6 +16,7 @@
 #include "lab/broker/json_bytes.h"
 #include "cli/drain.h"
 #include "cli/duration.h"
+#include "cli/outage_text.h"
 #include "cli/partition_pin.h"
 #include "cli/publishing.h"
 #include "cli/relay_http.h"
@@ -178,6 +179,29 @@ void PrintLease(const LeaseEvent& event, bool json, std::int64_t dead_token) {
                event.lease.token);
   } else {
     fmt::print("[relay] leader: released the lease of token {}\n", event.lease.token);
+  }
+  std::fflush(stdout);
+}
+
+// One line per change of a broker outage (printed under --quiet too: an operator must see why
+// the relay stands still). now_ms: when it is printed, for an outage's length.
+void PrintOutage(const OutageEvent& event, bool json, std::int64_t now_ms) {
+  const char* kind = event.kind == OutageEvent::Kind::kBegun    ? "begun"
+                     : event.kind == OutageEvent::Kind::kGoesOn ? "goes-on"
+                                                                : "over";
+  if (json) {
+    nlohmann::ordered_json line = {{"report", "outage"}, {"event", kind}};
+    line.update(OutageJson(event.outage, event.rows_waiting));
+    line["retry_in_ms"] = event.retry_in_ms;
+    fmt::print("{}\n", lab::DumpJson(line));
+  } else if (event.kind == OutageEvent::Kind::kOver) {
+    fmt::print("[relay] broker outage over: delivering again after {:.1f} s (it began {}: {})\n",
+               static_cast<double>(std::max<std::int64_t>(0, now_ms - event.outage.since_ms)) / 1000.0,
+               UtcTime(event.outage.since_ms), lab::EscapeBytes(event.outage.cause));
+  } else {
+    fmt::print("[relay] {}; no attempt counted, none parked; next try in {}\n",
+               lab::EscapeBytes(OutageText(event.outage, event.rows_waiting)),
+               FormatDuration(event.retry_in_ms));
   }
   std::fflush(stdout);
 }
@@ -358,6 +382,9 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                 if (!(now_idle && idle)) h->RecordPhase(phase, token);
                 idle = now_idle;
               };
+            relay_options.on_outage = [o, &store](const OutageEvent& event) {
+              PrintOutage(event, o->json, store.clock().EpochMs());
+            };
             *dead_lease_token = ReleaseDeadOwners(store);
             // What the loop does, for --http: published by the loop's thread, read by the server's.
             RelayObserver observer(leader);
@@ -429,7 +456,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                         {"claimed", batch.claimed},   {"acked", batch.acked},
                         {"failed", batch.failed},     {"marked", batch.settle.marked},
                         {"retried", batch.settle.retried}, {"parked", batch.settle.parked},
-                        {"fenced", batch.settle.fenced}};
+                        {"fenced", batch.settle.fenced}, {"outage", batch.outage}};
                     fmt::print("{}\n", lab::DumpJson(line));
                     std::fflush(stdout);
                     return;
@@ -485,6 +512,9 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             const bool until_empty = loop_options.mode == LoopMode::kUntilEmpty && !report.stopped;
             const std::vector<Stall> stalls =
                 until_empty && parked_left > 0 ? store.Stalls(kStallsShown) : std::vector<Stall>{};
+            // Stopped (or --once) while waiting out an outage: its rows stay pending, unparked.
+            const BrokerOutage& outage = relay.Outage();
+            const std::int64_t pending_left = store.PendingCount();
             ExitCode done =
                 o->fail_on_parked && parked_left > 0 ? ExitCode::kParkedRows : ExitCode::kOk;
             if (done == ExitCode::kOk && !stalls.empty()) done = ExitCode::kStalled;
@@ -494,8 +524,10 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                   {"batches", report.batches}, {"acked", report.acked},
                   {"marked", report.marked}, {"failed", report.failed},
                   {"parked", report.parked}, {"fenced", report.fenced},
-                  {"pending", store.PendingCount()}, {"io_errors", report.io_errors},
-                  {"parked_left", parked_left}, {"stalls", StallsJson(stalls)}};
+                  {"pending", pending_left}, {"io_errors", report.io_errors},
+                  {"parked_left", parked_left}, {"stalls", StallsJson(stalls)},
+                  {"outage", outage.active() ? OutageJson(outage, pending_left)
+                                             : nlohmann::ordered_json(nullptr)}};
               fmt::print("{}\n", lab::DumpJson(final_report));
               // Out before the publisher's teardown (rd_kafka_destroy), however long that takes.
               std::fflush(stdout);
@@ -510,7 +542,11 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                        "pending={}\n",
                        report.stopped ? "stopped on signal:" : "done:", report.batches,
                        report.acked, report.marked, report.failed, report.parked, report.fenced,
-                       store.PendingCount());
+                       pending_left);
+            if (outage.active())
+              fmt::print("[relay] ended during a {}: none parked; a relay sends them once the "
+                         "brokers answer\n",
+                         lab::EscapeBytes(OutageText(outage, pending_left)));
             for (const Stall& stall : stalls)
               fmt::print("[relay] stalled: {} rows of aggregate {} wait behind parked row id={} "
                          "event={}; `outbox-lab unpark {}` lets them go\n",

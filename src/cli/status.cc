@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +10,7 @@
 
 #include "cli/command.h"
 #include "cli/duration.h"
+#include "cli/outage_text.h"
 #include "lab/broker/json_bytes.h"
 #include "outbox/open_store.h"
 #include "lab/chapter/relay_owner.h"
@@ -30,6 +32,8 @@ struct StatusView {
   // PostgreSQL: the oldest transaction pinning the MVCC horizon past the threshold; never on
   // SQLite (a reader there holds back only the WAL checkpoint, see wal-bytes).
   std::optional<HorizonHolder> horizon;
+  // The broker outage a relay recorded and has not cleared (OutboxStore::ReadOutage).
+  std::optional<BrokerOutage> outage;
 };
 
 StatusView ReadStatusView(const GlobalOptions& global, std::int64_t horizon_threshold_ms) {
@@ -38,6 +42,7 @@ StatusView ReadStatusView(const GlobalOptions& global, std::int64_t horizon_thre
   StatusView view{store->Status(now_ms), store->ClaimOwners(now_ms), store->ReadLease(), now_ms,
                   store->WalSizeBytes(), store->backend()};
   if (view.status.parked > 0) view.stalls = store->Stalls(10);
+  view.outage = store->ReadOutage();
   if (auto* pg_store = dynamic_cast<PgStore*>(store.get()))
     view.horizon = pg_store->OldestHorizonHolder(horizon_threshold_ms);
   return view;
@@ -48,7 +53,7 @@ constexpr std::int64_t kHorizonThresholdMs = 60000;
 
 // Prometheus text exposition format, version 0.0.4: the families relay --http serves too.
 std::string PrometheusText(const StatusView& view) {
-  return ops::StatusMetricsText(view.status, view.lease, view.stalls, view.now_ms);
+  return ops::StatusMetricsText(view.status, view.lease, view.stalls, view.now_ms, view.outage);
 }
 
 }  // namespace
@@ -103,6 +108,8 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                 out["stalls"].push_back({{"parked_id", st.parked_id}, {"event_id", st.event_id},
                                          {"aggregate_id", st.aggregate_id},
                                          {"rows_held", st.rows_held}});
+              out["outage"] = nullptr;
+              if (view.outage) out["outage"] = OutageJson(*view.outage, s.pending);
               out["horizon"] = nullptr;
               if (view.horizon)
                 out["horizon"] = {{"pid", view.horizon->pid},
@@ -144,6 +151,11 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                 fmt::print("[status] leader none: the lease of token {} ({}) has run out or was "
                            "released\n",
                            lease.token, lab::EscapeBytes(lease.owner));
+              if (view.outage)
+                fmt::print("[status] {}; noted by {} at {}, next try at {}\n",
+                           lab::EscapeBytes(OutageText(*view.outage, s.pending)),
+                           lab::EscapeBytes(view.outage->owner), UtcTime(view.outage->noted_at_ms),
+                           UtcTime(view.outage->retry_at_ms));
               for (const Stall& st : view.stalls)
                 fmt::print("[status] stalled: parked row id={} event={} holds back {} rows of "
                            "aggregate {}\n",

@@ -10,6 +10,7 @@
 
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
+#include "outbox/kafka/delivery_errors.h"
 
 namespace outbox::kafka {
 namespace {
@@ -86,7 +87,7 @@ KafkaPublisher::KafkaPublisher(const KafkaPublisherOptions& options)
   producer_ = MakeClient(RD_KAFKA_PRODUCER, std::move(conf));
 }
 
-void KafkaPublisher::OnDelivery(rd_kafka_t*, const rd_kafka_message_t* msg, void*) noexcept {
+void KafkaPublisher::OnDelivery(rd_kafka_t* rk, const rd_kafka_message_t* msg, void*) noexcept {
   auto* slot = static_cast<Slot*>(msg->_private);
   if (!slot) return;
   if (slot->batch->reports_pending > 0) --slot->batch->reports_pending;
@@ -94,7 +95,18 @@ void KafkaPublisher::OnDelivery(rd_kafka_t*, const rd_kafka_message_t* msg, void
   result->partition = msg->partition;
   result->offset = msg->offset;
   result->ok = msg->err == RD_KAFKA_RESP_ERR_NO_ERROR;
-  if (!result->ok) {
+  slot->err = msg->err;
+  if (result->ok) {
+    // A broker acknowledged: whatever connectivity error came before has passed.
+    auto* self = static_cast<KafkaPublisher*>(rd_kafka_opaque(rk));
+    try {
+      std::lock_guard lock(self->error_mutex_);
+      self->connectivity_error_ = RD_KAFKA_RESP_ERR_NO_ERROR;
+      self->connectivity_reason_.clear();
+    } catch (...) {
+      // A mutex that cannot lock: the next outage may be named by an older error.
+    }
+  } else {
     try {
       result->error = DescribeError(msg->err);
     } catch (...) {
@@ -117,9 +129,16 @@ int KafkaPublisher::OnStatistics(rd_kafka_t*, char* json, std::size_t json_len,
 void KafkaPublisher::OnError(rd_kafka_t*, int err, const char* reason, void* opaque) noexcept {
   auto* self = static_cast<KafkaPublisher*>(opaque);
   try {
+    const auto code = static_cast<rd_kafka_resp_err_t>(err);
     std::lock_guard lock(self->error_mutex_);
-    self->last_client_error_ =
-        fmt::format("{} ({})", reason, rd_kafka_err2name(static_cast<rd_kafka_resp_err_t>(err)));
+    self->last_client_error_ = fmt::format("{} ({})", reason, rd_kafka_err2name(code));
+    // All brokers down says the most; the reconnect failures that follow it say less.
+    if (IsConnectivityError(code) &&
+        (code == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ||
+         self->connectivity_error_ != RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)) {
+      self->connectivity_error_ = code;
+      self->connectivity_reason_ = reason;
+    }
   } catch (...) {
   }
 }
@@ -172,10 +191,12 @@ void KafkaPublisher::Send(const std::vector<OutboundMessage>& messages) {
     slot.batch = raw;
     slot.result.outbox_id = m.outbox_id;
     const rd_kafka_resp_err_t err = ProduceOutboundMessage(producer_.get(), topic_, m, &slot, run_id_);
-    if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
       ++raw->reports_pending;
-    else
+    } else {
+      slot.err = err;
       slot.result.error = DescribeError(err);  // refused locally, e.g. _UNKNOWN_TOPIC
+    }
   }
   HitFailpoint("relay.after_produce");
 }
@@ -196,6 +217,15 @@ std::vector<DeliveryResult> KafkaPublisher::AwaitOldest() {
   // the messages'. Say which error it was, and let the relay count no attempt for them.
   char reason[512] = {};
   const rd_kafka_resp_err_t fatal = rd_kafka_fatal_error(producer_.get(), reason, sizeof reason);
+  // An outage is named by what the client saw of the brokers (all down, a refused connection)
+  // when it saw anything since the last ack, else by the message's own error (_MSG_TIMED_OUT).
+  rd_kafka_resp_err_t connectivity;
+  std::string connectivity_reason;
+  {
+    std::lock_guard lock(error_mutex_);
+    connectivity = connectivity_error_;
+    connectivity_reason = connectivity_reason_;
+  }
   std::vector<DeliveryResult> results;
   results.reserve(batch.slots.size());
   for (Slot& slot : batch.slots) {
@@ -203,6 +233,14 @@ std::vector<DeliveryResult> KafkaPublisher::AwaitOldest() {
       slot.result.producer_fatal = true;
       slot.result.error =
           fmt::format("the producer hit a fatal error: {} ({})", reason, rd_kafka_err2name(fatal));
+    } else if (!slot.result.ok && ClassifyDeliveryError(slot.err) == DeliveryFault::kOutage) {
+      // The cause first (the relay names the outage by the text before "; the message: "),
+      // the message's own error after it: `publish` still shows its _MSG_TIMED_OUT.
+      slot.result.outage = true;
+      if (connectivity != RD_KAFKA_RESP_ERR_NO_ERROR)
+        slot.result.error = fmt::format("{}; the message: {}",
+                                        DescribeOutage(connectivity, connectivity_reason),
+                                        DescribeError(slot.err));
     }
     results.push_back(std::move(slot.result));
   }

@@ -41,6 +41,7 @@ struct OpsServer::State {
     OutboxStatus status;
     LeaderLease lease;
     std::vector<Stall> stalls;
+    std::optional<BrokerOutage> outage;
     std::int64_t now_ms = 0;
   };
 
@@ -66,6 +67,7 @@ struct OpsServer::State {
       r.status = store.Status(r.now_ms);
       r.lease = store.ReadLease();
       if (r.status.parked > 0) r.stalls = store.Stalls(10);
+      r.outage = store.ReadOutage();
     });
     r.ok = r.error.empty();
     return r;
@@ -187,7 +189,7 @@ OpsServer::OpsServer(OpsServerOptions options, OpsServerHooks hooks)
     verdicts.ready = st->Ready(snapshot, read, now).ok;
     verdicts.status_read_failed = !read.ok;
     std::string body;
-    if (read.ok) body = StatusMetricsText(read.status, read.lease, read.stalls, read.now_ms);
+    if (read.ok) body = StatusMetricsText(read.status, read.lease, read.stalls, read.now_ms, read.outage);
     body += RelayMetricsText(snapshot, verdicts);
     res.status = 200;
     res.set_content(body, "text/plain; version=0.0.4; charset=utf-8");

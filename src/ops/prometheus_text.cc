@@ -1,6 +1,10 @@
 #include "ops/prometheus_text.h"
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <ctime>
 
 namespace outbox::ops {
 namespace {
@@ -22,10 +26,29 @@ void Counter(std::string& out, const char* name, const char* help, std::int64_t 
 
 double Seconds(std::int64_t ms) { return static_cast<double>(ms) / 1000.0; }
 
+// A label value of the text format: backslash, double quote and newline escaped.
+std::string LabelValue(const std::string& value) {
+  std::string escaped;
+  for (const char c : value) {
+    if (c == '\\' || c == '"') escaped += '\\';
+    if (c == '\n') {
+      escaped += "\\n";
+      continue;
+    }
+    escaped += c;
+  }
+  return escaped;
+}
+
+std::string UtcSeconds(std::int64_t epoch_ms) {
+  return fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", fmt::gmtime(static_cast<std::time_t>(epoch_ms / 1000)));
+}
+
 }  // namespace
 
 std::string StatusMetricsText(const OutboxStatus& s, const LeaderLease& lease,
-                              const std::vector<Stall>& stalls, std::int64_t now_ms) {
+                              const std::vector<Stall>& stalls, std::int64_t now_ms,
+                              const std::optional<BrokerOutage>& outage) {
   std::string out;
   Gauge(out, "outbox_unpublished_rows", "Rows not yet published, parked rows included.",
         static_cast<double>(s.unpublished));
@@ -58,6 +81,18 @@ std::string StatusMetricsText(const OutboxStatus& s, const LeaderLease& lease,
   Gauge(out, "outbox_leader_lease_left_seconds",
         "Time until the leader's lease runs out unless renewed; 0 when no relay leads.",
         lease.Live(now_ms) ? Seconds(lease.until_ms - now_ms) : 0.0);
+  // The outage as a labelled series (its cause and start in the labels), as Prometheus' own
+  // ALERTS series are; unlabelled 0 while none is recorded.
+  out += "# HELP outbox_broker_outage 1 while a relay waits out a broker outage (no attempt "
+         "counted, nothing parked); its labels name the cause and start.\n"
+         "# TYPE outbox_broker_outage gauge\n";
+  if (outage && outage->active())
+    out += fmt::format("outbox_broker_outage{{cause=\"{}\",since=\"{}\"}} 1\n",
+                       LabelValue(outage->cause), UtcSeconds(outage->since_ms));
+  else
+    out += "outbox_broker_outage 0\n";
+  Gauge(out, "outbox_broker_outage_seconds", "Time since the recorded broker outage began; 0 when none.",
+        outage && outage->active() ? Seconds(std::max<std::int64_t>(0, now_ms - outage->since_ms)) : 0.0);
   return out;
 }
 

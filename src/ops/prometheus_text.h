@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "outbox/broker_outage.h"
 #include "outbox/relay_observer.h"
 #include "outbox/store.h"
 
@@ -14,9 +16,12 @@ namespace outbox::ops {
 
 // The status families: the backlog, parked, claimed rows and the leader lease as read at now_ms
 // (epoch ms of the store's clock); stalls: OutboxStore::Stalls (its first rows held count).
+// outage: OutboxStore::ReadOutage, the broker outage a relay recorded (outbox_broker_outage,
+// labelled with its cause and UTC start, and outbox_broker_outage_seconds; 0 without one).
 // Every family is a gauge with HELP and TYPE; promtool check metrics accepts the text.
 std::string StatusMetricsText(const OutboxStatus& status, const LeaderLease& lease,
-                              const std::vector<Stall>& stalls, std::int64_t now_ms);
+                              const std::vector<Stall>& stalls, std::int64_t now_ms,
+                              const std::optional<BrokerOutage>& outage = std::nullopt);
 
 // What RelayMetricsText needs besides the snapshot, worked out by the caller at the same instant.
 struct RelayVerdicts {

@@ -68,8 +68,15 @@ void Relay::Phase(std::string_view phase, std::int64_t token) const {
 }
 
 bool Relay::HasClaimable() {
-  if (leader_mode()) return Lead() && Sendable(0);
+  // A leader renews its lease all through an outage's backoff: Lead() first.
+  if (leader_mode()) return Lead() && OutageWaitMs() == 0 && Sendable(0);
+  if (OutageWaitMs() > 0) return false;
   return store_.HasClaimable(MakeClaimRequest(0));
+}
+
+std::int64_t Relay::OutageWaitMs() const {
+  if (!outage_.active()) return 0;
+  return std::max<std::int64_t>(0, outage_.retry_at_ms - Now());
 }
 
 bool Relay::Sendable(std::int64_t up_to_id) { return Sendable(up_to_id, Now()); }
@@ -149,6 +156,8 @@ bool Relay::CanOnlyWaitForever() {
   // relay's claim) ends in between is neither sendable at the first reading nor waiting at the
   // second, and until-empty would end with it pending.
   const std::int64_t now = Now();
+  // The rows an outage left pending wait on the brokers: time will send them.
+  if (outage_.active() && outage_.retry_at_ms > now) return false;
   const bool sendable =
       leader_mode() ? Sendable(0, now) : store_.HasClaimable(MakeClaimRequest(0, now));
   return !sendable && store_.WaitingCount(now) == 0;
@@ -214,6 +223,7 @@ Claim Relay::ReadNext() {
 }
 
 bool Relay::StartBatch() {
+  if (OutageWaitMs() > 0) return false;  // waiting out a broker outage: send nothing yet
   Claim claim = leader_mode() ? ReadNext() : ClaimNext();
   if (claim.rows.empty()) {
     // "idle" only when nothing is in flight: with a batch in flight the relay is not idle.
@@ -281,6 +291,7 @@ BatchReport Relay::FinishBatch() {
   std::vector<std::int64_t> acked;
   std::string producer_fatal;  // the fatal error, when the producer had one
   std::int64_t left_unsettled = 0;
+  std::string outage_cause;    // the last outage error of the batch, when it had one
   for (const DeliveryResult& result : results) {
     if (result.ok) {
       acked.push_back(result.outbox_id);
@@ -288,12 +299,21 @@ BatchReport Relay::FinishBatch() {
       // The producer failed, not the message: no attempt counted, no backoff, never parked.
       producer_fatal = result.error;
       ++left_unsettled;
+    } else if (result.outage) {
+      // The brokers failed, not the message: left pending, no attempt counted, never parked.
+      // KafkaPublisher writes "<cause>; the message: <its own error>" when it knows more than
+      // the message's own error: the outage is named by the cause.
+      const std::size_t own = result.error.find("; the message: ");
+      outage_cause = result.error.empty()        ? std::string("delivery failed")
+                     : own == std::string::npos ? result.error
+                                                : result.error.substr(0, own);
+      ++report.outage;
     } else {
       failed.push_back({result.outbox_id, result.error.empty() ? "delivery failed" : result.error});
     }
   }
   report.acked = static_cast<std::int64_t>(acked.size());
-  report.failed = static_cast<std::int64_t>(failed.size());
+  report.failed = static_cast<std::int64_t>(failed.size()) + report.outage;
   // Acked rows must be marked: while another writer holds the lock past the
   // busy timeout, keep trying until the lease runs out (then the batch is
   // re-sent by whoever claims it: duplicates, never losses).
@@ -335,6 +355,22 @@ BatchReport Relay::FinishBatch() {
   HitFailpoint("relay.after_mark");
   settled_since_checkpoint_ += report.claimed;
   if (report.claimed < options_.batch_size) CheckpointAfterSettle();
+  if (report.outage > 0) {
+    // Free at once for this relay's next try (claims mode; a leader's next pass reads them
+    // anyway): the outage's backoff, not the lease, decides when they go again. This batch is
+    // the oldest in flight: the owner's claims up to its token are its own rows.
+    // A release that fails on a lock or an I/O error leaves the rows to their lease instead.
+    if (!leader_mode()) {
+      try {
+        store_.ReleaseClaimsOf(options_.owner, claim.token);
+      } catch (const DbError& e) {
+        if (e.primary_code() != SQLITE_BUSY && e.primary_code() != SQLITE_IOERR) throw;
+      }
+    }
+    OutageGoesOn(outage_cause);
+  } else if (report.acked > 0) {
+    OutageOver();
+  }
   if (!producer_fatal.empty()) {
     // The rows it failed are free again at once (claims mode; a leader's next pass reads them
     // anyway); the acked ones are marked above. A fatal producer sends nothing more: stop.
@@ -346,6 +382,53 @@ BatchReport Relay::FinishBatch() {
                      kProducerFatalCode);
   }
   return report;
+}
+
+void Relay::OutageGoesOn(const std::string& cause) {
+  const std::int64_t now = Now();
+  OutageEvent event;
+  event.kind = outage_.active() ? OutageEvent::Kind::kGoesOn : OutageEvent::Kind::kBegun;
+  if (!outage_.active()) {
+    outage_.since_ms = now;
+    outage_tries_ = 0;
+  }
+  ++outage_tries_;
+  event.retry_in_ms = BackoffMs(outage_tries_, options_.settle);
+  outage_.cause = cause;
+  outage_.owner = options_.owner;
+  outage_.noted_at_ms = now;
+  outage_.retry_at_ms = now + event.retry_in_ms;
+  // Advice for status, written again at the next try: a failed write must not stop the relay
+  // (a lost database connection shows itself at the next claim).
+  try {
+    store_.NoteOutage(outage_);
+    outage_recorded_ = true;
+  } catch (const Error&) {
+  }
+  if (!options_.on_outage) return;
+  try {
+    event.rows_waiting = store_.PendingCount();
+  } catch (const Error&) {
+    event.rows_waiting = -1;
+  }
+  event.outage = outage_;
+  options_.on_outage(event);
+}
+
+void Relay::OutageOver() {
+  if (outage_.active()) {
+    const BrokerOutage over = outage_;
+    outage_ = {};
+    outage_tries_ = 0;
+    if (options_.on_outage) options_.on_outage({OutageEvent::Kind::kOver, over, 0, 0});
+  }
+  if (!outage_recorded_) return;
+  try {
+    store_.ClearOutage();
+    outage_recorded_ = false;
+  } catch (const Error&) {
+    // Cleared at the next delivered batch.
+  }
 }
 
 void Relay::CheckpointAfterSettle() {

@@ -117,6 +117,7 @@ TEST_CASE("KafkaPublisher reports a non-retriable produce error as a failed deli
   REQUIRE_FALSE(results[0].ok);
   REQUIRE(results[0].outbox_id == 1);
   REQUIRE_THAT(results[0].error, Catch::Contains("(" + name + ")"));
+  CHECK_FALSE(results[0].outage);  // the message's own fault: the relay counts an attempt
 
   // The rejected record was never appended.
   REQUIRE(ReadAll(broker).empty());
@@ -136,6 +137,7 @@ TEST_CASE("KafkaPublisher fails a retriable produce error when retries are disab
   REQUIRE(results.size() == 1);
   REQUIRE_FALSE(results[0].ok);
   REQUIRE_THAT(results[0].error, Catch::Contains("(NOT_ENOUGH_REPLICAS)"));
+  CHECK(results[0].outage);  // the cluster's state, not the message's
 }
 
 TEST_CASE("KafkaPublisher retries a retriable produce error and then succeeds", "[kafka]") {
@@ -156,7 +158,8 @@ TEST_CASE("KafkaPublisher retries a retriable produce error and then succeeds", 
   REQUIRE(ReadAll(broker).size() == 1);
 }
 
-TEST_CASE("KafkaPublisher reports _MSG_TIMED_OUT for every message while the broker is down",
+TEST_CASE("KafkaPublisher reports every message as an outage naming all brokers down while the "
+          "broker is down",
           "[kafka]") {
   EmbeddedBroker broker;
   broker.CreateTopic(kTopic, 1);
@@ -172,8 +175,41 @@ TEST_CASE("KafkaPublisher reports _MSG_TIMED_OUT for every message while the bro
     INFO("message " << i);
     CHECK_FALSE(results[i].ok);
     CHECK(results[i].outbox_id == static_cast<std::int64_t>(i) + 1);
-    CHECK_THAT(results[i].error, Catch::Contains("_MSG_TIMED_OUT"));
+    CHECK(results[i].outage);
+    CHECK_FALSE(results[i].producer_fatal);
+    CHECK(results[i].error ==
+          "all brokers down (_ALL_BROKERS_DOWN); the message: Local: Message timed out "
+          "(_MSG_TIMED_OUT)");
   }
+}
+
+TEST_CASE("KafkaPublisher reports request timeouts that outlast the delivery timeout as an "
+          "outage",
+          "[kafka]") {
+  EmbeddedBroker broker;
+  broker.CreateTopic(kTopic, 1);
+  auto options = OptionsFor(broker);
+  options.delivery_timeout_ms = 1000;
+  options.properties = {{"retry.backoff.ms", "50"}};
+  KafkaPublisher publisher(options);
+  // More REQUEST_TIMED_OUT replies than the delivery timeout has room for retries.
+  std::vector<rd_kafka_resp_err_t> errors(100, RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT);
+  rd_kafka_mock_push_request_errors_array(broker.cluster(), kProduceApiKey, errors.size(),
+                                          errors.data());
+
+  const auto results = publisher.Publish(MakeMessages(1, 2));
+
+  REQUIRE(results.size() == 2);
+  for (const DeliveryResult& result : results) {
+    INFO("message " << result.outbox_id);
+    CHECK_FALSE(result.ok);
+    CHECK(result.outage);
+    CHECK(result.error == "Local: Message timed out (_MSG_TIMED_OUT)");
+  }
+  rd_kafka_mock_clear_request_errors(broker.cluster(), kProduceApiKey);
+  const auto later = publisher.Publish(MakeMessages(3, 3));
+  REQUIRE(later.size() == 1);
+  CHECK(later[0].ok);
 }
 
 TEST_CASE("KafkaPublisher reports a message refused locally as failed and still sends the others",

@@ -97,8 +97,8 @@ TEST_CASE("Relay with KafkaPublisher publishes 2000 rows in batches of 500 and e
   CHECK(reconciliation.distinct_event_ids == 2000);
 }
 
-TEST_CASE("Relay with KafkaPublisher backs off while the broker is down and loses nothing once "
-          "it is back",
+TEST_CASE("Relay with KafkaPublisher waits out a broker that is down with no attempt counted and "
+          "loses nothing once it is back",
           "[relay][kafka]") {
   TempDir dir;
   Store store(dir.File("lab.db"), StoreOptions{}, OpenMode::kCreate);
@@ -124,14 +124,20 @@ TEST_CASE("Relay with KafkaPublisher backs off while the broker is down and lose
   rd_kafka_mock_broker_set_down(broker.cluster(), 1);
   const BatchReport down = relay.RunBatch();
 
+  // An outage: no attempt counted, no row's own backoff; the relay waits out one of its own.
   CHECK(down.claimed == 20);
   CHECK(down.acked == 0);
   CHECK(down.failed == 20);
+  CHECK(down.outage == 20);
   CHECK(down.settle.marked == 0);
-  CHECK(down.settle.retried == 20);
+  CHECK(down.settle.retried == 0);
   CHECK(store.Count().published == 0);
-  CHECK(store.Status(clock.EpochMs()).in_backoff == 20);
-  CHECK(relay.RunBatch().claimed == 0);  // still in backoff
+  CHECK(store.Status(clock.EpochMs()).in_backoff == 0);
+  CHECK(store.Status(clock.EpochMs()).parked == 0);
+  CHECK(relay.Outage().active());
+  CHECK_THAT(relay.Outage().cause, Catch::Contains("(_ALL_BROKERS_DOWN)") ||
+                                       Catch::Contains("(_TRANSPORT)"));
+  CHECK(relay.RunBatch().claimed == 0);  // still waiting out the outage
 
   rd_kafka_mock_broker_set_up(broker.cluster(), 1);
   std::int64_t batches_after_up = 0;
@@ -143,6 +149,8 @@ TEST_CASE("Relay with KafkaPublisher backs off while the broker is down and lose
 
   INFO("batches after the broker came back: " << batches_after_up);
   CHECK(store.PendingCount() == 0);
+  CHECK_FALSE(relay.Outage().active());
+  CHECK_FALSE(store.ReadOutage().has_value());
   CHECK(store.Count().published == 20);
   const auto records = ReadAll(broker);
   const auto reconciliation = outbox::lab::Reconcile(OutboxEventIds(store), records);

@@ -84,7 +84,13 @@ class KafkaPublisher : public Publisher {
   // is purged and reported failed. Once the producer has a fatal error
   // (rd_kafka_fatal_error: it can send nothing more, librdkafka INTRODUCTION.md
   // "Fatal errors"), every failed result carries producer_fatal and an error
-  // naming the fatal error, not the message's own _FATAL.
+  // naming the fatal error, not the message's own _FATAL. A failure that is not
+  // the message's (ClassifyDeliveryError, delivery_errors.h: timeouts, purges,
+  // unreachable brokers) carries outage. When the client saw a connectivity error
+  // since the last ack (error_cb), its error reads "<cause>; the message: <its own
+  // error>", e.g. "all brokers down (_ALL_BROKERS_DOWN); the message: Local: Message
+  // timed out (_MSG_TIMED_OUT)", and the relay names the outage by the cause;
+  // otherwise it is the message's own error alone.
   std::vector<DeliveryResult> AwaitOldest() override;
 
   std::size_t InFlight() const override { return in_flight_.size(); }
@@ -104,6 +110,7 @@ class KafkaPublisher : public Publisher {
   // One message's report: where dr_msg_cb writes it, and the batch it counts against.
   struct Slot {
     DeliveryResult result;
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;  // the report's or the local refusal's
     InFlightBatch* batch = nullptr;
   };
   struct InFlightBatch {
@@ -129,6 +136,10 @@ class KafkaPublisher : public Publisher {
   int delivery_timeout_ms_;
   mutable std::mutex error_mutex_;  // error_cb may run on a librdkafka thread
   std::string last_client_error_;
+  // The last connectivity error (IsConnectivityError) error_cb saw since the last ack, and its
+  // reason; NO_ERROR when none. Guarded by error_mutex_.
+  rd_kafka_resp_err_t connectivity_error_ = RD_KAFKA_RESP_ERR_NO_ERROR;
+  std::string connectivity_reason_;
   // Batches sent and not yet awaited, oldest first. dr_msg_cb runs inside
   // rd_kafka_poll/flush on the calling thread, so no lock is needed.
   std::deque<std::unique_ptr<InFlightBatch>> in_flight_;
