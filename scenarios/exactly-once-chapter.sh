@@ -16,6 +16,7 @@
 #          aborted copies), read_committed 5 and 0 duplicates.
 # Kafka: $KAFKA_BOOTSTRAP_SERVERS when set (a topic of this run's own), else a one-node Kafka 4.3.0
 # of this scenario's own on port 40392 (OUTBOX_KAFKA_EOS_PORT), apart from the suite's 39392.
+# ctest: scenario.exactly-once-chapter (labels scenario and real-kafka), its own Kafka.
 # Needs Java 17 and Maven (scripts/install-deps.sh --with-kafka).
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -104,7 +105,7 @@ run check --exactly-once --isolation read_committed --expect valid=1,kafka_recor
 expect_rc 0 "B: check --exactly-once --isolation read_committed"
 B_COMMITTED=$(grep '^\[check\] ok=' "$OUT")
 
-step "the same two kills without transactions would leave duplicates read_committed sees"
+step "summary: what each isolation level saw after each kill"
 echo "A (after commit, before mark), read_committed:   $A_CHECK"
 echo "B (after produce, before commit), read_uncommitted: $B_UNCOMMITTED"
 echo "B (after produce, before commit), read_committed:   $B_COMMITTED"
