@@ -65,7 +65,7 @@ BATCH=7
 RELAY_ARGS=(--until-empty --batch-size "$BATCH" --lease 2s --send-timeout 1s --quiet)
 CHECK_ARGS=(check --json)
 if [ "$EXACTLY_ONCE" = 1 ]; then
-  if [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
+  if [ -z "$EXTERNAL_BROKERS" ]; then
     echo "SKIP: --exactly-once needs real Kafka (KAFKA_BOOTSTRAP_SERVERS): the embedded broker writes no transaction markers"
     FINISHED=1
     exit 77
