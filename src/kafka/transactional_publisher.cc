@@ -15,6 +15,7 @@ namespace outbox::kafka {
 namespace {
 
 constexpr int kPollMs = 100;
+constexpr int kCreateTopicMaxMs = 3000;
 
 KafkaPublisherOptions WithTransactions(const TransactionalPublisherOptions& options) {
   if (options.transactional_id.empty())
@@ -44,6 +45,15 @@ int LeftMs(std::chrono::steady_clock::time_point deadline) {
 // mock cluster) has no CreateTopics: it creates a topic on first use, uncompacted; that error is
 // returned, not thrown (a relay can run without compaction, its state topic only grows).
 std::string CreateCompactedTopic(rd_kafka_t* client, const std::string& topic, int timeout_ms) {
+  // Already there: nothing to create (and no CreateTopics for the mock cluster to leave
+  // unanswered). All topics: asking for this one by name would let the broker auto-create it.
+  const rd_kafka_metadata_t* raw = nullptr;
+  if (rd_kafka_metadata(client, 1, nullptr, &raw, timeout_ms) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    MetadataHandle metadata(raw);
+    for (int t = 0; t < metadata->topic_cnt; ++t)
+      if (metadata->topics[t].topic == topic && metadata->topics[t].err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        return {};
+  }
   char errstr[256] = {};
   NewTopicHandle new_topic(rd_kafka_NewTopic_new(topic.c_str(), 1, -1, errstr, sizeof errstr));
   if (!new_topic) return errstr;
@@ -128,7 +138,10 @@ std::vector<std::int64_t> TransactionalPublisher::Recover(int timeout_ms,
                       error.get());
     initialized_ = true;
   }
-  CreateCompactedTopic(publisher_.handle(), state_topic_, std::max(1, LeftMs(deadline)));
+  // At most 3 s, or half the time left: the embedded broker (librdkafka's mock cluster) has no
+  // CreateTopics handler and never answers it; it creates the topic on first use instead.
+  CreateCompactedTopic(publisher_.handle(), state_topic_,
+                       std::max(1, std::min(kCreateTopicMaxMs, LeftMs(deadline) / 2)));
 
   const std::string what = fmt::format("read relay-state topic '{}' (read_committed)", state_topic_);
   std::vector<Property> properties = {
@@ -207,6 +220,9 @@ void TransactionalPublisher::Send(const std::vector<OutboundMessage>& messages) 
   while (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
     err = rd_kafka_producev(
         publisher_.handle(), RD_KAFKA_V_TOPIC(state_topic_.c_str()),
+        // Partition 0, the one Recover reads, even on a state topic of several partitions (one
+        // created by hand, or auto-created where CreateTopics is missing: the embedded broker).
+        RD_KAFKA_V_PARTITION(0),
         RD_KAFKA_V_KEY(options_.topic.data(), options_.topic.size()),
         RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);

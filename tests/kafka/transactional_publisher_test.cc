@@ -98,6 +98,8 @@ TEST_CASE("A committed batch's ids are recovered by the next producer of the sam
           "[kafka]") {
   EmbeddedBroker broker;
   broker.CreateTopic(kTopic, 1);
+  // Made here: the mock cluster leaves Recover's CreateTopics unanswered (3 s each).
+  broker.CreateTopic(outbox::kafka::RelayStateTopic(kTopic), 1);
   {
     TransactionalPublisher first(OptionsFor(broker));
     CHECK(first.Recover(10000, "").empty());  // nothing committed yet

@@ -88,7 +88,7 @@ class TransactionalPublisher : public Publisher {
   // its open transaction. Then makes sure the relay-state topic exists
   // (CreateTopics, one partition, cleanup.policy=compact; an existing one is
   // kept as it is) and reads it whole with isolation.level=read_committed,
-  // up to its last stable offset. Returns every outbox id a committed
+  // up to its last stable offset (partition 0: Send writes only there). Returns every outbox id a committed
   // transaction of run run_id carried (Store::RunId: a `reset` starts a new
   // run whose ids start again at 1, so another run's ids must not count;
   // empty: every run), ascending, without repeats (the union of the
