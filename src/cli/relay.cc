@@ -414,11 +414,20 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             if (txn_publisher) {
               const std::string incarnation =
                   lab::ReadBrokerIncarnation(producer_handle, static_cast<int>(o->delivery_timeout_ms));
-              if (!o->quiet || incarnation.rfind("embedded:", 0) == 0) {
+              const bool embedded = incarnation.rfind("embedded:", 0) == 0;
+              if (o->json) {
+                if (!o->quiet || embedded)
+                  fmt::print("{}\n", lab::DumpJson(nlohmann::ordered_json{
+                                         {"report", "exactly-once"},
+                                         {"transactional_id", txn_publisher->transactional_id()},
+                                         {"state_topic", kafka::RelayStateTopic(global.topic)},
+                                         {"embedded_broker_proves_nothing", embedded}}));
+                std::fflush(stdout);
+              } else if (!o->quiet || embedded) {
                 fmt::print("[relay] exactly-once: transactional.id {}, relay-state topic {}\n",
                            lab::EscapeBytes(txn_publisher->transactional_id()),
                            kafka::RelayStateTopic(global.topic));
-                if (incarnation.rfind("embedded:", 0) == 0)
+                if (embedded)
                   fmt::print("[relay] exactly-once on the embedded broker proves nothing: "
                              "librdkafka 2.0.2's mock cluster writes no commit or abort markers "
                              "and ignores isolation.level, so read_committed readers see aborted "
