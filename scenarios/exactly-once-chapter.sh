@@ -36,7 +36,8 @@ else
 fi
 TOPIC_A=$TOPIC DB_A=$DB
 TOPIC_B=$TOPIC-b DB_B=${DB%.db}-b.db
-EOS=(relay --exactly-once --batch-size 3 --delivery-timeout 5s --transaction-timeout 60s)
+# 10 s: a fresh topic's first produce (auto-creation, leader election) stays under it.
+EOS=(relay --exactly-once --batch-size 3 --delivery-timeout 10s --transaction-timeout 60s)
 
 # records ISOLATION: the number of this topic's records a reader at that isolation level sees.
 records() {
