@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
@@ -160,8 +161,17 @@ std::vector<std::int64_t> TransactionalPublisher::Recover(int timeout_ms,
   KafkaHandle consumer = MakeClient(RD_KAFKA_CONSUMER, MakeConf(properties));
   std::int64_t low = 0, high = 0;
   // read_committed: the high end is the last stable offset (ListOffsets with the isolation level).
-  rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(
-      consumer.get(), state_topic_.c_str(), 0, &low, &high, std::max(1, LeftMs(deadline)));
+  rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+  for (;;) {
+    err = rd_kafka_query_watermark_offsets(consumer.get(), state_topic_.c_str(), 0, &low, &high,
+                                           std::max(1, LeftMs(deadline)));
+    // A topic created moments ago has no leader yet (measured on Kafka 4.3.0: the crash sweep's
+    // first read after CreateTopics got NOT_LEADER_FOR_PARTITION): wait for it, within the bound.
+    const bool no_leader_yet = err == RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION ||
+                               err == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE;
+    if (!no_leader_yet || LeftMs(deadline) == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
+  }
   if (err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) return {};
   if (err) ThrowKafkaError(what + ": watermarks", err);
   std::set<std::int64_t> ids;
