@@ -36,7 +36,7 @@ die() {
 usage() {
   cat <<EOF
 Usage: ./run.sh [-Doutbox.db=PATH] [OutboxLab] SUBCOMMAND [ARGS...]
-       ./run.sh demo | report-screenshot | stop-broker | broker-status | broker-addr [DB] | --help
+       ./run.sh demo | demo-exactly-once | report-screenshot | stop-broker | broker-status | broker-addr [DB] | --help
 
 Builds build/outbox-lab if needed (first use also runs scripts/install-deps.sh; build output
 goes to $state/build.log and is shown only on failure, a "CMake Error" line in it counting as
@@ -59,6 +59,10 @@ run.sh starts or stops any broker for it.
   ./run.sh demo           the chapter's experiment (two kill -9s) end to end, with the final
                           reconciliation (scenarios/outbox-crash.sh; own broker, own temp db),
                           and its HTML report, $state/report/outbox-crash.html
+  ./run.sh demo-exactly-once
+                          the chapter's two kills with relay --exactly-once (Kafka
+                          transactions) on real Kafka, read at both isolation levels
+                          (scenarios/exactly-once-chapter.sh; docs/exactly-once.md)
   ./run.sh report-screenshot [PNG]
                           the demo's report opened in headless Chromium and checked
                           (scenarios/report-browser.sh); its screenshot goes to PNG, default
@@ -321,7 +325,7 @@ closest_own_command() {
       return d[la, lb]
     }
     BEGIN {
-      n = split("demo report-screenshot stop-broker broker-status broker-addr", names, " ")
+      n = split("demo demo-exactly-once report-screenshot stop-broker broker-status broker-addr", names, " ")
       allowed = int(length(typed) / 3); if (allowed < 1) allowed = 1
       best = ""; bestd = allowed + 1
       for (k = 1; k <= n; k++) { dd = dist(typed, names[k]); if (dd < bestd) { best = names[k]; bestd = dd } }
@@ -389,6 +393,17 @@ case "${1:-}" in
       exec bash "$repo/scenarios/pg-chapter.sh"
     fi
     exec bash "$repo/scenarios/outbox-crash.sh" --report "$state/report"
+    ;;
+  demo-exactly-once)
+    # Real Kafka always: the embedded broker writes no transaction markers (docs/exactly-once.md).
+    build
+    export OUTBOX_LAB_BIN=$bin
+    ensure_state_dir
+    if [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
+      KAFKA_BOOTSTRAP_SERVERS=$(ensure_real_kafka) || exit "$kRunShFailed"
+      export KAFKA_BOOTSTRAP_SERVERS
+    fi
+    exec bash "$repo/scenarios/exactly-once-chapter.sh"
     ;;
   report-screenshot)
     build

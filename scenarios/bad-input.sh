@@ -325,6 +325,15 @@ run relay --owner ''
 expect_usage_hint "^outbox-lab: error: --owner: an owner cannot be empty: give a name, or leave --owner out for relay-PID@HOST\$" "relay --owner ''"
 run relay --backoff-base 2m --backoff-max 1m
 expect_usage_hint "^outbox-lab: error: --backoff-base 2m must not exceed --backoff-max 1m: the first retry delay is at most the cap\$" "relay --backoff-base 2m --backoff-max 1m"
+# The combinations relay --exactly-once cannot make safe: one line each, exit 22.
+run relay --exactly-once --coordination claims --once
+expect_rc 22 "relay --exactly-once --coordination claims"
+expect_line '^outbox-lab: error: relay --exactly-once --coordination claims: refused: under claims several relays send at once' "$ERR"
+expect_error_line "relay --exactly-once --coordination claims"
+run relay --exactly-once --pipeline 2 --once
+expect_rc 22 "relay --exactly-once --pipeline 2"
+expect_line '^outbox-lab: error: relay --exactly-once --pipeline 2: refused: one transaction at a time' "$ERR"
+expect_error_line "relay --exactly-once --pipeline 2"
 db_untouched "the refused numbers"
 
 step "a page that cannot be written fails before the work (exit 3)"

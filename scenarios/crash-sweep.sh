@@ -28,6 +28,10 @@
 #          its HTML report (`report: FILE` in its log): in --report DIR, else
 #          <build>/artifacts/failures/crash-sweep-<failpoint>-<hit>.html.
 # OUTBOX_SWEEP_ONLY=ERE sweeps only the failpoints whose names match (for debugging one point).
+# --exactly-once: every relay.* point (relay.txn_before_commit too) with relay --exactly-once, on
+# real Kafka only ($KAFKA_BOOTSTRAP_SERVERS; exit 77, skipped, without it: the embedded broker
+# writes no transaction markers, docs/exactly-once.md); each cell's check reads read_committed with
+# --exactly-once, so any duplicate fails it (duplicated must be 0, as lost and phantom).
 # --postgres (issue 12, crash kinds on PostgreSQL; scenarios/pg-crash-sweep.sh passes it): the
 # same sweep with the outbox on the PostgreSQL server at $OUTBOX_PG_URL, in a schema of its own
 # (lib.sh use_postgres; exit 77, skipped, without OUTBOX_PG_URL), named pg-crash-sweep. A kill -9
@@ -43,12 +47,14 @@
 
 HITS=(1 3)
 BACKEND=sqlite
-usage="usage: crash-sweep.sh [--long] [--postgres]   (--long: hit counts 1 2 3 5 10; env OUTBOX_SWEEP_LONG=1)"
+EXACTLY_ONCE=0
+usage="usage: crash-sweep.sh [--long] [--postgres] [--exactly-once]   (--long: hit counts 1 2 3 5 10; env OUTBOX_SWEEP_LONG=1)"
 [ "${OUTBOX_SWEEP_LONG:-0}" = 1 ] && HITS=(1 2 3 5 10)
 while [ $# -gt 0 ]; do
   case $1 in
     --long) HITS=(1 2 3 5 10) ;;
     --postgres) BACKEND=postgres ;;
+    --exactly-once) EXACTLY_ONCE=1 ;;
     -h | --help) echo "$usage"; FINISHED=1; exit 0 ;;
     *) die "unknown argument '$1'; $usage" ;;
   esac
@@ -57,6 +63,16 @@ done
 
 BATCH=7
 RELAY_ARGS=(--until-empty --batch-size "$BATCH" --lease 2s --send-timeout 1s --quiet)
+CHECK_ARGS=(check --json)
+if [ "$EXACTLY_ONCE" = 1 ]; then
+  if [ -z "$EXTERNAL_BROKERS" ]; then
+    echo "SKIP: --exactly-once needs real Kafka (KAFKA_BOOTSTRAP_SERVERS): the embedded broker writes no transaction markers"
+    FINISHED=1
+    exit 77
+  fi
+  RELAY_ARGS+=(--exactly-once --transaction-timeout 10s)
+  CHECK_ARGS+=(--exactly-once --isolation read_committed)
+fi
 command -v sqlite3 >/dev/null 2>&1 || die "sqlite3 is needed (the consumer's effects)"
 if [ "$BACKEND" = postgres ]; then
   SCENARIO=pg-crash-sweep
@@ -75,6 +91,12 @@ declare -A ONCE=()
 while IFS= read -r point; do ONCE[$point]=1; done < <(jq -r '.[] | select(.once) | .name' "$OUT")
 # The vfs.* points fire only under --vfs powerloss: io-error-sweep.sh and power-loss.sh sweep them.
 mapfile -t POINTS < <(printf '%s\n' "${POINTS[@]}" | grep -v '^vfs\.')
+# relay.txn_* are reached only by relay --exactly-once; that sweep runs the relay's points only.
+if [ "$EXACTLY_ONCE" = 1 ]; then
+  mapfile -t POINTS < <(printf '%s\n' "${POINTS[@]}" | grep '^relay\.')
+else
+  mapfile -t POINTS < <(printf '%s\n' "${POINTS[@]}" | grep -v '^relay\.txn_')
+fi
 # Whether purge runs on this backend: asked of the binary, so the purge cells come back by
 # themselves once it does.
 SWEEP_PURGE=1
@@ -189,7 +211,7 @@ sweep_case() {
   run "${consume_args[@]}"
   [ "$RC" -eq 0 ] || case_fail "recovery consume: exit $RC"
 
-  run check --json
+  run "${CHECK_ARGS[@]}"
   local check_out=$OUT lost='?' dup='?' phantom='?' valid='?'
   # check's verdicts: 0 valid, 1 invalid, 15 not drained yet, 16 cannot judge; any other code: it
   # could not check (the error's own code from the README's table, e.g. 6 no database, 8 no broker).
@@ -201,6 +223,7 @@ sweep_case() {
     [ "$valid" = true ] || case_fail "check: $(json_get "$check_out" '.verdict'): $(cat "$check_out")"
     [ "$lost" = 0 ] || case_fail "check: $lost lost"
     [ "$phantom" = 0 ] || case_fail "check: $phantom phantom"
+    [ "$EXACTLY_ONCE" = 0 ] || [ "$dup" = 0 ] || case_fail "check: $dup duplicated read_committed under --exactly-once"
     [ "$(json_get "$check_out" '.business_rows')" = "$LOANS" ] ||
       case_fail "check: business rows $(json_get "$check_out" '.business_rows'), expected $LOANS"
   else

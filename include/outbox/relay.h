@@ -174,6 +174,19 @@ struct RelayOptions {
   // steady 1,000 events/s every batch is short, and a checkpoint (two fsyncs)
   // after each of them sat on the next batch's commit-to-mark path (issue 8).
   bool checkpoint_after_settle = true;
+  // Exactly-once (relay --exactly-once, a TransactionalPublisher): called when this relay begins
+  // a term (leader mode only: it acquired the lease), before it reads the term's first page.
+  // Returns the outbox ids that a committed broker transaction already carried
+  // (TransactionalPublisher::Recover). The relay marks the ones still unpublished under its
+  // lease (SettleUnderLease), so they are never sent again, then reports them through
+  // on_recovered. Empty: no recovery (at-least-once). Throws what it throws (KafkaError): the
+  // batch is not started, the error reaches the loop's caller.
+  std::function<std::vector<std::int64_t>()> committed_ids;
+  // Called after that recovery's settle, with the ids carried (found) and the ones it marked
+  // (marked: found and still unpublished). May be empty. Must not throw.
+  std::function<void(std::int64_t token, const std::vector<std::int64_t>& found,
+                     const std::vector<std::int64_t>& marked)>
+      on_recovered;
 };
 
 // Why a relay with unpublished rows has nothing to claim: other owners'
@@ -218,8 +231,9 @@ struct BatchReport {
 
 class Relay {
  public:
-  // Throws ConfigError for batch_size <= 0, lease_ms <= 0 or above kMaxHoldMs (a day), or
-  // max_attempts <= 0.
+  // Throws ConfigError for batch_size <= 0, lease_ms <= 0 or above kMaxHoldMs (a day),
+  // max_attempts <= 0, or committed_ids under Coordination::kClaims (exactly-once recovers the
+  // one transaction a single sender can leave unmarked; claims let several relays send at once).
   Relay(OutboxStore& store, Publisher& publisher, RelayOptions options);
 
   // True when a row could be claimed now (read-only: no write while idle); false while an
@@ -307,6 +321,7 @@ class Relay {
   void OutageGoesOn(const std::string& cause);
   // A batch was delivered: end the outage, if any, and clear its record.
   void OutageOver();
+  void RecoverCommitted();       // options_.committed_ids, once per term
 
   OutboxStore& store_;
   Publisher& publisher_;
@@ -330,6 +345,7 @@ class Relay {
   BrokerOutage outage_;
   std::int64_t outage_tries_ = 0;
   bool outage_recorded_ = true;
+  std::int64_t recovered_token_ = 0;  // the term whose committed ids were recovered
 };
 
 // Waits while the relay is idle. Implementations: ChangeWatcher (inotify),

@@ -29,6 +29,8 @@ struct CheckOptions {
   std::string lang = "en";
   std::string business_table;  // --business-table: the application's (default: business_loan)
   std::string business_key;    // --business-key
+  std::string isolation = "read_committed";  // --isolation
+  bool exactly_once = false;                 // --exactly-once
 };
 
 ExitCode ExitCodeOf(lab::Verdict verdict) {
@@ -66,6 +68,7 @@ void PrintJson(const lab::CheckResult& r, const std::string& run_id,
   out["partitions"] = nlohmann::ordered_json::array();
   for (const lab::PartitionExtent& p : r.partitions)
     out["partitions"].push_back({{"partition", p.partition}, {"log_start", p.log_start}, {"end", p.end}});
+  out["duplicates_forbidden"] = r.duplicates_forbidden;
   out["duplicated"] = nlohmann::ordered_json::object();
   for (const auto& [id, n] : r.duplicated) out["duplicated"][id] = n;
   out["phantom"] = r.phantom;
@@ -179,8 +182,25 @@ void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
   if (!r.duplicated.empty()) {
     std::vector<std::string> items;
     for (const auto& [id, n] : r.duplicated) items.push_back(fmt::format("{} x{}", id, n));
-    fmt::print("[check] duplicated: {} {}\n", list(items), lab::DuplicateNote(lang));
+    if (r.duplicates_forbidden)
+      fmt::print("[check] duplicated: {} (a violation: the run was relayed --exactly-once and "
+                 "read read_committed, where a duplicate means a committed transaction was "
+                 "sent again)\n",
+                 list(items));
+    else if (o.exactly_once)
+      fmt::print("[check] duplicated: {} (read_uncommitted also shows the records of aborted "
+                 "transactions; read_committed consumers never see them)\n",
+                 list(items));
+    else
+      fmt::print("[check] duplicated: {} {}\n", list(items), lab::DuplicateNote(lang));
   }
+  if (o.exactly_once)
+    fmt::print("[check] exactly-once, read {}: {}\n", o.isolation,
+               r.duplicates_forbidden
+                   ? "any duplicate is a violation; a consumer gets this only by reading "
+                     "read_committed, and the relay paid one Kafka transaction per batch"
+                   : "duplicates allowed here: aborted transactions' records are visible to this "
+                     "isolation level");
   if (!r.lost.empty()) fmt::print("[check] lost: {}\n", list(r.lost));
   if (!r.pending.empty())
     fmt::print("[check] pending (committed, not yet published: the relay will send them): {}\n",
@@ -223,7 +243,8 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
       "relay, then check), 16 cannot judge (the broker dropped records, or the in-memory embedded "
       "broker was restarted since they were published); when it cannot check, the "
       "code of the error as for every command (docs/exit-codes.md: 6 no database, 8 no broker ...). "
-      "Duplicates never invalidate (at-least-once). With --expect: exit 0 when every "
+      "Duplicates never invalidate (at-least-once), except with --exactly-once --isolation "
+      "read_committed. With --expect: exit 0 when every "
       "expectation holds, 1 when one does not");
   auto o = std::make_shared<CheckOptions>();
   sub->add_flag("--json", o->json, "Print one JSON object (every id, whatever --ids)");
@@ -264,6 +285,11 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str();
   AddReadTimeoutOption(*sub, o->timeout_ms);
   AddBusinessTableOptions(*sub, o->business_table, o->business_key);
+  AddIsolationOption(*sub, o->isolation);
+  sub->add_flag("--exactly-once", o->exactly_once,
+                "The run was relayed with relay --exactly-once: under --isolation "
+                "read_committed every duplicate is a violation (exit 1); under read_uncommitted "
+                "duplicates are allowed (aborted transactions' records are visible there)");
   Command command{sub, [&global, o]() -> ExitCode {
                     // Parse expectations first: a typo must not cost a topic read.
                     std::map<std::string, std::int64_t> expected;
@@ -307,7 +333,8 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                       r.corrupt = e.reason();  // SQLite's words, not our SQL
                     }
                     const lab::TopicLog log = lab::ReadTopicLog(
-                        {global.RequireBrokers(), global.topic, global.ParsedProperties(), static_cast<int>(o->timeout_ms)});
+                        {global.RequireBrokers(), global.topic, WithIsolation(global.ParsedProperties(), o->isolation),
+                         static_cast<int>(o->timeout_ms)});
                     std::vector<lab::HistoryOp> ops;
                     std::int64_t malformed = 0;
                     if (!o->histories.empty()) ops = lab::ReadHistories(o->histories, &malformed);
@@ -332,6 +359,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                     if (!r.corrupt.empty())
                       r.kafka_records = static_cast<std::int64_t>(log.records.size());
                     r.undo_allowed = ParseSynchronous(o->synchronous_used) < Synchronous::kFull;
+                    r.duplicates_forbidden = o->exactly_once && o->isolation == "read_committed";
                     r.history.malformed_lines = malformed;
                     const auto mismatches =
                         lab::CompareExpectations(expected, lab::CheckValues(r));

@@ -2,6 +2,7 @@
 
 #include "cli/command.h"
 #include "cli/duration.h"
+#include "cli/option_values.h"
 #include "lab/chapter/idempotent_consumer.h"
 #include "lab/check/topic_reader.h"
 
@@ -16,13 +17,14 @@ struct ConsumeOptions {
   std::string effects_db;
   std::int64_t retain_ms = 0;  // --retain; 0: never prune
   std::int64_t prune_batch_size = 1000;
+  std::string isolation = "read_committed";  // --isolation
 };
 
 ExitCode RunIdempotentConsumer(const GlobalOptions& global, const ConsumeOptions& o) {
   if (o.group.empty() || o.effects_db.empty())
     throw CommandError(ExitCode::kUsage, "consume --dedupe needs --group G and --effects-db PATH");
   lab::IdempotentConsumerOptions options{global.RequireBrokers(), global.topic, o.group,
-                                         o.effects_db, global.ParsedProperties(),
+                                         o.effects_db, WithIsolation(global.ParsedProperties(), o.isolation),
                                          static_cast<int>(o.timeout_ms), global.clock.get()};
   options.retain_ms = o.retain_ms;
   options.prune_batch_size = o.prune_batch_size;
@@ -59,6 +61,7 @@ Command AddConsumeCommand(CLI::App& app, const GlobalOptions& global) {
       "Print the whole topic as key,value lines, like the chapter's kafka-console-consumer "
       "--from-beginning; or, with --dedupe, be the idempotent consumer");
   auto o = std::make_shared<ConsumeOptions>();
+  AddIsolationOption(*sub, o->isolation);
   sub->add_flag("--with-offsets", o->with_offsets, "Prefix each line with partition=P offset=O");
   AddReadTimeoutOption(*sub, o->timeout_ms);
   sub->add_flag("--dedupe", o->dedupe,
@@ -85,7 +88,8 @@ Command AddConsumeCommand(CLI::App& app, const GlobalOptions& global) {
               throw CommandError(ExitCode::kUsage, "consume --retain prunes the dedupe table: "
                                                    "it needs --dedupe");
             const auto records = lab::ReadTopic(
-                {global.RequireBrokers(), global.topic, global.ParsedProperties(), static_cast<int>(o->timeout_ms)});
+                {global.RequireBrokers(), global.topic, WithIsolation(global.ParsedProperties(), o->isolation),
+                 static_cast<int>(o->timeout_ms)});
             for (const auto& r : records) {
               if (o->with_offsets) fmt::print("partition={} offset={} ", r.partition, r.offset);
               fmt::print("{},{}\n", r.key, r.value);

@@ -60,4 +60,19 @@ void AddBusinessTableOptions(CLI::App& sub, std::string& table, std::string& key
   key_option->needs(table_option);
 }
 
+void AddIsolationOption(CLI::App& sub, std::string& isolation) {
+  sub.add_option("--isolation", isolation,
+                 "Read the topic as read_committed (librdkafka's default: records of aborted or "
+                 "open Kafka transactions are not seen) or read_uncommitted (every record "
+                 "written, aborted ones too)")
+      ->check(CLI::IsMember({"read_committed", "read_uncommitted"}))
+      ->capture_default_str();
+}
+
+std::vector<std::pair<std::string, std::string>> WithIsolation(
+    std::vector<std::pair<std::string, std::string>> properties, const std::string& isolation) {
+  properties.emplace_back("isolation.level", isolation);
+  return properties;
+}
+
 }  // namespace outbox::cli

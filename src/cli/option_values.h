@@ -11,6 +11,8 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace outbox::cli {
 
@@ -37,5 +39,15 @@ CLI::Validator IntegerInRange(std::int64_t min, std::int64_t max);
 // application's business table to judge atomicity against, instead of the lab's business_loan.
 // Each needs the other (a usage error otherwise, exit 2).
 void AddBusinessTableOptions(CLI::App& sub, std::string& table, std::string& key);
+
+// Adds --isolation read_committed|read_uncommitted to sub (check, verify, consume): the
+// isolation.level the topic is read with (librdkafka CONFIGURATION.md; its default, and this
+// option's, is read_committed). read_committed never shows the records of an aborted or still
+// open Kafka transaction (relay --exactly-once); read_uncommitted shows every record written.
+void AddIsolationOption(CLI::App& sub, std::string& isolation);
+
+// properties (the -X list) with isolation.level=isolation appended, so --isolation wins over -X.
+std::vector<std::pair<std::string, std::string>> WithIsolation(
+    std::vector<std::pair<std::string, std::string>> properties, const std::string& isolation);
 
 }  // namespace outbox::cli

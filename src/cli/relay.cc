@@ -1,9 +1,12 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <algorithm>
 #include <cstring>
 #include <ctime>
@@ -30,6 +33,8 @@
 #include "outbox/duration.h"
 #include "outbox/error.h"
 #include "outbox/kafka/kafka_publisher.h"
+#include "outbox/kafka/transactional_publisher.h"
+#include "lab/check/topic_reader.h"
 #include "outbox/relay.h"
 #include "outbox/relay_observer.h"
 
@@ -59,7 +64,19 @@ struct RelayCliOptions {
   bool fail_on_parked = false;
   bool json = false;
   std::string pg_claim = "scan";  // PostgreSQL: scan | naive-cursor (PgClaimMode)
+  bool exactly_once = false;       // --exactly-once: a transactional producer
+  std::string transactional_id;    // --transactional-id (empty: DefaultTransactionalId)
+  std::int64_t transaction_timeout_ms = 60000;  // --transaction-timeout
 };
+
+// What names the outbox in the default transactional.id: the SQLite file's absolute path, or the
+// PostgreSQL URL without its password (and the lab's schema, which --db carries in the URL).
+std::string OutboxIdentity(const std::string& db) {
+  if (pg::IsPostgresUrl(db)) return pg::RedactPassword(db);
+  char resolved[PATH_MAX];
+  if (realpath(db.c_str(), resolved)) return resolved;
+  return db;
+}
 
 }  // namespace
 
@@ -295,7 +312,58 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                 "then {\"report\":\"final\",\"stopped\":...,\"batches\":...,...}");
   auto http = std::make_shared<RelayHttpOptions>();
   AddRelayHttpOptions(*sub, *http);
-  return {sub, [&global, o, http]() -> ExitCode {
+  auto* pipeline_option = sub->get_option("--pipeline");
+  auto* coordination_option = sub->get_option("--coordination");
+  sub->add_flag("--exactly-once", o->exactly_once,
+                "Kafka transactions: each batch is one transaction with a record on "
+                "<topic>.outbox-relay-state naming its outbox ids; rows are marked only after "
+                "the commit, and at the start of its term the relay reads that topic "
+                "read_committed and marks the ids a committed transaction carried instead of "
+                "sending them again. Consumers must read with isolation.level=read_committed. "
+                "Refused (exit 22): --coordination claims (several relays would send at once; "
+                "leader is the default with this flag, on PostgreSQL too) and --pipeline above 1 "
+                "(one transaction at a time, so only the last one can be unmarked). On the "
+                "embedded broker it runs but proves nothing: librdkafka 2.0.2's mock cluster "
+                "writes no commit/abort markers (docs/exactly-once.md)");
+  sub->add_option("--transactional-id", o->transactional_id,
+                  "--exactly-once: the producer's transactional.id (default "
+                  "outbox-relay:<topic>:<database path or URL without password>: stable across "
+                  "restarts, so a restarted relay fences its zombie)");
+  AddDurationOption(*sub, "--transaction-timeout", o->transaction_timeout_ms,
+                    "--exactly-once: librdkafka transaction.timeout.ms; the brokers abort a "
+                    "transaction left open this long (a relay killed mid-transaction and not "
+                    "restarted holds back read_committed readers until then); at least "
+                    "--delivery-timeout", 1, 900'000);
+  return {sub, [&global, o, http, pipeline_option, coordination_option]() -> ExitCode {
+            if (o->exactly_once) {
+              if (o->coordination == "claims")
+                throw CommandError(
+                    ExitCode::kExactlyOnceRefused,
+                    "relay --exactly-once --coordination claims: refused: under claims several "
+                    "relays send at once, and one could send again what another committed but "
+                    "has not marked yet; use --coordination leader (the default with "
+                    "--exactly-once)");
+              if (pipeline_option->count() > 0 && o->pipeline > 1)
+                throw CommandError(
+                    ExitCode::kExactlyOnceRefused,
+                    fmt::format("relay --exactly-once --pipeline {}: refused: one transaction at "
+                                "a time, so that only the last committed one can be left "
+                                "unmarked by a crash; use --pipeline 1 (the default with "
+                                "--exactly-once)",
+                                o->pipeline));
+              o->pipeline = 1;
+              if (coordination_option->count() == 0) o->coordination = "leader";
+              if (o->transaction_timeout_ms < o->delivery_timeout_ms)
+                throw CommandError(
+                    ExitCode::kUsage,
+                    fmt::format("--transaction-timeout {} must be at least --delivery-timeout {} "
+                                "(librdkafka: message.timeout.ms <= transaction.timeout.ms)",
+                                FormatDuration(o->transaction_timeout_ms),
+                                FormatDuration(o->delivery_timeout_ms)));
+            } else if (!o->transactional_id.empty()) {
+              throw CommandError(ExitCode::kUsage,
+                                 "--transactional-id applies to --exactly-once only");
+            }
             RelayOptions relay_options;
             relay_options.batch_size = o->batch_size;
             relay_options.key = ParseKeyChoice(o->key);
@@ -351,15 +419,82 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             publisher_options.delivery_timeout_ms = static_cast<int>(o->delivery_timeout_ms);
             publisher_options.properties = ProducerProperties(global);
             publisher_options.run_id = store.RunId();
-            kafka::KafkaPublisher publisher(publisher_options);
+            std::unique_ptr<kafka::KafkaPublisher> plain_publisher;
+            std::unique_ptr<kafka::TransactionalPublisher> txn_publisher;
+            if (o->exactly_once) {
+              kafka::TransactionalPublisherOptions txn_options;
+              txn_options.publisher = publisher_options;
+              txn_options.transactional_id =
+                  !o->transactional_id.empty()
+                      ? o->transactional_id
+                      : kafka::DefaultTransactionalId(global.topic, OutboxIdentity(global.db));
+              txn_options.transaction_timeout_ms = static_cast<int>(o->transaction_timeout_ms);
+              txn_publisher = std::make_unique<kafka::TransactionalPublisher>(txn_options);
+            } else {
+              plain_publisher = std::make_unique<kafka::KafkaPublisher>(publisher_options);
+            }
+            Publisher& publisher = txn_publisher ? static_cast<Publisher&>(*txn_publisher)
+                                                 : static_cast<Publisher&>(*plain_publisher);
+            rd_kafka_t* producer_handle =
+                txn_publisher ? txn_publisher->handle() : plain_publisher->handle();
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(publisher, history.get());
+            if (txn_publisher) {
+              const std::string incarnation =
+                  lab::ReadBrokerIncarnation(producer_handle, static_cast<int>(o->delivery_timeout_ms));
+              const bool embedded = incarnation.rfind("embedded:", 0) == 0;
+              if (o->json) {
+                if (!o->quiet || embedded)
+                  fmt::print("{}\n", lab::DumpJson(nlohmann::ordered_json{
+                                         {"report", "exactly-once"},
+                                         {"transactional_id", txn_publisher->transactional_id()},
+                                         {"state_topic", kafka::RelayStateTopic(global.topic)},
+                                         {"embedded_broker_proves_nothing", embedded}}));
+                std::fflush(stdout);
+              } else if (!o->quiet || embedded) {
+                fmt::print("[relay] exactly-once: transactional.id {}, relay-state topic {}\n",
+                           lab::EscapeBytes(txn_publisher->transactional_id()),
+                           kafka::RelayStateTopic(global.topic));
+                if (embedded)
+                  fmt::print("[relay] exactly-once on the embedded broker proves nothing: "
+                             "librdkafka 2.0.2's mock cluster writes no commit or abort markers "
+                             "and ignores isolation.level, so read_committed readers see aborted "
+                             "records too; run it on real Kafka (docs/exactly-once.md)\n");
+                std::fflush(stdout);
+              }
+              relay_options.committed_ids = [p = txn_publisher.get(), o, &store]() {
+                return p->Recover(
+                    static_cast<int>(std::max<std::int64_t>(o->delivery_timeout_ms, 10000)),
+                    store.RunId());
+              };
+              relay_options.on_recovered = [o](std::int64_t token,
+                                                const std::vector<std::int64_t>& found,
+                                                const std::vector<std::int64_t>& marked) {
+                if (o->quiet) return;
+                if (o->json)
+                  fmt::print("{}\n", lab::DumpJson(nlohmann::ordered_json{{"report", "recovery"},
+                                                                          {"token", token},
+                                                                          {"committed", found.size()},
+                                                                          {"marked", marked}}));
+                else if (found.empty())
+                  fmt::print("[relay] exactly-once recovery: 0 ids carried by committed "
+                             "transactions; nothing to mark\n");
+                else
+                  fmt::print("[relay] exactly-once recovery: {} ids carried by committed "
+                             "transactions, {} of them not yet marked: marked now, not sent "
+                             "again{}\n",
+                             found.size(), marked.size(),
+                             marked.empty() ? std::string()
+                                            : fmt::format(" (ids {})", fmt::join(marked, ",")));
+                std::fflush(stdout);
+              };
+            }
             // The broker the marks go to; when it did not answer yet, after the first mark.
             // An I/O error while noting it is transient like any other of the relay's: the
             // note waits for the first mark, and the relay goes on.
             bool noted = false;
             try {
-              noted = NoteBrokerIncarnation(publisher.handle(), store, o->delivery_timeout_ms);
+              noted = NoteBrokerIncarnation(producer_handle, store, o->delivery_timeout_ms);
             } catch (const DbError& e) {
               if (e.primary_code() != SQLITE_IOERR) throw;
               fmt::print("[relay] broker incarnation not noted at start ({}); noted after the "
@@ -367,7 +502,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                          e.what());
             }
             if (history || !noted)
-              relay_options.on_settle = [h = history.get(), producer = publisher.handle(), &store, noted = noted](
+              relay_options.on_settle = [h = history.get(), producer = producer_handle, &store, noted = noted](
                                             const SettleRecord& settle) mutable {
                   if (h) lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
                   if (!noted && !settle.marked.empty())

@@ -28,6 +28,7 @@ struct VerifyOptions {
   std::string lang = "en";
   std::string business_table;  // --business-table
   std::string business_key;    // --business-key
+  std::string isolation = "read_committed";  // --isolation
 };
 
 void PrintText(const lab::DbSnapshot& db, const std::optional<lab::KafkaReconciliation>& kafka,
@@ -125,6 +126,7 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
       "saying what the numbers mean");
   auto options = std::make_shared<VerifyOptions>();
   sub->add_flag("--json", options->json, "Print one JSON object");
+  AddIsolationOption(*sub, options->isolation);
   sub->add_option("--expect", options->expect,
                   "Fail (exit 1) unless these hold, e.g. business=5,outbox=5,published=5,"
                   "unpublished=0,kafka_records=8,kafka_distinct=5 (also kafka_duplicates, "
@@ -184,7 +186,8 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
             std::vector<lab::PartitionExtent> partitions;
             if (!global.brokers.empty() && !options->no_kafka) {
               const lab::TopicLog log = lab::ReadTopicLog(
-                  {global.brokers, global.topic, global.ParsedProperties(), static_cast<int>(options->timeout_ms)});
+                  {global.brokers, global.topic, WithIsolation(global.ParsedProperties(), options->isolation),
+                   static_cast<int>(options->timeout_ms)});
               lab::RequireTopicIfPublished(log, db.outbox.published);
               kafka = lab::Reconcile(db, log);
               partitions = log.partitions;

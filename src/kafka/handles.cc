@@ -40,4 +40,13 @@ void ThrowKafkaError(std::string_view what, rd_kafka_resp_err_t err) {
   throw KafkaError(fmt::format("{}: {}", what, DescribeError(err)), static_cast<int>(err));
 }
 
+std::string DescribeError(const rd_kafka_error_t* error) {
+  return fmt::format("{} ({})", rd_kafka_error_string(error), rd_kafka_error_name(error));
+}
+
+void ThrowKafkaError(std::string_view what, const rd_kafka_error_t* error) {
+  throw KafkaError(fmt::format("{}: {}", what, DescribeError(error)),
+                   static_cast<int>(rd_kafka_error_code(error)));
+}
+
 }  // namespace outbox::kafka

@@ -96,6 +96,11 @@ const std::vector<FailpointInfo> kLibraryFailpoints = {
     {"relay.after_produce", "the claim; records handed to librdkafka, maybe sent, none acknowledged"},
     {"relay.after_ack_before_mark", "records acknowledged by the broker; rows not marked: re-sent later"},
     {"relay.after_mark", "the batch is marked published"},
+    // Reached only by relay --exactly-once (kafka::TransactionalPublisher); the crash sweep
+    // sweeps it with --exactly-once only.
+    {"relay.txn_before_commit",
+     "records acknowledged inside an open Kafka transaction, not committed: aborted at the next "
+     "init_transactions or transaction timeout, never seen by read_committed; rows not marked"},
     {"purge.mid_batch", "earlier purge batches; this batch's deletes roll back"},
     // The vfs.* points are evaluated by the power-loss VFS shim (lab/faults/powerloss_vfs.h, --vfs
     // powerloss) on every such call; NAME.db, NAME.wal, NAME.journal select one kind of file.

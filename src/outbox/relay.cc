@@ -44,6 +44,10 @@ Relay::Relay(OutboxStore& store, Publisher& publisher, RelayOptions options)
                                   options_.lease_ms, kMaxHoldMs));
   if (options_.settle.max_attempts <= 0)
     throw ConfigError(fmt::format("max attempts {}: must be at least 1", options_.settle.max_attempts));
+  if (options_.committed_ids && !leader_mode())
+    throw ConfigError("exactly-once recovery needs leader coordination: under claims several "
+                      "relays send at once, and a committed transaction of one of them could be "
+                      "sent again by another before it is marked");
 }
 
 std::int64_t Relay::Now() const { return clock_.EpochMs(); }
@@ -197,6 +201,10 @@ Claim Relay::ClaimNext() {
 Claim Relay::ReadNext() {
   Claim page;  // attempts stays empty: a leader's settle reads them itself
   if (!Lead()) return page;
+  if (options_.committed_ids && recovered_token_ != lease_.token) {
+    RecoverCommitted();
+    if (lease_.token == 0) return page;  // fenced out while recovering: standby now
+  }
   page.token = lease_.token;
   const auto limit = static_cast<std::size_t>(options_.batch_size);
   if (cursor_ > 0 && Sendable(cursor_)) cursor_ = 0;  // a row behind the cursor goes first
@@ -429,6 +437,25 @@ void Relay::OutageOver() {
   } catch (const Error&) {
     // Cleared at the next delivered batch.
   }
+}
+
+void Relay::RecoverCommitted() {
+  const std::int64_t token = lease_.token;
+  const std::vector<std::int64_t> found = options_.committed_ids();
+  std::vector<std::int64_t> marked;
+  if (!found.empty()) {
+    // Marking an id that a committed transaction carried is true whoever marks it, so the settle
+    // only needs the lease to keep its usual fencing; rows already published are left alone.
+    const SettleReport settle =
+        store_.SettleUnderLease(token, found, {}, options_.settle, Now(), options_.lease_ms);
+    if (settle.fenced_out) {
+      LoseLease();
+      return;  // the next term recovers again
+    }
+    marked = settle.marked_ids;
+  }
+  recovered_token_ = token;
+  if (options_.on_recovered) options_.on_recovered(token, found, marked);
 }
 
 void Relay::CheckpointAfterSettle() {

@@ -36,7 +36,30 @@ struct MetadataDeleter {
   void operator()(const rd_kafka_metadata_t* md) const noexcept { rd_kafka_metadata_destroy(md); }
 };
 
+struct ErrorDeleter {
+  void operator()(rd_kafka_error_t* error) const noexcept { rd_kafka_error_destroy(error); }
+};
+struct QueueDeleter {
+  void operator()(rd_kafka_queue_t* queue) const noexcept { rd_kafka_queue_destroy(queue); }
+};
+struct EventDeleter {
+  void operator()(rd_kafka_event_t* event) const noexcept { rd_kafka_event_destroy(event); }
+};
+struct NewTopicDeleter {
+  void operator()(rd_kafka_NewTopic_t* topic) const noexcept { rd_kafka_NewTopic_destroy(topic); }
+};
+struct AdminOptionsDeleter {
+  void operator()(rd_kafka_AdminOptions_t* options) const noexcept {
+    rd_kafka_AdminOptions_destroy(options);
+  }
+};
+
 using KafkaHandle = std::unique_ptr<rd_kafka_t, KafkaDeleter>;
+using ErrorHandle = std::unique_ptr<rd_kafka_error_t, ErrorDeleter>;  // transactional API results
+using QueueHandle = std::unique_ptr<rd_kafka_queue_t, QueueDeleter>;
+using EventHandle = std::unique_ptr<rd_kafka_event_t, EventDeleter>;
+using NewTopicHandle = std::unique_ptr<rd_kafka_NewTopic_t, NewTopicDeleter>;
+using AdminOptionsHandle = std::unique_ptr<rd_kafka_AdminOptions_t, AdminOptionsDeleter>;
 using ConfHandle = std::unique_ptr<rd_kafka_conf_t, ConfDeleter>;
 using TopicPartitionListHandle =
     std::unique_ptr<rd_kafka_topic_partition_list_t, TopicPartitionListDeleter>;
@@ -67,5 +90,11 @@ KafkaHandle MakeClient(rd_kafka_type_t type, ConfHandle conf);
 
 // "<librdkafka message> (<ERROR_NAME>)", for delivery results.
 std::string DescribeError(rd_kafka_resp_err_t err);
+
+// The same for an rd_kafka_error_t of the transactional API: its own string and name.
+std::string DescribeError(const rd_kafka_error_t* error);
+
+// Throws KafkaError "<what>: <DescribeError(error)>" with the error's code.
+[[noreturn]] void ThrowKafkaError(std::string_view what, const rd_kafka_error_t* error);
 
 }  // namespace outbox::kafka

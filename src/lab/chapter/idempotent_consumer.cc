@@ -120,6 +120,7 @@ ConsumeReport ConsumeIdempotently(const IdempotentConsumerOptions& options,
   std::vector<kafka::Property> properties = {
       {"bootstrap.servers", options.brokers}, {"group.id", options.group},
       {"enable.auto.commit", "false"},        {"enable.auto.offset.store", "false"},
+      {"enable.partition.eof", "true"},  // a transactional topic's end (ReadPartitionsToEnd)
       {"log_level", "2"},
   };
   properties.insert(properties.end(), options.properties.begin(), options.properties.end());

@@ -1,7 +1,12 @@
 // The Kafka partition-reading loop shared by the topic reader (verify, check)
 // and the idempotent consumer: poll an assigned consumer until every
 // partition has been read up to the end offset taken at the start, within a
-// deadline. Records produced after the start are not waited for.
+// deadline. Records produced after the start are not waited for. A partition
+// also ends where the consumer reports its end (_PARTITION_EOF, when
+// enable.partition.eof is set): a transaction's commit or abort marker takes
+// an offset no message is delivered at, and under isolation.level
+// read_committed the end is the last stable offset (an open transaction's
+// records are not delivered); next_offset[p] then moves to that end.
 #pragma once
 
 #include <librdkafka/rdkafka.h>

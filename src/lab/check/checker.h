@@ -151,11 +151,16 @@ struct CheckResult {
   // Records on the topic from other runs (other databases, earlier resets):
   // left out of every count above; set by the caller (RecordsOfRun).
   std::int64_t other_run_records = 0;
+  // Set by the caller for a run relayed with relay --exactly-once and read with
+  // isolation.level=read_committed (check --exactly-once): every duplicate is then a finding,
+  // not the at-least-once price.
+  bool duplicates_forbidden = false;
   // True when something is wrong: lost, phantom, atomicity, lost after mark,
-  // unexpected (history), corrupt, or undone at full.
+  // unexpected (history), corrupt, undone at full, or a duplicate where duplicates are forbidden.
   bool has_findings() const {
     const std::size_t allowed_phantom = undo_allowed ? undone_phantom.size() : 0;
     return !lost.empty() || phantom.size() != allowed_phantom || !atomicity.empty() ||
+           (duplicates_forbidden && !duplicated.empty()) ||
            !lost_after_mark.empty() || !history.unexpected.empty() || !corrupt.empty() ||
            (!undo_allowed && !undone.empty());
   }

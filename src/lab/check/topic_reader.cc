@@ -124,7 +124,9 @@ TopicLog ReadTopicLog(const TopicReadOptions& options) {
       {"bootstrap.servers", options.brokers},
       {"group.id", "outbox-lab-reader"},  // assign() needs one; nothing is committed
       {"enable.auto.commit", "false"},
-      {"enable.partition.eof", "false"},
+      // The end of a transactional topic: its last offset may be a commit marker (see
+      // ReadPartitionsToEnd).
+      {"enable.partition.eof", "true"},
       {"log_level", "2"},  // failures reach the user as KafkaError; -X log_level=7 for more
   };
   properties.insert(properties.end(), options.properties.begin(), options.properties.end());

@@ -104,6 +104,32 @@ TEST_CASE("CheckRun judges the chapter's run valid with 8 records of 5 events an
   CheckNoFindings(r);
 }
 
+TEST_CASE("A duplicate makes an exactly-once run read read_committed invalid", "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(5);
+  f.MarkAll();
+  const auto records = Records({"evt-1001", "evt-1002", "evt-1003", "evt-1001", "evt-1004",
+                                "evt-1005"});
+
+  CheckResult r = CheckRun(*f.store, records);
+  CHECK(r.verdict() == outbox::lab::Verdict::kValid);  // at-least-once: the price, allowed
+  r.duplicates_forbidden = true;
+
+  CHECK(r.verdict() == outbox::lab::Verdict::kInvalid);
+  CHECK(r.has_findings());
+}
+
+TEST_CASE("An exactly-once run without duplicates stays valid where duplicates are forbidden",
+          "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(5);
+  f.MarkAll();
+  CheckResult r = CheckRun(
+      *f.store, Records({"evt-1001", "evt-1002", "evt-1003", "evt-1004", "evt-1005"}));
+  r.duplicates_forbidden = true;
+  CHECK(r.verdict() == outbox::lab::Verdict::kValid);
+}
+
 TEST_CASE("CheckRun reports an unpublished event missing from Kafka as pending and not lost",
           "[checker]") {
   CheckerFixture f;

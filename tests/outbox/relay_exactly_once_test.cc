@@ -1,0 +1,101 @@
+// The relay's exactly-once recovery (RelayOptions::committed_ids): at the start of a leader's
+// term, ids a committed Kafka transaction already carried are marked, not sent again.
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include "outbox/relay.h"
+#include "relay_test_support.h"
+
+namespace {
+
+using outbox::Coordination;
+using outbox::OpenMode;
+using outbox::Relay;
+using outbox::RelayOptions;
+using outbox::Store;
+using outbox::testing::EnqueueRange;
+using outbox::testing::FakeClock;
+using outbox::testing::FakePublisher;
+using outbox::testing::FastStoreOptions;
+using outbox::testing::IdsOf;
+using outbox::testing::IsPublished;
+using outbox::testing::TempDir;
+
+}  // namespace
+
+TEST_CASE("A leader marks the ids a committed transaction carried and sends only the rest",
+          "[relay]") {
+  TempDir dir;
+  FakeClock clock;
+  auto store_options = FastStoreOptions();
+  store_options.clock = &clock;
+  Store store(dir.File("lab.db"), store_options, OpenMode::kCreate);
+  store.ResetSchema();
+  EnqueueRange(store, 1, 5);
+  FakePublisher publisher;
+  RelayOptions options;
+  options.owner = "relay-a";
+  options.clock = &clock;
+  options.coordination = Coordination::kLeader;
+  int recoveries = 0;
+  // The chapter's first kill: 3 rows committed to Kafka, not marked; id 9 names no row.
+  options.committed_ids = [&recoveries] {
+    ++recoveries;
+    return std::vector<std::int64_t>{1, 2, 3, 9};
+  };
+  std::vector<std::int64_t> found, marked;
+  options.on_recovered = [&](std::int64_t, const std::vector<std::int64_t>& f,
+                             const std::vector<std::int64_t>& m) {
+    found = f;
+    marked = m;
+  };
+  Relay relay(store, publisher, options);
+
+  const auto batch = relay.RunBatch();
+
+  CHECK(recoveries == 1);
+  CHECK(found == std::vector<std::int64_t>{1, 2, 3, 9});
+  CHECK(marked == std::vector<std::int64_t>{1, 2, 3});
+  REQUIRE(publisher.calls.size() == 1);
+  CHECK(IdsOf(publisher.calls[0]) == std::vector<std::int64_t>{4, 5});
+  CHECK(batch.settle.marked == 2);
+  for (std::int64_t id = 1; id <= 5; ++id) CHECK(IsPublished(store, id));
+  // Once per term: the next batch does not ask again.
+  relay.RunBatch();
+  CHECK(recoveries == 1);
+}
+
+TEST_CASE("Exactly-once recovery under claims coordination is refused", "[relay]") {
+  TempDir dir;
+  Store store(dir.File("lab.db"), FastStoreOptions(), OpenMode::kCreate);
+  store.ResetSchema();
+  FakePublisher publisher;
+  RelayOptions options;
+  options.owner = "relay-a";
+  options.coordination = Coordination::kClaims;
+  options.committed_ids = [] { return std::vector<std::int64_t>{}; };
+  CHECK_THROWS_AS(Relay(store, publisher, options), outbox::ConfigError);
+}
+
+TEST_CASE("A recovery that throws sends nothing", "[relay]") {
+  TempDir dir;
+  FakeClock clock;
+  auto store_options = FastStoreOptions();
+  store_options.clock = &clock;
+  Store store(dir.File("lab.db"), store_options, OpenMode::kCreate);
+  store.ResetSchema();
+  EnqueueRange(store, 1, 2);
+  FakePublisher publisher;
+  RelayOptions options;
+  options.owner = "relay-a";
+  options.clock = &clock;
+  options.coordination = Coordination::kLeader;
+  options.committed_ids = []() -> std::vector<std::int64_t> {
+    throw outbox::KafkaError("read relay-state topic: broker down", -195);
+  };
+  Relay relay(store, publisher, options);
+  CHECK_THROWS_AS(relay.RunBatch(), outbox::KafkaError);
+  CHECK(publisher.calls.empty());
+  CHECK_FALSE(IsPublished(store, 1));
+}
