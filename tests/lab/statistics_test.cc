@@ -1,4 +1,4 @@
-// Statistics: median, nearest-rank percentile, rates and ratios.
+// Statistics: median, nearest-rank percentile, rates and ratios, spreads of rounds.
 #include "lab/statistics.h"
 
 #include <catch2/catch.hpp>
@@ -6,9 +6,13 @@
 #include <vector>
 
 using outbox::lab::Median;
+using outbox::lab::Noisy;
 using outbox::lab::Percentile;
 using outbox::lab::Rate;
 using outbox::lab::Ratio;
+using outbox::lab::RoundRatios;
+using outbox::lab::Spread;
+using outbox::lab::SpreadOf;
 
 TEST_CASE("Median takes the middle value or the mean of the two middle values", "[bench]") {
   CHECK(Median({}) == 0);
