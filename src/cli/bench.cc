@@ -31,7 +31,13 @@ struct BenchCliOptions {
   std::int64_t poll_repetitions = 300;
   std::int64_t rss_events = 1000000;
   std::int64_t drain_events = 100000;
-  std::int64_t drain_rounds = 3;
+  std::int64_t drain_rounds = 5;
+#ifdef OUTBOX_LAB_PYTHON_RELAY
+  std::string python_relay = OUTBOX_LAB_PYTHON_RELAY;  // the source tree's bench/python_relay.py
+#else
+  std::string python_relay;
+#endif
+  std::string python = "/usr/bin/python3";
   std::int64_t latency_events = 10000;
   std::int64_t latency_rate = 1000;
   std::int64_t idle_ms = 10000;
@@ -54,26 +60,46 @@ std::string Grouped(std::int64_t n) {
 
 using Check = lab::BenchmarkCheck;
 
-// Checks() has 7 entries; the latency checks follow.
-constexpr std::size_t kFirstLatencyCheck = 7;
+// Checks() has 8 entries; the latency checks follow.
+constexpr std::size_t kFirstLatencyCheck = 8;
 
 std::vector<Check> Checks(const lab::BenchmarkResult& r, const lab::BenchmarkTargets& t) {
   return {
-      {"relay_over_chapter", r.relay_over_chapter, t.relay_over_chapter_min, true},
-      {"relay_over_raw", r.relay_over_raw, t.relay_over_raw_min, true},
-      {"write_ratio", r.write.ratio, t.write_ratio_min, true},
-      {"history_ratio", r.history.ratio, t.history_ratio_max, false},
-      {"relay_peak_rss_mib", r.rss.peak_rss_mib, t.relay_rss_max_mib, false},
-      {"relay_over_loop", r.drains.relay_over_loop, t.relay_over_loop_min, true},
-      {"idle_cpu_percent", r.idle.cpu_percent, t.idle_cpu_max_percent, false},
+      {"relay_over_chapter", r.relay_over_chapter, t.relay_over_chapter_min, true,
+       r.relay_over_chapter_spread},
+      {"relay_over_raw", r.relay_over_raw, t.relay_over_raw_min, true, r.relay_over_raw_spread},
+      {"write_ratio", r.write.ratio, t.write_ratio_min, true, r.write.ratio_spread},
+      {"history_ratio", r.history.ratio, t.history_ratio_max, false, r.history.ratio_spread},
+      {"relay_peak_rss_mib", r.rss.peak_rss_mib, t.relay_rss_max_mib, false, {}},
+      {"relay_over_loop", r.drains.relay_over_loop, t.relay_over_loop_min, true,
+       r.drains.relay_over_loop_spread},
+      {"idle_cpu_percent", r.idle.cpu_percent, t.idle_cpu_max_percent, false, {}},
+      {"relay_over_python", r.drains.relay_over_python, t.relay_over_python_min, true,
+       r.drains.relay_over_python_spread},
   };
+}
+
+// "0.81-0.95 x10" and " noisy" when the range is wider than the distance to the target: the
+// spread of a ratio taken per round, for the check column. Empty for a figure taken once.
+std::string SpreadText(const Check& check, const char* format) {
+  if (check.spread.rounds == 0) return "";
+  return fmt::format(fmt::runtime(std::string(" [{}-{} x{}]") + "{}"),
+                     fmt::format(fmt::runtime(format), check.spread.min),
+                     fmt::format(fmt::runtime(format), check.spread.max), check.spread.rounds,
+                     check.noisy() ? " noisy" : "");
+}
+
+std::string LoadText(const std::vector<double>& load) {
+  std::string text;
+  for (const double l : load) text += fmt::format("{}{:.2f}", text.empty() ? "" : " ", l);
+  return text.empty() ? "n/a" : text;
 }
 
 // One check per workload of the commit-to-mark figure, after Checks().
 std::vector<Check> LatencyChecks(const lab::BenchmarkResult& r, const lab::BenchmarkTargets& t) {
   std::vector<Check> checks;
   for (const lab::LatencyFigure& f : r.latency)
-    checks.push_back({"latency_p99_ms_" + f.workload, f.p99_ms, t.latency_p99_max_ms, false});
+    checks.push_back({"latency_p99_ms_" + f.workload, f.p99_ms, t.latency_p99_max_ms, false, {}});
   return checks;
 }
 
@@ -81,6 +107,8 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
                 const std::vector<Check>& checks) {
   fmt::print("outbox-lab bench: synchronous={} broker={}{} topic={} batch-size={}\n",
              o.synchronous, r.embedded_broker ? "embedded " : "", r.brokers, r.topic, o.batch_size);
+  fmt::print("load average (1 5 15 min) at start: {}; at end: {}\n", LoadText(r.load_start),
+             LoadText(r.load_end));
   // With --db postgresql://, a second column: the figures measured again on that server, n/a
   // for those measured on SQLite only (benchmark.h).
   const lab::PostgresFigures* pg = r.postgres ? &*r.postgres : nullptr;
@@ -97,9 +125,12 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
       fmt::print("{:<48} {:>12}  {:<10} {}\n", figure, value, target, check);
   };
   const auto verdict = [&checks](std::size_t i) { return checks[i].pass() ? "PASS" : "MISS"; };
+  const auto judged = [&checks, &verdict](std::size_t i, const char* format) {
+    return verdict(i) + SpreadText(checks[i], format);
+  };
   // The three ratios compared on both backends: "SQLITE / POSTGRESQL" verdicts.
   const auto both = [&checks, pg, &verdict](std::size_t i, double pg_value) {
-    if (!pg) return std::string(verdict(i));
+    if (!pg) return verdict(i) + SpreadText(checks[i], i == 0 ? "{:.0f}" : i == 1 ? "{:.2f}" : "{:.3f}");
     Check on_pg = checks[i];
     on_pg.value = pg_value;
     return fmt::format("{} / {}", verdict(i), on_pg.pass() ? "PASS" : "MISS");
@@ -159,7 +190,7 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
       fmt::format("{:.0f} / {:.0f}", r.history.with_history.poll_us,
                   r.history.with_history.poll_p99_us));
   row("poll latency ratio (with / without history)", fmt::format("{:.2f}", r.history.ratio),
-      fmt::format("<= {:g}", checks[3].target), verdict(3));
+      fmt::format("<= {:g}", checks[3].target), judged(3, "{:.2f}"));
   const auto drain_row = [&row](const lab::DrainFigure& d) {
     std::string rounds;
     for (const double seconds : d.seconds)
@@ -170,6 +201,7 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
   drain_row(r.drains.chapter);
   drain_row(r.drains.loop);
   drain_row(r.drains.relay);
+  if (!r.drains.python.program.empty()) drain_row(r.drains.python);
   row(fmt::format("relay, {} events, as shipped: checkpoint after a short batch (events/s)",
                   Grouped(r.checkpoint.events)),
       fmt::format("{:.0f}", r.checkpoint.with_events_per_s),
@@ -179,8 +211,15 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
       fmt::format("{:.0f}", r.checkpoint.without_events_per_s),
       fmt::format("WAL {} KiB", r.checkpoint.without_wal_bytes / 1024));
   row("process: relay / batch-loop", fmt::format("{:.2f}", r.drains.relay_over_loop),
-      fmt::format(">= {:g}", checks[5].target), verdict(5));
-  row("process: relay / chapter", fmt::format("{:.1f}x", r.drains.relay_over_chapter));
+      fmt::format(">= {:g}", checks[5].target), judged(5, "{:.2f}"));
+  if (!r.drains.python.program.empty())
+    row("process: relay / Python relay", fmt::format("{:.2f}", r.drains.relay_over_python),
+        fmt::format(">= {:g}", checks[7].target), judged(7, "{:.2f}"));
+  else
+    row("process: relay / Python relay", "n/a", "", "python3 with confluent_kafka not found");
+  row("process: relay / chapter", fmt::format("{:.1f}x", r.drains.relay_over_chapter), "",
+      SpreadText({"", r.drains.relay_over_chapter, 0, true, r.drains.relay_over_chapter_spread},
+                 "{:.0f}"));
   row(fmt::format("relay peak RSS draining {} (MiB)", Grouped(r.rss.events)),
       fmt::format("{:.1f}", r.rss.peak_rss_mib), fmt::format("<= {:g}", checks[4].target),
       verdict(4));
@@ -228,6 +267,10 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
                  max += fmt::format("{}{} {:.0f} ms", max.empty() ? "" : ", ", f.workload, f.max_ms);
                return max;
              }());
+  fmt::print("[min-max xN]: the range of a ratio over the N interleaved rounds it is the median of "
+             "(relay/chapter and relay/raw: slices of one run; write: slices of every round; "
+             "process: rounds); noisy: that range is wider than the median's distance from the "
+             "target, so another run could land on the other side\n");
   fmt::print("targets are informational (2-core machine); the exit status does not depend on them\n");
 }
 
@@ -272,6 +315,7 @@ void PrintJson(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
       {"idle_ms", o.idle_ms},
       {"work_dir", r.work_dir},
   };
+  out["load_average"] = {{"start", r.load_start}, {"end", r.load_end}};
   out["fsync_us"] = r.fsync_us;
   out["chapter"] = ThroughputJson(r.chapter);
   out["relay"] = ThroughputJson(r.relay);
@@ -305,6 +349,8 @@ void PrintJson(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
   out["processes"] = {{"chapter", drain_json(r.drains.chapter)},
                       {"batch_loop", drain_json(r.drains.loop)},
                       {"relay", drain_json(r.drains.relay)},
+                      {"python", drain_json(r.drains.python)},
+                      {"relay_over_python", r.drains.relay_over_python},
                       {"relay_over_loop", r.drains.relay_over_loop},
                       {"relay_over_chapter", r.drains.relay_over_chapter}};
   out["wal_frames"] = {{"txns", r.wal_frames.txns},
@@ -347,9 +393,16 @@ void PrintJson(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
                 {"events_per_s", r.rss.events_per_s}};
   nlohmann::ordered_json targets = nlohmann::ordered_json::object();
   for (const Check& check : checks)
+  {
     targets[check.name] = {{"value", check.value},
                            {check.at_least ? "min" : "max", check.target},
                            {"pass", check.pass()}};
+    if (check.spread.rounds > 0)
+      targets[check.name]["spread"] = {{"min", check.spread.min},
+                                       {"max", check.spread.max},
+                                       {"rounds", check.spread.rounds},
+                                       {"noisy", check.noisy()}};
+  }
   out["targets"] = targets;
   if (r.postgres) {
     // Only what was measured on the server; raw produce (no database) is the top-level "raw".
@@ -438,6 +491,13 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
       ->check(PositiveInteger())->capture_default_str();
   auto* idle = AddDurationOption(*sub, "--idle", o->idle_ms,
                                  "Window of the idle relay's CPU figure", 1, 3'600'000);
+  sub->add_option("--python", o->python,
+                  "Python interpreter for the Python relay comparator (needs confluent_kafka; "
+                  "the figure is left out when it cannot import it)")
+      ->capture_default_str();
+  sub->add_option("--python-relay", o->python_relay,
+                  "The Python relay comparator script (bench/python_relay.py in the source tree)")
+      ->capture_default_str();
   sub->add_option("--work-dir", o->work_dir,
                   "Parent of the temporary directory for the databases (default TMPDIR or /tmp); "
                   "put it on the disk to measure");
@@ -468,6 +528,8 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
             options.rss_events = scaled(rss, o->rss_events);
             options.drain_events = scaled(drain, o->drain_events);
             options.drain_rounds = o->drain_rounds;
+            options.python = o->python;
+            options.python_relay = o->python_relay;
             options.latency_events = scaled(latency, o->latency_events);
             options.latency_rate = o->latency_rate;
             options.idle_ms = scaled(idle, o->idle_ms);

@@ -549,3 +549,45 @@ TEST_CASE("A standby loop reports the leader once and takes over when the lease 
   REQUIRE(publisher_b.calls.size() == 1);
   CHECK(IdsOf(publisher_b.calls[0]) == Ids{1, 2, 3});
 }
+
+TEST_CASE("SettleUnderLease marks runs of acked ids and counts a row already published as fenced",
+          "[store]") {
+  LeaderFixture f;
+  EnqueueRange(f.store, 1, 7);
+  REQUIRE(f.store.AcquireLease("relay-a", kLeaseMs, kNowMs).acquired);
+  REQUIRE(f.store.MarkPublished(Ids{3}) == 1);  // published meanwhile by another relay's term
+  const std::int64_t settled_at = kNowMs + 5;
+
+  // Runs 1-4 and 6-7, in acked's own order, with 1 acked twice; row 5 was not acked.
+  const SettleReport report =
+      f.store.SettleUnderLease(1, {4, 1, 2, 3, 7, 6, 1}, {}, SettlePolicy{}, settled_at, kLeaseMs);
+
+  CHECK_FALSE(report.fenced_out);
+  CHECK(report.marked_ids == Ids{4, 1, 2, 7, 6});
+  CHECK(report.marked == 5);
+  CHECK(report.fenced_ids == Ids{3, 1});
+  CHECK(report.fenced == 2);
+  CHECK_FALSE(IsPublished(f.store, 5));
+  for (std::int64_t id : Ids{1, 2, 4, 6, 7}) {
+    INFO("row " << id);
+    CHECK(IsPublished(f.store, id));
+    CHECK(IntColumn(f.store, "published_at", id) == settled_at);
+  }
+  CHECK(IntColumn(f.store, "published_at", 3) != settled_at);
+}
+
+TEST_CASE("SettleUnderLease marks a batch of consecutive ids all at once", "[store]") {
+  LeaderFixture f;
+  EnqueueRange(f.store, 1, 1000);
+  REQUIRE(f.store.AcquireLease("relay-a", kLeaseMs, kNowMs).acquired);
+  Ids acked;
+  for (std::int64_t id = 1; id <= 1000; ++id) acked.push_back(id);
+
+  const SettleReport report =
+      f.store.SettleUnderLease(1, acked, {}, SettlePolicy{}, kNowMs + 1, kLeaseMs);
+
+  CHECK(report.marked == 1000);
+  CHECK(report.marked_ids == acked);
+  CHECK(report.fenced == 0);
+  CHECK(f.store.Count().unpublished == 0);
+}

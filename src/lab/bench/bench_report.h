@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lab/bench/benchmark.h"
+#include "lab/bench/statistics.h"
 
 namespace outbox::lab {
 
@@ -17,7 +18,11 @@ struct BenchmarkCheck {
   double value = 0;
   double target = 0;
   bool at_least = true;  // value >= target passes; otherwise value <= target
+  // The rounds value is the median of (statistics.h); rounds 0 for a figure taken once.
+  Spread spread;
   bool pass() const { return at_least ? value >= target : value <= target; }
+  // Another run could fall on the other side of the target (lab::Noisy).
+  bool noisy() const { return Noisy(spread, target); }
 };
 
 // The page, as UTF-8 text. Reads only its arguments; strings from options or

@@ -84,18 +84,26 @@ double MeasureFsyncUs(const TempDir& dir);
 struct RelayFigures {
   ThroughputFigure chapter;
   ThroughputFigure relay;
+  ThroughputFigure raw;  // MeasureRelays only: raw produce, in the same slices
+  // events/s of each slice, in run order (the rounds of the ratios' spreads); raw_rates empty
+  // without a raw lane.
+  std::vector<double> chapter_rates, relay_rates, raw_rates;
 };
-// throughput_figure.cc: the chapter's relay (RunPerRowRelay on chapter_store) and relay, in
-// kSlices slices whose order alternates, until options.chapter_events and options.events rows are
-// marked. Returns the summed events and seconds (events_per_s not yet filled). where ("" or
+// One slice of raw produce: the events and seconds it added (RunInterleaved's third lane).
+using RawSlice = std::function<ThroughputFigure(int slice)>;
+// throughput_figure.cc: the chapter's relay (RunPerRowRelay on chapter_store), relay and, when
+// raw_slice is given, raw produce, in kSlices slices whose order rotates, until
+// options.chapter_events and options.events rows are marked (and produced). Returns the summed
+// events and seconds (events_per_s not yet filled) and each slice's rate. where ("" or
 // " on PostgreSQL") names the backend in errors. Throws KafkaError when a figure's rows were
 // not all delivered, DbError / pg::PgError from the stores.
 RelayFigures RunInterleaved(const BenchmarkOptions& options, OutboxStore& chapter_store,
-                            Publisher& chapter_publisher, Relay& relay, const std::string& where);
+                            Publisher& chapter_publisher, Relay& relay, const std::string& where,
+                            const RawSlice& raw_slice = nullptr);
+// throughput_figure.cc: the three lanes above on fresh SQLite databases; raw produce is
+// asynchronous librdkafka produce of the same records (no database), flushed per slice.
 RelayFigures MeasureRelays(const BenchmarkOptions& options, const TempDir& dir,
-                           const std::string& brokers, const std::string& topic);  // throughput_figure.cc
-ThroughputFigure MeasureRaw(const BenchmarkOptions& options, const std::string& brokers,
-                            const std::string& topic);                            // throughput_figure.cc
+                           const std::string& brokers, const std::string& topic);
 // write_path_figure.cc: the write-path figure on either backend. Builds options.write_txns loans
 // and their LoanCreated events; each of options.write_rounds rounds calls fresh_round, which
 // gives both variants fresh tables and returns how to run transactions [first, last) of one

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <thread>
@@ -51,6 +53,13 @@ class BrokerChild {
   ChildProcess process_;
 };
 
+// getloadavg's 1, 5 and 15 minute averages; empty when it fails.
+std::vector<double> LoadAverage() {
+  double load[3] = {0, 0, 0};
+  const int n = getloadavg(load, 3);
+  return std::vector<double>(load, load + std::max(n, 0));
+}
+
 void RequirePositive(const char* name, std::int64_t value) {
   if (value <= 0) throw ConfigError(fmt::format("{} {}: must be at least 1", name, value));
 }
@@ -88,6 +97,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
   };
 
   BenchmarkResult result;
+  result.load_start = LoadAverage();
   result.topic = options.topic.empty() ? fmt::format("outbox-bench-{}-{}", getpid(), options.store.clock->EpochMs())
                                        : options.topic;
   // Destruction order: the broker child stops before its directory is removed.
@@ -104,16 +114,18 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
   }
 
   result.fsync_us.push_back(MeasureFsyncUs(dir));
-  progress(fmt::format("chapter algorithm ({} events, send + ack + mark each) and relay ({} "
-                       "events, batches of {}), interleaved",
-                       options.chapter_events, options.events, options.batch_size));
+  progress(fmt::format("chapter algorithm ({} events, send + ack + mark each), relay ({} "
+                       "events, batches of {}) and raw produce ({} events), interleaved",
+                       options.chapter_events, options.events, options.batch_size, options.events));
   const RelayFigures relays = MeasureRelays(options, dir, result.brokers, result.topic);
   result.chapter = relays.chapter;
   result.relay = relays.relay;
-  progress(fmt::format("raw produce: {} events", options.events));
-  result.raw = MeasureRaw(options, result.brokers, result.topic);
-  result.relay_over_chapter = Ratio(result.relay.events_per_s, result.chapter.events_per_s);
-  result.relay_over_raw = Ratio(result.relay.events_per_s, result.raw.events_per_s);
+  result.raw = relays.raw;
+  // The ratio of each slice (every lane ran in it), and their median as the figure.
+  result.relay_over_chapter_spread = SpreadOf(RoundRatios(relays.relay_rates, relays.chapter_rates));
+  result.relay_over_raw_spread = SpreadOf(RoundRatios(relays.relay_rates, relays.raw_rates));
+  result.relay_over_chapter = result.relay_over_chapter_spread.median;
+  result.relay_over_raw = result.relay_over_raw_spread.median;
 
   {
     kafka::KafkaPublisher publisher(PublisherOptions(options, result.brokers, result.topic));
@@ -159,6 +171,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
                        options.drain_events, options.drain_rounds));
   result.compression = MeasureCompression(options, dir, result.brokers, result.topic);
   result.fsync_us.push_back(MeasureFsyncUs(dir));
+  result.load_end = LoadAverage();
   return result;
 }
 

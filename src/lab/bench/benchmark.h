@@ -10,10 +10,11 @@
 //   write path        business-only transactions vs business + outbox;
 //   history           the relay's poll with 0 vs many published rows retained;
 //   whole processes   the chapter's relay (`publish N`), the hand-written
-//                     batched loop (`batch-loop`, lab/bench/batched_loop.h) and
+//                     batched loop (`batch-loop`, lab/bench/batched_loop.h), the
+//                     plain Python relay (bench/python_relay.py) and
 //                     `relay --until-empty`, each a child process timed from
 //                     spawn to exit on its own copy of one backlog, in
-//                     alternating rounds (median);
+//                     rotating rounds (median);
 //   peak RSS          of an `outbox-lab relay --until-empty` child process
 //                     draining a large backlog (its VmHWM, read from /proc
 //                     until it exits);
@@ -59,6 +60,7 @@
 #include <string>
 #include <vector>
 
+#include "lab/bench/statistics.h"
 #include "outbox/kafka/handles.h"
 #include "outbox/store.h"
 
@@ -69,6 +71,7 @@ struct BenchmarkTargets {
   double relay_over_chapter_min = 100.0;  // relay events/s ÷ chapter events/s
   double relay_over_raw_min = 0.3;        // relay events/s ÷ raw produce events/s
   double relay_over_loop_min = 1.5;       // relay child events/s ÷ batched-loop child events/s
+  double relay_over_python_min = 1.5;     // relay child events/s ÷ Python relay child events/s
   double write_ratio_min = 0.95;          // business+outbox txn/s ÷ business-only txn/s
   double history_ratio_max = 1.5;         // poll latency with history ÷ without
   double relay_rss_max_mib = 32.0;        // peak RSS of the relay child, MiB
@@ -109,7 +112,12 @@ struct BenchmarkOptions {
   std::int64_t poll_repetitions = 300;   // timed polls per history variant; median taken, > 0
   std::int64_t rss_events = 1000000;     // backlog the relay child drains, > 0
   std::int64_t drain_events = 100000;    // backlog of the loop and relay children, > 0
-  std::int64_t drain_rounds = 3;         // rounds of whole-process drains; median taken, > 0
+  std::int64_t drain_rounds = 5;         // rounds of whole-process drains; median taken, > 0
+  // The Python comparator of the whole-process drains: the interpreter (Debian's, with
+  // python3-confluent-kafka) and the script. The figure is left out (program empty) when the
+  // interpreter cannot import confluent_kafka or the script is missing.
+  std::string python = "/usr/bin/python3";
+  std::string python_relay;
   std::int64_t latency_events = 10000;   // rows the paced writer commits per workload, > 0
   std::int64_t latency_rate = 1000;      // the writer's pace, transactions per second, > 0
   std::int64_t idle_ms = 10000;          // window of the idle-CPU figure, ms, > 0
@@ -131,7 +139,10 @@ struct WritePathFigure {
   std::vector<double> with_outbox_tps;
   double business_only_median_tps = 0;
   double with_outbox_median_tps = 0;
-  double ratio = 0;  // with_outbox_median_tps ÷ business_only_median_tps
+  // with_outbox ÷ business_only of each slice of each round (both variants ran in it); ratio is
+  // their median.
+  Spread ratio_spread;
+  double ratio = 0;
 };
 
 // Median latencies of one poll: Store::HasClaimable, then Store::ClaimBatch
@@ -150,7 +161,10 @@ struct PollFigure {
 struct HistoryFigure {
   PollFigure without_history;
   PollFigure with_history;
-  double ratio = 0;  // with_history.poll_us ÷ without_history.poll_us
+  // The polls alternate between the two tables in kHistoryRounds rounds; ratio_spread holds
+  // each round's median with ÷ median without, ratio its median.
+  Spread ratio_spread;
+  double ratio = 0;
 };
 
 struct DrainSample {
@@ -183,7 +197,13 @@ struct DrainFigures {
   DrainFigure chapter;  // outbox-lab publish N: the chapter's per-row relay
   DrainFigure loop;     // outbox-lab batch-loop: the hand-written batched loop
   DrainFigure relay;    // outbox-lab relay --until-empty
+  DrainFigure python;   // bench/python_relay.py; program empty when not run (BenchmarkOptions::python)
+  // Per round: relay events/s ÷ the other's events/s in that round; the figures are the medians.
+  Spread relay_over_loop_spread;
+  Spread relay_over_python_spread;
+  Spread relay_over_chapter_spread;
   double relay_over_loop = 0;
+  double relay_over_python = 0;
   double relay_over_chapter = 0;
 };
 
@@ -293,8 +313,15 @@ struct BenchmarkResult {
   ThroughputFigure chapter;
   ThroughputFigure relay;
   ThroughputFigure raw;
+  // Per slice of the interleaved run (chapter, relay and raw produce each ran in it): relay
+  // events/s ÷ the other's; the two ratios below are the medians.
+  Spread relay_over_chapter_spread;
+  Spread relay_over_raw_spread;
   double relay_over_chapter = 0;
   double relay_over_raw = 0;
+  // getloadavg() (1, 5, 15 min) when the run started and when it ended: the machine may be
+  // shared, and the ratios (same-run, interleaved) are what holds under load.
+  std::vector<double> load_start, load_end;
   WritePathFigure write;
   HistoryFigure history;
   DrainFigures drains;

@@ -28,4 +28,27 @@ double Ratio(double numerator, double denominator) {
   return denominator > 0 ? numerator / denominator : 0;
 }
 
+Spread SpreadOf(const std::vector<double>& values) {
+  Spread spread;
+  if (values.empty()) return spread;
+  spread.median = Median(values);
+  const auto [min, max] = std::minmax_element(values.begin(), values.end());
+  spread.min = *min;
+  spread.max = *max;
+  spread.rounds = static_cast<std::int64_t>(values.size());
+  return spread;
+}
+
+std::vector<double> RoundRatios(const std::vector<double>& numerators,
+                                const std::vector<double>& denominators) {
+  std::vector<double> ratios;
+  for (std::size_t i = 0; i < std::min(numerators.size(), denominators.size()); ++i)
+    ratios.push_back(Ratio(numerators[i], denominators[i]));
+  return ratios;
+}
+
+bool Noisy(const Spread& spread, double target) {
+  return spread.rounds >= 2 && spread.max - spread.min > std::abs(spread.median - target);
+}
+
 }  // namespace outbox::lab

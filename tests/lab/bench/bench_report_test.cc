@@ -28,11 +28,11 @@ TEST_CASE("The bench page draws every check beside its target and the drain's th
                               {"zipf", 1000, {200000, 8, 25000}}};
   result.write.business_only_tps = {900, 1000, 1100};
   result.write.with_outbox_tps = {850, 950, 1000};
-  const std::vector<outbox::lab::BenchmarkCheck> checks = {{"relay_over_chapter", 500, 100, true},
-                                                           {"relay_over_raw", 0.5, 0.3, true},
-                                                           {"write_ratio", 0.9, 0.95, true},
-                                                           {"history_ratio", 2.0, 1.5, false},
-                                                           {"relay_peak_rss_mib", 20, 32, false}};
+  const std::vector<outbox::lab::BenchmarkCheck> checks = {{"relay_over_chapter", 500, 100, true, {}},
+                                                           {"relay_over_raw", 0.5, 0.3, true, {}},
+                                                           {"write_ratio", 0.9, 0.95, true, {}},
+                                                           {"history_ratio", 2.0, 1.5, false, {}},
+                                                           {"relay_peak_rss_mib", 20, 32, false, {}}};
   result.rss.events = 3000;
   result.rss.progress = {{0.0, 0}, {0.25, 1000}, {0.5, 1500}, {0.75, 3000}};
   const std::string html = outbox::lab::RenderBenchmarkHtml(options, result, checks);

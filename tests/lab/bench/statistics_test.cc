@@ -1,4 +1,4 @@
-// Statistics: median, nearest-rank percentile, rates and ratios.
+// Statistics: median, nearest-rank percentile, rates and ratios, spreads of rounds.
 #include "lab/bench/statistics.h"
 
 #include <catch2/catch.hpp>
@@ -6,9 +6,13 @@
 #include <vector>
 
 using outbox::lab::Median;
+using outbox::lab::Noisy;
 using outbox::lab::Percentile;
 using outbox::lab::Rate;
 using outbox::lab::Ratio;
+using outbox::lab::RoundRatios;
+using outbox::lab::Spread;
+using outbox::lab::SpreadOf;
 
 TEST_CASE("Median takes the middle value or the mean of the two middle values", "[bench]") {
   CHECK(Median({}) == 0);
@@ -33,4 +37,28 @@ TEST_CASE("Rate and Ratio give 0 instead of dividing by zero", "[bench]") {
   CHECK(Rate(500, 0) == 0);
   CHECK(Ratio(3, 4) == 0.75);
   CHECK(Ratio(3, 0) == 0);
+}
+
+TEST_CASE("SpreadOf gives the median and the range of the rounds", "[bench]") {
+  const Spread spread = SpreadOf({1.2, 0.8, 1.0, 3.0, 0.9});
+  CHECK(spread.median == 1.0);
+  CHECK(spread.min == 0.8);
+  CHECK(spread.max == 3.0);
+  CHECK(spread.rounds == 5);
+  CHECK(SpreadOf({}).rounds == 0);
+  CHECK(SpreadOf({}).median == 0);
+}
+
+TEST_CASE("RoundRatios divides round by round up to the shorter list", "[bench]") {
+  const std::vector<double> ratios = RoundRatios({10, 30, 50}, {5, 10});
+  REQUIRE(ratios.size() == 2);
+  CHECK(ratios[0] == 2);
+  CHECK(ratios[1] == 3);
+}
+
+TEST_CASE("Noisy holds when the range is wider than the distance to the target", "[bench]") {
+  CHECK_FALSE(Noisy({1.0, 0.75, 1.25, 5}, 1.5));  // range 0.5, distance 0.5: not wider
+  CHECK_FALSE(Noisy({1.0, 0.9, 1.1, 5}, 1.5));  // range 0.2 < distance 0.5
+  CHECK(Noisy({1.4, 1.2, 1.7, 5}, 1.5));        // range 0.5 > distance 0.1
+  CHECK_FALSE(Noisy({1.4, 1.0, 2.0, 1}, 1.5));  // one round: no spread to judge
 }

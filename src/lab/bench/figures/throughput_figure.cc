@@ -1,6 +1,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <functional>
 #include <set>
 
 #include "lab/bench/bench_support.h"
@@ -13,8 +15,99 @@
 
 namespace outbox::lab::bench {
 
+namespace {
+
+// Delivery reports of the raw producer. Served on our thread (rd_kafka_poll,
+// rd_kafka_flush), so plain counters do.
+struct RawDeliveries {
+  std::int64_t ok = 0;
+  std::int64_t failed = 0;
+  rd_kafka_resp_err_t first_error = RD_KAFKA_RESP_ERR_NO_ERROR;
+};
+
+void OnRawDelivery(rd_kafka_t*, const rd_kafka_message_t* msg, void* opaque) noexcept {
+  auto* deliveries = static_cast<RawDeliveries*>(opaque);
+  if (msg->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    ++deliveries->ok;
+    return;
+  }
+  ++deliveries->failed;
+  if (deliveries->first_error == RD_KAFKA_RESP_ERR_NO_ERROR) deliveries->first_error = msg->err;
+}
+
+// Produces m as KafkaPublisher does (same key, value and headers), waiting
+// for room when the local queue is full.
+void ProduceRaw(rd_kafka_t* producer, const std::string& topic, const OutboundMessage& m) {
+  const rd_kafka_resp_err_t err = kafka::ProduceOutboundMessage(producer, topic, m, nullptr);
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) kafka::ThrowKafkaError("raw produce", err);
+  rd_kafka_poll(producer, 0);
+}
+
+// Raw asynchronous produce of options.events records (the same key, value and headers as
+// KafkaPublisher's), built and warmed up before any slice is timed; Produce sends the next ones,
+// up to a count, and flushes.
+class RawProducer {
+ public:
+  RawProducer(const BenchmarkOptions& options, const std::string& brokers, const std::string& topic)
+      : topic_(topic), delivery_timeout_ms_(options.delivery_timeout_ms) {
+    messages_.reserve(static_cast<std::size_t>(options.events));
+    for (std::int64_t i = 1; i <= options.events; ++i)
+      messages_.push_back(MessageForRow(RowFor(i, options.store.clock->EpochMs())));
+    std::vector<kafka::Property> properties = {
+        {"bootstrap.servers", brokers},
+        {"acks", "all"},
+        {"message.timeout.ms", std::to_string(options.delivery_timeout_ms)},
+    };
+    properties.insert(properties.end(), options.properties.begin(), options.properties.end());
+    kafka::ConfHandle conf = kafka::MakeConf(properties);
+    rd_kafka_conf_set_dr_msg_cb(conf.get(), &OnRawDelivery);
+    rd_kafka_conf_set_opaque(conf.get(), &deliveries_);
+    producer_ = kafka::MakeClient(RD_KAFKA_PRODUCER, std::move(conf));
+    OutboundMessage warmup;
+    warmup.key = "bench-warmup";
+    warmup.payload = "{}";
+    ProduceRaw(producer_.get(), topic_, warmup);
+    rd_kafka_flush(producer_.get(), delivery_timeout_ms_);
+    if (deliveries_.ok != 1)
+      throw KafkaError(fmt::format("raw produce warm-up: {}", kafka::DescribeError(deliveries_.first_error)),
+                       deliveries_.first_error);
+    deliveries_ = RawDeliveries{};
+  }
+
+  // Produces messages up to index until (exclusive), flushes; the events acknowledged and the
+  // seconds taken. Throws KafkaError when the flush times out or a delivery fails.
+  ThroughputFigure Produce(std::int64_t until) {
+    const std::int64_t before = deliveries_.ok;
+    const auto start = SteadyClock::now();
+    for (; next_ < until; ++next_)
+      ProduceRaw(producer_.get(), topic_, messages_[static_cast<std::size_t>(next_)]);
+    const rd_kafka_resp_err_t flushed = rd_kafka_flush(producer_.get(), delivery_timeout_ms_ + 5000);
+    ThroughputFigure figure;
+    figure.seconds = SecondsSince(start);
+    if (flushed != RD_KAFKA_RESP_ERR_NO_ERROR) kafka::ThrowKafkaError("raw produce: flush", flushed);
+    if (deliveries_.failed > 0)
+      throw KafkaError(fmt::format("raw produce: {} deliveries failed, first: {}", deliveries_.failed,
+                                   kafka::DescribeError(deliveries_.first_error)),
+                       deliveries_.first_error);
+    figure.events = deliveries_.ok - before;
+    return figure;
+  }
+
+ private:
+  std::string topic_;
+  int delivery_timeout_ms_;
+  std::vector<OutboundMessage> messages_;
+  std::int64_t next_ = 0;
+  // Declared before the producer, destroyed after it: reports write into it.
+  RawDeliveries deliveries_;
+  kafka::KafkaHandle producer_;
+};
+
+}  // namespace
+
 RelayFigures RunInterleaved(const BenchmarkOptions& options, OutboxStore& chapter_store,
-                            Publisher& chapter_publisher, Relay& relay, const std::string& where) {
+                            Publisher& chapter_publisher, Relay& relay, const std::string& where,
+                            const RawSlice& raw_slice) {
   RelayFigures figures;
   for (int slice = 0; slice < kSlices; ++slice) {
     const auto run_chapter = [&] {
@@ -23,29 +116,38 @@ RelayFigures RunInterleaved(const BenchmarkOptions& options, OutboxStore& chapte
       const auto start = SteadyClock::now();
       const PerRowRelayReport report =
           RunPerRowRelay(chapter_store, chapter_publisher, {rows, /*mark=*/true}, nullptr);
-      figures.chapter.seconds += SecondsSince(start);
+      const double seconds = SecondsSince(start);
+      figures.chapter.seconds += seconds;
       figures.chapter.events += report.marked;
+      figures.chapter_rates.push_back(Rate(report.marked, seconds));
       if (report.marked != rows)
         RequireAllDelivered(("chapter algorithm" + where).c_str(), options.chapter_events,
                             figures.chapter.events);
     };
     const auto run_relay = [&] {
       const std::int64_t until = SliceEnd(options.events, slice);
+      const std::int64_t before = figures.relay.events;
       const auto start = SteadyClock::now();
       while (figures.relay.events < until) {
         const BatchReport batch = relay.RunBatch();
         if (batch.claimed == 0) break;
         figures.relay.events += batch.settle.marked;
       }
-      figures.relay.seconds += SecondsSince(start);
+      const double seconds = SecondsSince(start);
+      figures.relay.seconds += seconds;
+      figures.relay_rates.push_back(Rate(figures.relay.events - before, seconds));
     };
-    if (slice % 2 == 0) {
-      run_chapter();
-      run_relay();
-    } else {
-      run_relay();
-      run_chapter();
-    }
+    const auto run_raw = [&] {
+      const ThroughputFigure part = raw_slice(slice);
+      figures.raw.events += part.events;
+      figures.raw.seconds += part.seconds;
+      figures.raw_rates.push_back(Rate(part.events, part.seconds));
+    };
+    // Rotate who goes first, so drift (disk latency, the other engineers' builds) hits all alike.
+    std::vector<std::function<void()>> lanes = {run_chapter, run_relay};
+    if (raw_slice) lanes.push_back(run_raw);
+    std::rotate(lanes.begin(), lanes.begin() + slice % static_cast<int>(lanes.size()), lanes.end());
+    for (const auto& lane : lanes) lane();
   }
   RequireAllDelivered(("chapter algorithm" + where).c_str(), options.chapter_events,
                       figures.chapter.events);
@@ -75,7 +177,13 @@ RelayFigures MeasureRelays(const BenchmarkOptions& options, const TempDir& dir,
   relay_options.owner = fmt::format("bench-{}", getpid());
   Relay relay(*relay_store, relay_publisher, relay_options);
 
-  RelayFigures figures = RunInterleaved(options, *chapter_store, chapter_publisher, relay, "");
+  RawProducer raw(options, brokers, topic);
+  RelayFigures figures = RunInterleaved(options, *chapter_store, chapter_publisher, relay, "",
+                                        [&raw, &options](int slice) {
+                                          return raw.Produce(SliceEnd(options.events, slice));
+                                        });
+  RequireAllDelivered("raw produce", options.events, figures.raw.events);
+  figures.raw.events_per_s = Rate(figures.raw.events, figures.raw.seconds);
   if (relay_store->PendingCount() != 0)
     throw KafkaError(fmt::format("relay: {} rows still pending in '{}'",
                                  relay_store->PendingCount(), relay_path),
@@ -122,81 +230,6 @@ WorkloadThroughputFigure MeasureRelayOnWorkload(const BenchmarkOptions& options,
     throw KafkaError(fmt::format("{}: {} rows still pending in '{}'", name, store->PendingCount(), db),
                      RD_KAFKA_RESP_ERR__MSG_TIMED_OUT);
   figure.relay.events_per_s = Rate(figure.relay.events, figure.relay.seconds);
-  return figure;
-}
-
-namespace {
-
-// Delivery reports of the raw producer. Served on our thread (rd_kafka_poll,
-// rd_kafka_flush), so plain counters do.
-struct RawDeliveries {
-  std::int64_t ok = 0;
-  std::int64_t failed = 0;
-  rd_kafka_resp_err_t first_error = RD_KAFKA_RESP_ERR_NO_ERROR;
-};
-
-void OnRawDelivery(rd_kafka_t*, const rd_kafka_message_t* msg, void* opaque) noexcept {
-  auto* deliveries = static_cast<RawDeliveries*>(opaque);
-  if (msg->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-    ++deliveries->ok;
-    return;
-  }
-  ++deliveries->failed;
-  if (deliveries->first_error == RD_KAFKA_RESP_ERR_NO_ERROR) deliveries->first_error = msg->err;
-}
-
-// Produces m as KafkaPublisher does (same key, value and headers), waiting
-// for room when the local queue is full.
-void ProduceRaw(rd_kafka_t* producer, const std::string& topic, const OutboundMessage& m) {
-  const rd_kafka_resp_err_t err = kafka::ProduceOutboundMessage(producer, topic, m, nullptr);
-  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) kafka::ThrowKafkaError("raw produce", err);
-  rd_kafka_poll(producer, 0);
-}
-
-}  // namespace
-
-ThroughputFigure MeasureRaw(const BenchmarkOptions& options, const std::string& brokers,
-                            const std::string& topic) {
-  std::vector<OutboundMessage> messages;
-  messages.reserve(static_cast<std::size_t>(options.events));
-  for (std::int64_t i = 1; i <= options.events; ++i) messages.push_back(MessageForRow(RowFor(i, options.store.clock->EpochMs())));
-
-  // Declared before the producer, destroyed after it: reports write into it.
-  RawDeliveries deliveries;
-  std::vector<kafka::Property> properties = {
-      {"bootstrap.servers", brokers},
-      {"acks", "all"},
-      {"message.timeout.ms", std::to_string(options.delivery_timeout_ms)},
-  };
-  properties.insert(properties.end(), options.properties.begin(), options.properties.end());
-  kafka::ConfHandle conf = kafka::MakeConf(properties);
-  rd_kafka_conf_set_dr_msg_cb(conf.get(), &OnRawDelivery);
-  rd_kafka_conf_set_opaque(conf.get(), &deliveries);
-  kafka::KafkaHandle producer = kafka::MakeClient(RD_KAFKA_PRODUCER, std::move(conf));
-
-  OutboundMessage warmup;
-  warmup.key = "bench-warmup";
-  warmup.payload = "{}";
-  ProduceRaw(producer.get(), topic, warmup);
-  rd_kafka_flush(producer.get(), options.delivery_timeout_ms);
-  if (deliveries.ok != 1)
-    throw KafkaError(fmt::format("raw produce warm-up: {}", kafka::DescribeError(deliveries.first_error)),
-                     deliveries.first_error);
-  deliveries = RawDeliveries{};
-
-  const auto start = SteadyClock::now();
-  for (const OutboundMessage& message : messages) ProduceRaw(producer.get(), topic, message);
-  const rd_kafka_resp_err_t flushed = rd_kafka_flush(producer.get(), options.delivery_timeout_ms + 5000);
-  ThroughputFigure figure;
-  figure.seconds = SecondsSince(start);
-  if (flushed != RD_KAFKA_RESP_ERR_NO_ERROR) kafka::ThrowKafkaError("raw produce: flush", flushed);
-  if (deliveries.failed > 0)
-    throw KafkaError(fmt::format("raw produce: {} of {} deliveries failed, first: {}",
-                                 deliveries.failed, options.events,
-                                 kafka::DescribeError(deliveries.first_error)),
-                     deliveries.first_error);
-  figure.events = deliveries.ok;
-  figure.events_per_s = Rate(figure.events, figure.seconds);
   return figure;
 }
 
