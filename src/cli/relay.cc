@@ -580,7 +580,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             observed.SetRelay(&relay);
             // Declared after the publisher: stopped before it, as it probes the broker through it.
             const std::unique_ptr<ops::OpsServer> http_server =
-                StartRelayHttp(*http, global, observer, publisher.handle(),
+                StartRelayHttp(*http, global, observer, producer_handle,
                                loop_options.idle_max_ms, o->delivery_timeout_ms, o->json);
             const LoopReport report = RunRelayLoopReconnecting(
                 relay, observed, loop_options, ObserveLoop(observer, loop_options, [&](const BatchReport& batch) {
