@@ -110,9 +110,15 @@ LD_PRELOAD=$FAKETIME_LIB FAKETIME=-10m run write 3 --quiet
 expect_rc 0 "write 3 with the clock 10 minutes behind"
 run status
 wait_for 20 "$LEADER_PID" "oldest pending age above 300 s" _last_above relay-1 outbox_oldest_pending_age_seconds 300
+# The broker probe runs once a second on its own thread: wait for its verdict, do not race it.
+_readyz_names_broker() {
+  curl -s -m 5 -o "$TMP/readyz.body" -w 'HTTP %{http_code}\n' \
+    "http://127.0.0.1:$(http_port "$TMP/relay-1.log")/readyz" > "$TMP/readyz.code" &&
+    grep -q '^broker unreachable: ' "$TMP/readyz.body"
+}
+wait_for 20 "$LEADER_PID" "/readyz naming the broker unreachable" _readyz_names_broker
 echo "\$ curl http://127.0.0.1:$(http_port "$TMP/relay-1.log")/readyz"
-curl -s -m 5 -o "$TMP/readyz.body" -w 'HTTP %{http_code}\n' "http://127.0.0.1:$(http_port "$TMP/relay-1.log")/readyz"
-cat "$TMP/readyz.body"
+cat "$TMP/readyz.code" "$TMP/readyz.body"
 expect_line '^backlog too old: the oldest pending row is [0-9]+(m|s|ms)[^ ]* old, above --ready-max-age 5m$' "$TMP/readyz.body"
 expect_line '^broker unreachable: ' "$TMP/readyz.body"
 wait_samples 20

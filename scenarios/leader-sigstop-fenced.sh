@@ -66,7 +66,7 @@ wait_exit "$pid_a" 30 "relay-a"
 expect_eq 0 "$BG_RC" "exit code of relay-a"
 sed 's/^/  | /' "$log_a"
 expect_count 1 '"report":"batch"' "$log_a"
-expect_line "^\\{\"report\":\"batch\",\"token\":1,\"claimed\":$BATCH,\"acked\":$BATCH,\"failed\":0,\"marked\":0,\"retried\":0,\"parked\":0,\"fenced\":$BATCH\\}\$" "$log_a"
+expect_line "^\\{\"report\":\"batch\",\"token\":1,\"claimed\":$BATCH,\"acked\":$BATCH,\"failed\":0,\"marked\":0,\"retried\":0,\"parked\":0,\"fenced\":$BATCH,\"outage\":0\\}\$" "$log_a"
 expect_line '^\{"report":"lease","event":"lost","owner":"relay-a","token":1,' "$log_a"
 expect_json "$log_a" ".report == \"final\" and .batches == 1 and .marked == 0 and .fenced == $BATCH and .pending == 0" \
   "relay-a: final report, nothing marked"

@@ -63,6 +63,7 @@ OTHER_TOOLS = {
     '--headless': 'chromium', '--dump-dom': 'chromium', '--from-beginning': 'kafka-console-consumer',
     '--build': 'cmake', '--test-dir': 'ctest', '--output-on-failure': 'ctest',
     '--bootstrap-server': 'Kafka tools', '--topic-name': 'Kafka tools',
+    '--inclusive': 'callgrind_annotate', '--tool': 'valgrind',
 }
 
 OPTION = re.compile(r'(?<![\w-])(--[a-z][a-z0-9-]*)')
