@@ -23,6 +23,8 @@
 #include "cli/partition_pin.h"
 #include "cli/publishing.h"
 #include "cli/relay_http.h"
+#include "cli/relay_lines.h"
+#include "cli/relay_options.h"
 #include "cli/stop_signal.h"
 #include "outbox/open_store.h"
 #include "lab/chapter/recording_publisher.h"
@@ -40,34 +42,6 @@
 
 namespace outbox::cli {
 namespace {
-
-struct RelayCliOptions {
-  bool once = false;
-  bool until_empty = false;
-  std::int64_t batch_size = 1000;
-  int pipeline = 2;
-  std::int64_t delivery_timeout_ms = 10000;
-  std::string key = "event-id";
-  std::string on_failure = "block-key";
-  // Empty: by backend. leader on SQLite: every write is serialized there anyway, so one sender
-  // loses nothing; claims on PostgreSQL, where relays on many hosts share the work through SKIP
-  // LOCKED and a late commit behind a cursor is never delayed (README "PostgreSQL").
-  std::string coordination;
-  int max_attempts = 5;
-  std::int64_t lease_ms = 30000;
-  std::int64_t backoff_base_ms = 200;
-  std::int64_t backoff_max_ms = 60000;
-  std::int64_t idle_max_ms = 1000;
-  std::string owner;
-  bool quiet = false;
-  bool allow_partitioner_change = false;  // --allow-partitioner-change
-  bool fail_on_parked = false;
-  bool json = false;
-  std::string pg_claim = "scan";  // PostgreSQL: scan | naive-cursor (PgClaimMode)
-  bool exactly_once = false;       // --exactly-once: a transactional producer
-  std::string transactional_id;    // --transactional-id (empty: DefaultTransactionalId)
-  std::int64_t transaction_timeout_ms = 60000;  // --transaction-timeout
-};
 
 // What names the outbox in the default transactional.id: the SQLite file's absolute path, or the
 // PostgreSQL URL without its password (and the lab's schema, which --db carries in the URL).
@@ -97,134 +71,6 @@ std::int64_t ReleaseDeadOwners(OutboxStore& store) {
   return released_lease;
 }
 
-namespace {
-
-// Stalled aggregates named at the end of --until-empty and by status, at most.
-constexpr std::int64_t kStallsShown = 10;
-
-nlohmann::ordered_json StallsJson(const std::vector<Stall>& stalls) {
-  nlohmann::ordered_json out = nlohmann::ordered_json::array();
-  for (const Stall& s : stalls)
-    out.push_back({{"parked_id", s.parked_id}, {"event_id", s.event_id},
-                   {"aggregate_id", s.aggregate_id}, {"rows_held", s.rows_held}});
-  return out;
-}
-
-// "23:59:01.123Z (in 28980ms)": an epoch-ms instant as UTC time of day and as a
-// distance from now_ms.
-std::string Until(std::int64_t until_ms, std::int64_t now_ms) {
-  const std::time_t seconds = static_cast<std::time_t>(until_ms / 1000);
-  std::tm tm = {};
-  gmtime_r(&seconds, &tm);
-  return fmt::format("{:02}:{:02}:{:02}.{:03}Z (in {})", tm.tm_hour, tm.tm_min, tm.tm_sec,
-                     until_ms % 1000, FormatDuration(std::max<std::int64_t>(0, until_ms - now_ms)));
-}
-
-// One line per part of a wait (issue 15: an idle relay with work left says why).
-void PrintWait(const WaitReport& wait, std::int64_t now_ms, bool json) {
-  if (wait.leader.token > 0) {
-    if (json)
-      fmt::print("{}\n", lab::DumpJson(nlohmann::ordered_json{{"report", "wait"},
-                                                              {"on", "leader"},
-                                                              {"owner", wait.leader.owner},
-                                                              {"token", wait.leader.token},
-                                                              {"rows", wait.leader.rows},
-                                                              {"until_ms", wait.leader.until_ms}}));
-    else
-      fmt::print("[relay] waiting: standby; {} leads with token {} ({} rows pending), lease until "
-                 "{} unless renewed\n",
-                 lab::EscapeBytes(wait.leader.owner), wait.leader.token, wait.leader.rows,
-                 Until(wait.leader.until_ms, now_ms));
-  }
-  for (const WaitReport::Lease& lease : wait.leases) {
-    if (json)
-      fmt::print("{}\n", lab::DumpJson(nlohmann::ordered_json{{"report", "wait"},
-                                                              {"on", "lease"},
-                                                              {"owner", lease.owner},
-                                                              {"rows", lease.rows},
-                                                              {"until_ms", lease.until_ms}}));
-    else
-      fmt::print("[relay] waiting: {} rows claimed by {} until {}, when its lease runs out\n",
-                 lease.rows, lab::EscapeBytes(lease.owner), Until(lease.until_ms, now_ms));
-  }
-  if (wait.backoff.rows > 0) {
-    if (json)
-      fmt::print("{}\n", lab::DumpJson(nlohmann::ordered_json{{"report", "wait"},
-                                                              {"on", "backoff"},
-                                                              {"rows", wait.backoff.rows},
-                                                              {"until_ms", wait.backoff.first_due_ms}}));
-    else
-      fmt::print("[relay] waiting: {} rows in backoff after failed deliveries; the first is due "
-                 "at {}\n",
-                 wait.backoff.rows, Until(wait.backoff.first_due_ms, now_ms));
-  }
-  std::fflush(stdout);
-}
-
-// One line per change of leadership (leader mode). dead_token: the token of a dead leader's
-// lease this relay released at start (0: none), so that its until_ms of 0 is not read as that
-// leader's clean release.
-void PrintLease(const LeaseEvent& event, bool json, std::int64_t dead_token) {
-  const char* kind = event.kind == LeaseEvent::Kind::kAcquired ? "acquired"
-                     : event.kind == LeaseEvent::Kind::kLost   ? "lost"
-                                                               : "released";
-  if (json) {
-    nlohmann::ordered_json line = {{"report", "lease"}, {"event", kind},
-                                   {"owner", event.lease.owner}, {"token", event.lease.token},
-                                   {"until_ms", event.lease.until_ms}};
-    if (event.kind == LeaseEvent::Kind::kAcquired) {
-      line["previous_owner"] = event.previous.owner;
-      line["previous_token"] = event.previous.token;
-    }
-    fmt::print("{}\n", lab::DumpJson(line));
-  } else if (event.kind == LeaseEvent::Kind::kAcquired) {
-    fmt::print("[relay] leader: acquired the lease with token {}{}\n", event.lease.token,
-               event.previous.token == 0
-                   ? std::string()
-               // until_ms 0: the last leader released its lease (a clean stop), no failover.
-               : event.previous.until_ms == 0 && event.previous.token != dead_token
-                   ? fmt::format(", after its clean release by {} (token {})",
-                                 lab::EscapeBytes(event.previous.owner), event.previous.token)
-               : event.previous.token == dead_token
-                   ? fmt::format(", taking over from {} (token {})",
-                                 lab::EscapeBytes(event.previous.owner), event.previous.token)
-                   : fmt::format(", taking over from {} (token {}), whose lease ran out",
-                                 lab::EscapeBytes(event.previous.owner), event.previous.token));
-  } else if (event.kind == LeaseEvent::Kind::kLost) {
-    fmt::print("[relay] leader: lost the lease of token {} to a newer term; standby now, "
-               "settles of batches in flight are fenced out\n",
-               event.lease.token);
-  } else {
-    fmt::print("[relay] leader: released the lease of token {}\n", event.lease.token);
-  }
-  std::fflush(stdout);
-}
-
-// One line per change of a broker outage (printed under --quiet too: an operator must see why
-// the relay stands still). now_ms: when it is printed, for an outage's length.
-void PrintOutage(const OutageEvent& event, bool json, std::int64_t now_ms) {
-  const char* kind = event.kind == OutageEvent::Kind::kBegun    ? "begun"
-                     : event.kind == OutageEvent::Kind::kGoesOn ? "goes-on"
-                                                                : "over";
-  if (json) {
-    nlohmann::ordered_json line = {{"report", "outage"}, {"event", kind}};
-    line.update(OutageJson(event.outage, event.rows_waiting));
-    line["retry_in_ms"] = event.retry_in_ms;
-    fmt::print("{}\n", lab::DumpJson(line));
-  } else if (event.kind == OutageEvent::Kind::kOver) {
-    fmt::print("[relay] broker outage over: delivering again after {:.1f} s (it began {}: {})\n",
-               static_cast<double>(std::max<std::int64_t>(0, now_ms - event.outage.since_ms)) / 1000.0,
-               UtcTime(event.outage.since_ms), lab::EscapeBytes(event.outage.cause));
-  } else {
-    fmt::print("[relay] {}; no attempt counted, none parked; next try in {}\n",
-               lab::EscapeBytes(OutageText(event.outage, event.rows_waiting)),
-               FormatDuration(event.retry_in_ms));
-  }
-  std::fflush(stdout);
-}
-
-}  // namespace
-
 Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   CLI::App* sub = app.add_subcommand(
       "relay",
@@ -232,108 +78,11 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
       "produce it asynchronously, mark every acked row in one transaction; back off, then park, "
       "failing rows");
   auto o = std::make_shared<RelayCliOptions>();
-  auto* once = sub->add_flag("--once", o->once, "Run one batch, then exit");
-  sub->add_flag("--until-empty", o->until_empty,
-                "Run until no row waits (all published or parked), then exit; exit 20, naming "
-                "the parked rows, when rows are left stalled behind them (block-key)")
-      ->excludes(once);
-  sub->add_option("--batch-size", o->batch_size, "Rows per batch")
-      ->check(PositiveInteger())
-      ->capture_default_str();
-  sub->add_option("--pipeline", o->pipeline,
-                  "Batches in flight at once: the next batch is claimed and produced while the "
-                  "last one's acks arrive (1: one batch at a time). kill -9 re-sends at most "
-                  "this many batches")
-      ->check(PositiveInteger())
-      ->capture_default_str();
-  // --send-timeout: the name this option had before --delivery-timeout was shared with publish.
-  AddDurationOption(*sub, "--delivery-timeout,--send-timeout", o->delivery_timeout_ms,
-                    "Delivery timeout per batch (librdkafka message.timeout.ms)", 1,
-                    kMaxDeliveryTimeoutMs);
-  sub->add_option("--key", o->key,
-                  "Record key: event-id (the chapter's) or aggregate-id (per-aggregate order)")
-      ->check(CLI::IsMember({"event-id", "aggregate-id"}))
-      ->capture_default_str();
-  sub->add_option("--on-failure", o->on_failure,
-                  "block-key: later events of a failing aggregate wait (order kept); skip: they "
-                  "flow on (order lost)")
-      ->check(CLI::IsMember({"block-key", "skip"}))
-      ->capture_default_str();
-  sub->add_option("--coordination", o->coordination,
-                  "leader: one relay holds a lease row with a growing fencing token and sends "
-                  "everything, the others stand by and take over when it lapses; claims: every "
-                  "batch is claimed (per-row lease and token), several relays share the work. "
-                  "Default: leader on an SQLite file, claims on a postgresql:// --db (leader "
-                  "runs there too, its lease on the server's clock)")
-      ->check(CLI::IsMember({"leader", "claims"}));
-  sub->add_option("--max-attempts", o->max_attempts, "Failed attempts before a row is parked")
-      ->check(PositiveInteger())
-      ->capture_default_str();
-  // At most 2h: room above the longest --delivery-timeout (1h), far from overflowing the
-  // claim's expiry (now + lease, epoch ms).
-  AddDurationOption(*sub, "--lease", o->lease_ms,
-                    "How long a claim (claims) or the leader lease (leader) holds: above "
-                    "--delivery-timeout, at most 2h", 1, 2 * 3'600'000);
-  AddDurationOption(*sub, "--backoff-base", o->backoff_base_ms,
-                    "First retry delay: at most --backoff-max", 0, 3'600'000);
-  AddDurationOption(*sub, "--backoff-max", o->backoff_max_ms,
-                    "Cap of the exponential retry delay, at most 1h", 0, 3'600'000);
-  AddDurationOption(*sub, "--idle-max", o->idle_max_ms, "Longest idle wait between polls", 1,
-                    60'000);
-  sub->add_option("--owner", o->owner, "Name recorded with claims and the leader lease (default "
-                  "relay-PID@HOST/PIDNS/INCARNATION: the PID namespace's inode and a random id "
-                  "per process, so a relay in another PID namespace is never taken for dead)")
-      ->check(CLI::Validator(
-          [](const std::string& owner) -> std::string {
-            if (owner.empty())
-              return "an owner cannot be empty: give a name, or leave --owner out for "
-                     "relay-PID@HOST";
-            return {};
-          },
-          "NAME", "Owner"));
-  sub->add_flag("--quiet", o->quiet, "Print only the final line");
-  sub->add_flag("--allow-partitioner-change", o->allow_partitioner_change,
-                "--key aggregate-id: start even when -X partitioner or the topic's partition "
-                "count differs from the one recorded for --topic (exit 21 otherwise), and record "
-                "the new one");
-  sub->add_flag("--fail-on-parked", o->fail_on_parked,
-                "Exit 14 instead of 0 when parked rows are left in the outbox at the end (for CI "
-                "that asserts every event was delivered; list them with `parked`); exit 4 when "
-                "stopped while the PostgreSQL server is down (the count is unknown)");
-  sub->add_option("--pg-claim", o->pg_claim,
-                  "PostgreSQL, claims mode only: scan (every unpublished row, whatever its id) "
-                  "or naive-cursor (the classic bug: claim only ids above the highest claimed; a "
-                  "transaction that took a smaller id and committed later is skipped, and check "
-                  "reports it lost)")
-      ->check(CLI::IsMember({"scan", "naive-cursor"}))
-      ->capture_default_str();
-  sub->add_flag("--json", o->json,
-                "Print JSON lines instead: {\"report\":\"batch\",...} per batch (unless --quiet), "
-                "then {\"report\":\"final\",\"stopped\":...,\"batches\":...,...}");
+  AddRelayCliOptions(*sub, *o);
   auto http = std::make_shared<RelayHttpOptions>();
   AddRelayHttpOptions(*sub, *http);
   auto* pipeline_option = sub->get_option("--pipeline");
   auto* coordination_option = sub->get_option("--coordination");
-  sub->add_flag("--exactly-once", o->exactly_once,
-                "Kafka transactions: each batch is one transaction with a record on "
-                "<topic>.outbox-relay-state naming its outbox ids; rows are marked only after "
-                "the commit, and at the start of its term the relay reads that topic "
-                "read_committed and marks the ids a committed transaction carried instead of "
-                "sending them again. Consumers must read with isolation.level=read_committed. "
-                "Refused (exit 22): --coordination claims (several relays would send at once; "
-                "leader is the default with this flag, on PostgreSQL too) and --pipeline above 1 "
-                "(one transaction at a time, so only the last one can be unmarked). On the "
-                "embedded broker it runs but proves nothing: librdkafka 2.0.2's mock cluster "
-                "writes no commit/abort markers (docs/exactly-once.md)");
-  sub->add_option("--transactional-id", o->transactional_id,
-                  "--exactly-once: the producer's transactional.id (default "
-                  "outbox-relay:<topic>:<database path or URL without password>: stable across "
-                  "restarts, so a restarted relay fences its zombie)");
-  AddDurationOption(*sub, "--transaction-timeout", o->transaction_timeout_ms,
-                    "--exactly-once: librdkafka transaction.timeout.ms; the brokers abort a "
-                    "transaction left open this long (a relay killed mid-transaction and not "
-                    "restarted holds back read_committed readers until then); at least "
-                    "--delivery-timeout", 1, 900'000);
   return {sub, [&global, o, http, pipeline_option, coordination_option]() -> ExitCode {
             if (o->exactly_once) {
               if (o->coordination == "claims")
