@@ -61,6 +61,9 @@ record() {
       fi
     done <"$TARGETS" >>"$SAMPLES"
     echo "$i" >"$TMP/sample-index.tmp" && mv "$TMP/sample-index.tmp" "$TMP/sample-index"
+    # The scrape interval (Prometheus' scrape_interval), not a wait for an event: the series are
+    # sampled on a clock, as a Prometheus server would; every wait on the relays goes through
+    # wait_for/wait_samples on what they print or serve.
     sleep 1
   done
 }
