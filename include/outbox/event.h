@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,25 @@ struct OutboxEvent {
   // values, sent as Kafka record headers (record_headers.h). Empty: NULL, none.
   // Untrusted: validated when the relay sends the row, not here.
   std::string headers = {};  // a default, so {id, aggregate, type, payload, ms} stays complete
+  // Delayed publish (column not_before, epoch ms): the relay sends the row no earlier than this
+  // instant on the database's clock: on SQLite the store's Clock (the relay's process clock),
+  // on PostgreSQL the server's now(). nullopt: NULL, the row is due at once. Any value is
+  // accepted here, as any value a foreign writer puts in the column is: one at or before the
+  // relay's now means at once, one more than kMaxDelayMs ahead of it is taken for a unit
+  // mistake and also means at once (docs/delayed-publish.md).
+  std::optional<std::int64_t> not_before_ms = {};
+  // Or relative to the enqueue: not_before = the database's clock at the INSERT + delay_ms
+  // (PostgreSQL: the server computes it, so the writer's own clock never matters). 0: none.
+  // Enqueue throws ConfigError for a negative delay, one above kMaxDelayMs, or one given
+  // together with not_before_ms.
+  std::int64_t delay_ms = 0;
 };
+
+// The furthest ahead of the relay's now a not_before may lie and still delay its row: 365 days.
+// Further ahead it is no believable delay but a unit mistake (microseconds or nanoseconds since
+// the epoch instead of ms) or garbage from a foreign writer, and a relay that believed it would
+// hold the row, and under block-key its aggregate, for centuries: such a row is due at once.
+inline constexpr std::int64_t kMaxDelayMs = 365LL * 24 * 60 * 60 * 1000;
 
 // "enqueue event 'E': aggregate_id is empty: ..." the message of the ConfigError an enqueue
 // throws for an empty aggregate id (Store::Enqueue, PgStore::Enqueue).
@@ -30,6 +49,19 @@ inline std::string EmptyAggregateMessage(const std::string& event_id) {
   return "enqueue event '" + event_id +
          "': aggregate_id is empty: the outbox contract needs one (the record key that keeps an "
          "aggregate's events on one partition, in order)";
+}
+
+// Why an enqueue refuses event's delay: "enqueue event 'E': delay ..." for a delay_ms below 0 or
+// above kMaxDelayMs, or given together with not_before_ms; empty when the delay is acceptable
+// (Store::Enqueue, PgStore::Enqueue throw it as a ConfigError).
+inline std::string DelayErrorMessage(const OutboxEvent& event) {
+  const std::string what = "enqueue event '" + event.event_id + "': ";
+  if (event.delay_ms < 0 || event.delay_ms > kMaxDelayMs)
+    return what + "delay " + std::to_string(event.delay_ms) + " ms: must be between 0 and " +
+           std::to_string(kMaxDelayMs) + " (365 days)";
+  if (event.delay_ms > 0 && event.not_before_ms)
+    return what + "give a delay or a not_before, not both";
+  return {};
 }
 
 // A row of the outbox table.

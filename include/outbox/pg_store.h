@@ -105,8 +105,10 @@ class PgStore : public OutboxStore {
   // Inserts one outbox row inside txn (the business row's transaction: they commit or roll back
   // together, chapter 7.1). created_at is the server's clock when event.created_at_ms is 0.
   // event.headers is not stored on PostgreSQL yet (README). Returns the row's id (from the
-  // sequence: committed rows are NOT in id order). Throws pg::PgError: sqlstate "23505" when
-  // event_id exists already.
+  // sequence: committed rows are NOT in id order). event.not_before_ms is written as it is
+  // (epoch ms, compared with the server's clock); event.delay_ms > 0 writes not_before = the
+  // server's clock at the INSERT + delay_ms. Throws ConfigError for a delay
+  // DelayErrorMessage refuses; pg::PgError: sqlstate "23505" when event_id exists already.
   std::int64_t Enqueue(pg::Transaction& txn, const OutboxEvent& event);
 
   // OutboxStore. RunId: empty before the first ResetSchema. NextId: from the id sequence.

@@ -39,13 +39,25 @@ struct OutboxSnapshot {
 
 // Everything status and metrics report, read in one transaction.
 // "unpublished" means one thing everywhere (verify, status, Count): not yet
-// published, parked rows included. "pending" is the part a relay still works
-// on: unpublished and not parked (PendingCount).
+// published, parked rows included. "pending" is the backlog: unpublished, not
+// parked and not delayed (PendingCount counts delayed rows too). "delayed":
+// unpublished, not parked, and its not_before still ahead (delayed publish,
+// OutboxEvent::not_before_ms; a NULL, past or absurd one is not: it is due).
 struct OutboxStatus {
-  std::int64_t unpublished = 0;     // not published: pending + parked
-  std::int64_t pending = 0;         // not published, not parked
-  // now - oldest pending created_at, >= 0; 0 when none. Over rows whose
-  // created_at keeps the contract only, so it is never an impossible age.
+  std::int64_t unpublished = 0;     // not published: pending + delayed + parked
+  std::int64_t pending = 0;         // not published, not parked, not delayed
+  std::int64_t delayed = 0;         // not published, not parked, not_before ahead
+  // Pending rows after their aggregate's first delayed row: under block-key
+  // they wait for it (docs/delayed-publish.md). Counted in pending, not in the
+  // oldest age.
+  std::int64_t behind_delayed = 0;
+  // now - the instant the oldest pending row became due, >= 0; 0 when none. A
+  // row becomes due at its created_at, or later: at the latest not_before that
+  // has passed among its aggregate's unpublished rows, when it is at or after
+  // the first of them (it was delayed, or waited under block-key for one that was).
+  // Over rows whose created_at keeps the contract only, so it is never an
+  // impossible age, and not over rows behind a delayed row: delayed rows do
+  // not trip an age alert, by themselves or by what they hold back.
   std::int64_t oldest_pending_age_ms = 0;
   std::int64_t in_backoff = 0;      // unpublished rows whose next attempt is in the future
   std::int64_t parked = 0;

@@ -87,7 +87,9 @@ struct ResetCounts {
 // leader (owner, fencing token, until), see AcquireLease, and the partial index
 // outbox_failed_by_aggregate over unpublished rows with attempts > 0 (once
 // ReadPage's hold-back test; it now reads outbox_pending_by_aggregate, as the claim does).
-inline constexpr int kSchemaVersion = 5;
+// 6 adds the nullable not_before column to outbox (delayed publish, OutboxEvent::not_before_ms):
+// epoch ms compared with the store's Clock, the relay's process clock.
+inline constexpr int kSchemaVersion = 6;
 
 // How a relay maps record keys to the partitions of one topic (OutboxStore::NotePartitionMapping).
 struct PartitionMapping {
@@ -189,6 +191,10 @@ class Store : public OutboxStore {
   // Inserts event into the outbox inside txn, the caller's transaction from
   // BeginWrite(), after (or before) the business insert: both commit together
   // or neither does. Returns the new row id.
+  // event.not_before_ms is written as it is; event.delay_ms > 0 writes not_before =
+  // the store's Clock (EpochMs) + delay_ms, the clock the relay compares it with.
+  // Throws ConfigError for a delay DelayErrorMessage refuses (below 0, above
+  // kMaxDelayMs, or beside not_before_ms).
   // Throws ConfigError when txn is not on this store's connection; DbError,
   // e.g. SQLITE_CONSTRAINT_UNIQUE when event_id already exists (the caller's
   // transaction must then roll back).
@@ -447,6 +453,7 @@ class Store : public OutboxStore {
   void MigrateToV3();
   void MigrateToV4();
   void MigrateToV5();
+  void MigrateToV6();
 
   SystemClock system_clock_;  // used when StoreOptions::clock is null
   Clock* clock_;              // not owned

@@ -60,8 +60,8 @@ std::string PrometheusText(const StatusView& view) {
 
 Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
   CLI::App* sub = app.add_subcommand(
-      "status", "Backlog of the outbox: unpublished (pending + parked), pending, oldest pending "
-                "age, backoff, parked, claimed, published");
+      "status", "Backlog of the outbox: unpublished (pending + delayed + parked), pending, "
+                "delayed, oldest pending age, backoff, parked, claimed, published");
   auto json = std::make_shared<bool>(false);
   sub->add_flag("--json", *json, "Print one JSON object");
   auto horizon_threshold_ms = std::make_shared<std::int64_t>(kHorizonThresholdMs);
@@ -79,6 +79,8 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
               nlohmann::ordered_json out;
               out["unpublished"] = s.unpublished;
               out["pending"] = s.pending;
+              out["delayed"] = s.delayed;
+              out["behind_delayed"] = s.behind_delayed;
               out["oldest_pending_age_ms"] = s.oldest_pending_age_ms;
               out["in_backoff"] = s.in_backoff;
               out["parked"] = s.parked;
@@ -122,10 +124,15 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                                   {"threshold_ms", *horizon_threshold_ms}};
               fmt::print("{}\n", lab::DumpJson(out));
             } else {
-              fmt::print("[status] unpublished={} pending={} oldest-pending-age-ms={} "
+              fmt::print("[status] unpublished={} pending={} delayed={} oldest-pending-age-ms={} "
                          "in-backoff={} parked={} claimed={} published={} archived={}\n",
-                         s.unpublished, s.pending, s.oldest_pending_age_ms, s.in_backoff,
-                         s.parked, s.claimed, s.published, s.archived);
+                         s.unpublished, s.pending, s.delayed, s.oldest_pending_age_ms,
+                         s.in_backoff, s.parked, s.claimed, s.published, s.archived);
+              if (s.behind_delayed > 0)
+                fmt::print("[status] behind-delayed={}: pending rows after a delayed row of their "
+                           "aggregate; under block-key they wait for it, and are left out of the "
+                           "oldest age\n",
+                           s.behind_delayed);
               if (view.backend == Backend::kSqlite)
                 fmt::print("[status] wal-bytes={}\n", view.wal_bytes);
               else

@@ -4,11 +4,14 @@
 #include <thread>
 
 #include "cli/command.h"
+#include "cli/duration.h"
 #include "cli/stop_signal.h"
 #include "cli/row_lines.h"
 #include "lab/chapter/loans.h"
 #include "lab/chapter/workload.h"
 #include "lab/faults/lab_failpoints.h"
+#include "outbox/duration.h"
+#include "outbox/event.h"
 #include "outbox/failpoint.h"
 
 namespace outbox::cli {
@@ -35,8 +38,14 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
                   "as possible")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  auto delay_ms = std::make_shared<std::int64_t>(0);
+  AddDurationOption(*sub, "--delay", *delay_ms,
+                    "Delayed publish: each event's not_before is its commit time plus this (the "
+                    "database's clock: PostgreSQL's server, SQLite's this process); the relay "
+                    "sends none before it; 0s: at once",
+                    0, kMaxDelayMs);
   AddRowLineOptions(*sub, *lines);
-  return {sub, [&global, count, lines, workload, rate]() -> ExitCode {
+  return {sub, [&global, count, lines, workload, rate, delay_ms]() -> ExitCode {
             const bool row_lines = PrintsRowLines(*lines, *count);
             // Ctrl-C or SIGTERM: the transaction in progress commits, then the count.
             StopSignalFd stop;
@@ -58,14 +67,17 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
                                                           (k - 1) * 1'000'000'000 / *rate));
               const lab::WrittenLoan w =
                   lab::WriteLoanWithEvent(*store, start + k, history.get(),
-                                          lab::LoanNumberFor(spread, start + k));
+                                          lab::LoanNumberFor(spread, start + k), *delay_ms);
               if (row_lines) {
                 fmt::print("[write] txn i={} loan={} event={} committed\n", start + k,
                            w.loan.loan_id, w.event.event_id);
                 std::fflush(stdout);  // scripts act on each line as it comes
               }
             }
-            fmt::print("[write] committed={}\n", *count);
+            if (*delay_ms > 0)
+              fmt::print("[write] committed={} delay={}\n", *count, FormatDuration(*delay_ms));
+            else
+              fmt::print("[write] committed={}\n", *count);
             std::fflush(stdout);
             // write-hold's hold point, off unless OUTBOX_FAILPOINTS arms it; Ctrl-C ends a hold.
             stop.Unblock();

@@ -52,10 +52,17 @@ std::string StatusMetricsText(const OutboxStatus& s, const LeaderLease& lease,
   std::string out;
   Gauge(out, "outbox_unpublished_rows", "Rows not yet published, parked rows included.",
         static_cast<double>(s.unpublished));
-  Gauge(out, "outbox_pending_rows", "Rows not yet published and not parked.",
+  Gauge(out, "outbox_pending_rows", "Rows not yet published, not parked and not delayed.",
         static_cast<double>(s.pending));
+  Gauge(out, "outbox_delayed_rows",
+        "Rows not yet published whose not_before is still ahead (delayed publish).",
+        static_cast<double>(s.delayed));
+  Gauge(out, "outbox_behind_delayed_rows",
+        "Pending rows after a delayed row of their aggregate (block-key holds them back).",
+        static_cast<double>(s.behind_delayed));
   Gauge(out, "outbox_oldest_pending_age_seconds",
-        "Age of the oldest pending row; alert on this, not on the row count.",
+        "Time since the oldest pending row became due (delayed rows, and rows behind them, left "
+        "out); alert on this, not on the row count.",
         Seconds(s.oldest_pending_age_ms));
   Gauge(out, "outbox_backoff_rows", "Unpublished rows waiting for their next attempt.",
         static_cast<double>(s.in_backoff));

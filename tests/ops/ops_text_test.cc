@@ -75,6 +75,8 @@ TEST_CASE("The metrics text of the status and relay families passes promtool che
   status.unpublished = 12;
   status.pending = 10;
   status.parked = 2;
+  status.delayed = 3;
+  status.behind_delayed = 1;
   status.oldest_pending_age_ms = 4500;
   LeaderLease lease{"relay-1", 4, 1700000030000, 1700000000000};
   RelayVerdicts verdicts;
@@ -85,6 +87,8 @@ TEST_CASE("The metrics text of the status and relay families passes promtool che
                            RelayMetricsText(BusySnapshot(), verdicts);
   CHECK(text.find("\noutbox_oldest_pending_age_seconds 4.5\n") != std::string::npos);
   CHECK(text.find("\noutbox_stalled_rows 5\n") != std::string::npos);
+  CHECK(text.find("\noutbox_delayed_rows 3\n") != std::string::npos);
+  CHECK(text.find("\noutbox_behind_delayed_rows 1\n") != std::string::npos);
   CHECK(text.find("\noutbox_leader_lease_left_seconds 20\n") != std::string::npos);
   CHECK(text.find("\noutbox_relay_last_loop_age_seconds 1.5\n") != std::string::npos);
   CHECK(text.find("# TYPE outbox_relay_batches_total counter\noutbox_relay_batches_total 7\n") !=

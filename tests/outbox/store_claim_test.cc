@@ -554,7 +554,7 @@ TEST_CASE("Opening the chapter's schema 1 database with kExisting migrates it to
   Store store(path, StoreOptions{}, OpenMode::kExisting);
 
   REQUIRE(store.BeginRead().connection().QueryInt64("PRAGMA user_version") == outbox::kSchemaVersion);
-  REQUIRE(outbox::kSchemaVersion == 5);
+  REQUIRE(outbox::kSchemaVersion == 6);
   const auto counts = store.Count();
   CHECK(counts.total == 3);
   CHECK(counts.published == 1);
@@ -596,9 +596,9 @@ TEST_CASE("Opening the chapter's schema 1 database with kExisting migrates it to
     CHECK(report.archived == 1);
     CHECK(store.Count().total == 2);
   }
-  SECTION("reopening leaves schema 5 as it is") {
+  SECTION("reopening leaves schema 6 as it is") {
     Store again(path, StoreOptions{}, OpenMode::kExisting);
-    CHECK(again.BeginRead().connection().QueryInt64("PRAGMA user_version") == 5);
+    CHECK(again.BeginRead().connection().QueryInt64("PRAGMA user_version") == 6);
     CHECK(again.Count().total == 3);
   }
 }

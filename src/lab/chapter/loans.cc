@@ -323,10 +323,11 @@ LabSnapshot ReadLabSnapshot(OutboxStore& store, const BusinessTable* business) {
 }
 
 WrittenLoan WriteLoanWithEvent(OutboxStore& store, std::int64_t index, History* history,
-                               std::int64_t loan_number) {
+                               std::int64_t loan_number, std::int64_t delay_ms) {
   const std::int64_t number = loan_number > 0 ? loan_number : index;
   WrittenLoan written{ChapterLoan(number, store.clock().EpochMs()), {}};
   written.event = LoanCreatedEvent(written.loan, index);
+  written.event.delay_ms = delay_ms;
   NotePhase(history, "begin");
   Note(history, "invoke", "txn", written.event.event_id);
   bool committing = false;

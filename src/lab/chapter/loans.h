@@ -87,8 +87,10 @@ struct WrittenLoan {
 // 0 means index (every event its own loan). When it differs from index and
 // that loan exists, the transaction renews it (status RENEWED) and the event
 // is LoanRenewed, with event id evt-(1000+index) all the same.
+// delay_ms > 0 delays the event's publish (OutboxEvent::delay_ms: not_before = the database's
+// clock at the INSERT + delay_ms, at most kMaxDelayMs).
 WrittenLoan WriteLoanWithEvent(OutboxStore& store, std::int64_t index, History* history = nullptr,
-                               std::int64_t loan_number = 0);
+                               std::int64_t loan_number = 0, std::int64_t delay_ms = 0);
 
 // naive-hold's dual write done wrong: commits loan alone, with no outbox row. Returns false, having
 // written nothing, when the loan exists already. Throws DbError or pg::PgError.

@@ -80,21 +80,28 @@ pg::Param IdArray(const std::vector<std::int64_t>& ids) {
 namespace {
 
 // The claimable rows' condition, shared by the claim and HasClaimable. $1: block key (boolean),
-// $2: the naive mode (boolean): only ids above the stored offset.
-constexpr const char* kClaimableWhere = R"sql(
+// $2: the naive mode (boolean): only ids above the stored offset. A delayed row (Delayed) is not
+// claimable, and under block key holds back the later rows of its aggregate (it is unpublished).
+// The naive mode ignores not_before: its offset moves past what it skips, so a delayed row it
+// passed over would never be sent.
+const std::string& ClaimableWhere() {
+  static const std::string where = fmt::format(R"sql(
   NOT o.published AND o.parked_at IS NULL
     AND (NOT $2::boolean OR o.id > COALESCE((SELECT max(last_id) FROM outbox_offset), 0))
     AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now())
+    AND ($2::boolean OR {})
     AND (NOT $1::boolean OR NOT EXISTS (
       SELECT 1 FROM outbox e WHERE e.aggregate_id = o.aggregate_id AND e.id < o.id AND NOT e.published))
-)sql";
+)sql", NotDelayed("o."));
+  return where;
+}
 
 // SKIP LOCKED passes over rows another relay's claim transaction holds right now. $1 block key,
 // $2 naive mode, $3 token, $4 owner, $5 limit, $6 lease ms.
 std::string ClaimSql() {
   return std::string(R"sql(
 WITH picked AS (
-  SELECT o.id FROM outbox o WHERE )sql") + kClaimableWhere + R"sql(
+  SELECT o.id FROM outbox o WHERE )sql") + ClaimableWhere() + R"sql(
   ORDER BY o.id LIMIT $5
   FOR UPDATE SKIP LOCKED)
 UPDATE outbox u SET claim_token = $3, claim_owner = $4,
@@ -134,6 +141,7 @@ picked AS (
   WHERE (SELECT complete FROM walk) AND o.id IN (SELECT id FROM heads)
     AND NOT o.published AND o.parked_at IS NULL
     AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now())
+    AND )sql" + NotDelayed("o.") + R"sql(
   ORDER BY o.id LIMIT $3
   FOR UPDATE OF o SKIP LOCKED),
 claimed AS (
@@ -154,7 +162,8 @@ const std::string& HeadClaimableSql() {
 SELECT CASE WHEN (SELECT COALESCE(max(n), 0) FROM heads) > $1 THEN -1
   ELSE EXISTS (SELECT 1 FROM outbox o WHERE o.id IN (SELECT id FROM heads)
     AND NOT o.published AND o.parked_at IS NULL
-    AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now()))::int END
+    AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now())
+    AND )sql" + NotDelayed("o.") + R"sql()::int END
 )sql";
   return sql;
 }
@@ -213,7 +222,7 @@ bool PgStore::HasClaimable(const ClaimRequest& request) {
     if (walked >= 0) return walked == 1;
   }
   return connection_.QueryInt(std::string("SELECT EXISTS (SELECT 1 FROM outbox o WHERE ") +
-                                  kClaimableWhere + ")::int",
+                                  ClaimableWhere() + ")::int",
                               {Bool(request.block_key), Bool(mode_ == PgClaimMode::kNaiveCursor)},
                               "look for claimable rows") == 1;
 }
@@ -261,7 +270,7 @@ bool PgStore::MarkPublished(std::int64_t id) {
 std::int64_t PgStore::WaitingCount(std::int64_t /*now_ms*/) {
   return connection_.QueryInt(
       "SELECT COUNT(*) FROM outbox WHERE NOT published AND parked_at IS NULL "
-      "AND (next_attempt_at > now() OR claim_until > now())",
+      "AND (next_attempt_at > now() OR claim_until > now() OR " + Delayed("") + ")",
       {}, "count waiting rows");
 }
 

@@ -171,17 +171,33 @@ std::int64_t PgStore::UnparkAll() {
 }
 
 OutboxStatus PgStore::Status(std::int64_t /*now_ms*/) {
+  // As on SQLite (Store::Status): delayed rows apart from pending, the rows held behind an
+  // aggregate's first delayed row out of the oldest age, and a row's age from when it became due
+  // (first_delayed and gate, as there).
+  const std::string pending = "NOT published AND parked_at IS NULL AND " + NotDelayed("");
   pg::Transaction txn = BeginRead();
   const pg::Result row = connection_.Query(
-      std::string("SELECT COUNT(*) FILTER (WHERE NOT published), "
-                  "COUNT(*) FILTER (WHERE NOT published AND parked_at IS NULL), "
-                  "COALESCE(GREATEST(0, ") + kEpochMsNow +
-          " - min(created_at) FILTER (WHERE NOT published AND parked_at IS NULL)), 0), "
+      fmt::format(
+          "WITH first_delayed AS (SELECT aggregate_id AS delayed_aggregate, min(id) AS delayed_id "
+          "FROM outbox WHERE NOT published AND parked_at IS NULL AND {2} GROUP BY aggregate_id), "
+          "gate AS (SELECT aggregate_id AS gate_aggregate, min(id) AS gate_id, "
+          "max(not_before) AS gate_at FROM outbox WHERE NOT published AND parked_at IS NULL "
+          "AND not_before <= (extract(epoch FROM now()) * 1000)::bigint GROUP BY aggregate_id) "
+          "SELECT COUNT(*) FILTER (WHERE NOT published), "
+          "COUNT(*) FILTER (WHERE {1}), "
+          "COALESCE(GREATEST(0, {0} - min(CASE WHEN id >= gate_id AND gate_at > created_at "
+          "THEN gate_at ELSE created_at END) "
+          "FILTER (WHERE {1} AND (delayed_id IS NULL OR id < delayed_id))), 0), "
           "COUNT(*) FILTER (WHERE NOT published AND parked_at IS NULL AND next_attempt_at > now()), "
           "COUNT(*) FILTER (WHERE NOT published AND parked_at IS NOT NULL), "
           "COUNT(*) FILTER (WHERE NOT published AND claim_until > now()), "
           "COUNT(*) FILTER (WHERE published), "
-          "(SELECT COUNT(*) FROM outbox_archive) FROM outbox",
+          "(SELECT COUNT(*) FROM outbox_archive), "
+          "COUNT(*) FILTER (WHERE NOT published AND parked_at IS NULL AND {2}), "
+          "COUNT(*) FILTER (WHERE {1} AND id > delayed_id) "
+          "FROM outbox LEFT JOIN first_delayed ON delayed_aggregate = aggregate_id "
+          "LEFT JOIN gate ON gate_aggregate = aggregate_id",
+          kEpochMsNow, pending, Delayed("")),
       {}, "read the outbox status");
   txn.Commit();
   OutboxStatus status;
@@ -193,6 +209,8 @@ OutboxStatus PgStore::Status(std::int64_t /*now_ms*/) {
   status.claimed = row.Int(0, 5);
   status.published = row.Int(0, 6);
   status.archived = row.Int(0, 7);
+  status.delayed = row.Int(0, 8);
+  status.behind_delayed = row.Int(0, 9);
   return status;
 }
 

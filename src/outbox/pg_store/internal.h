@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "outbox/pg_store.h"
@@ -17,6 +18,23 @@ namespace outbox::pg_store {
 
 // epoch ms of a timestamptz, on the server.
 constexpr const char* kEpochMsNow = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+// Delayed publish: the row o's not_before (epoch ms) lies ahead of the server's now() by at most
+// kMaxDelayMs. NULL, one at or before now() (negative included) and one further ahead are not
+// delayed: the row is due (the column is bigint, so no text can be in it). Format with {0} the
+// column prefix ("o." or "") and {1} kMaxDelayMs. now() is the transaction's start, the instant
+// every other test of a claim (next_attempt_at, claim_until) is made at.
+constexpr const char* kDelayedSql =
+    "({0}not_before > (extract(epoch FROM now()) * 1000)::bigint "
+    "AND {0}not_before <= (extract(epoch FROM now()) * 1000)::bigint + {1})";
+
+inline std::string Delayed(const char* prefix) {
+  return fmt::format(fmt::runtime(kDelayedSql), prefix, kMaxDelayMs);
+}
+// The same, true or false and never NULL: not_before IS NULL makes the comparison NULL.
+inline std::string NotDelayed(const char* prefix) {
+  return fmt::format("({0}not_before IS NULL OR NOT {1})", prefix, Delayed(prefix));
+}
 
 inline pg::Param Bool(bool value) { return pg::Param::Text(value ? "true" : "false"); }
 

@@ -102,10 +102,12 @@ bool PgStore::ReleaseLease(std::int64_t token) {
 
 std::vector<OutboxRow> PgStore::ReadPage(const PageRequest& request) {
   // Claims of a claims-mode relay are respected, so a leader never sends what such a relay holds.
+  // A delayed row is not sent, and under block key (it is unpublished) holds back its aggregate.
   const pg::Result rows = connection_.Query(
       "SELECT o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at "
       "FROM outbox o WHERE NOT o.published AND o.id > $1 AND o.id <= $2 AND o.parked_at IS NULL "
       "AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now()) "
+      "AND " + NotDelayed("o.") + " "
       "AND (NOT $3::boolean OR NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = "
       "o.aggregate_id AND e.id < o.id AND NOT e.published)) "
       "ORDER BY o.id LIMIT $4",

@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS outbox (
   claim_token BIGINT,
   claim_owner TEXT,
   claim_until TIMESTAMPTZ,
-  claimed_at TIMESTAMPTZ
+  claimed_at TIMESTAMPTZ,
+  not_before BIGINT
 );
 CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox(id) WHERE NOT published;
 CREATE INDEX IF NOT EXISTS outbox_pending_by_aggregate ON outbox(aggregate_id, id) WHERE NOT published;
@@ -60,7 +61,15 @@ INSERT INTO outbox_lease(id, owner, token, until, acquired_at)
   VALUES (1, '', 0, '-infinity', '-infinity') ON CONFLICT (id) DO NOTHING;
 CREATE INDEX IF NOT EXISTS outbox_failed_by_aggregate ON outbox(aggregate_id, id)
   WHERE NOT published AND attempts > 0;
+ALTER TABLE outbox ADD COLUMN IF NOT EXISTS not_before BIGINT;
 )sql";
+
+// not_before (delayed publish, OutboxEvent::not_before_ms): epoch ms, compared with the server's
+// clock (now()), nullable, with no CHECK: a foreign writer's NULL, negative or absurd value must
+// never fail its INSERT, and the relay reads each as "due now" (internal.h, kDelayedSql). A
+// database created before the column gets it from the ALTER above, which Migrate runs because
+// SchemaCurrent looks for the column; a nullable column without a default rewrites no row. An
+// older database's outbox_archive does not get it: a purge archives named columns, not this one.
 
 // outbox_lease (relay --coordination leader, PgStore::AcquireLease): one row from the start, so
 // every lease operation is an UPDATE of row 1, whose row lock serializes a takeover with the
@@ -78,7 +87,9 @@ bool PgStore::SchemaCurrent() {
              "AND to_regclass('outbox_offset') IS NOT NULL AND to_regclass('outbox_lease') IS NOT NULL "
              "AND to_regclass('outbox_failed_by_aggregate') IS NOT NULL "
              "AND to_regclass('outbox_purged') IS NOT NULL "
-             "AND to_regclass('outbox_broker') IS NOT NULL)::int",
+             "AND to_regclass('outbox_broker') IS NOT NULL "
+             "AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('outbox') "
+             "AND attname = 'not_before' AND NOT attisdropped))::int",
              {}, "read the outbox schema") == 1;
 }
 

@@ -89,8 +89,8 @@ bool Store::HasClaimable(const ClaimRequest& request) {
 std::int64_t Store::WaitingCount(std::int64_t now_ms) {
   auto select = connection_.Prepare(
       fmt::format("SELECT COUNT(*) FROM outbox WHERE published = 0 AND parked_at IS NULL "
-                  "AND NOT ({} AND {})",
-                  Due("", 1), Unclaimed("", 1)));
+                  "AND NOT ({} AND {} AND NOT {})",
+                  Due("", 1), Unclaimed("", 1), Delayed("", 1)));
   select.Bind(1, now_ms);
   select.Step();
   return select.ColumnInt64(0);

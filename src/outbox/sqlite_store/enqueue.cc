@@ -25,15 +25,21 @@ std::int64_t Store::Enqueue(sqlite::Transaction& txn, const OutboxEvent& event) 
                                   "store's connection; begin it with Store::BeginWrite()",
                                   event.event_id, connection_.path()));
   if (event.aggregate_id.empty()) throw ConfigError(EmptyAggregateMessage(event.event_id));
+  if (const std::string delay_error = DelayErrorMessage(event); !delay_error.empty())
+    throw ConfigError(delay_error);
   auto insert = connection_.Prepare(
-      "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at, headers) "
-      "VALUES(?1, ?2, ?3, ?4, ?5, ?6)");
+      "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at, headers, "
+      "not_before) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)");
   insert.Bind(1, event.event_id)
       .Bind(2, event.aggregate_id)
       .Bind(3, event.event_type)
       .Bind(4, event.payload)
       .Bind(5, event.created_at_ms);
   if (event.headers.empty()) insert.BindNull(6); else insert.Bind(6, event.headers);
+  // The store's clock is the one the relay compares not_before with (ClaimRequest::now_ms).
+  if (event.not_before_ms) insert.Bind(7, *event.not_before_ms);
+  else if (event.delay_ms > 0) insert.Bind(7, clock_->EpochMs() + event.delay_ms);
+  else insert.BindNull(7);
   insert.Run();
   return connection_.LastInsertRowid();
 }

@@ -119,18 +119,35 @@ OutboxStatus Store::Status(std::int64_t now_ms) {
   sqlite::ReadTransaction txn(connection_);
   OutboxStatus status;
   {
+    // first_delayed: per aggregate, its first delayed row; the rows after it are held behind it
+    // under block-key, not sent late, so they stay out of the oldest age. gate: per aggregate,
+    // the latest not_before that has passed and the first row that has one; a row from there on
+    // has been due only since then (it, or an earlier row it waited for, was delayed until
+    // then), so its age runs from there, not from its created_at.
     constexpr const char* kStatusSql = R"sql(
+WITH first_delayed AS (
+  SELECT aggregate_id AS delayed_aggregate, MIN(id) AS delayed_id FROM outbox
+  WHERE published = 0 AND parked_at IS NULL AND {3} GROUP BY aggregate_id),
+gate AS (
+  SELECT aggregate_id AS gate_aggregate, MIN(id) AS gate_id, MAX(not_before) AS gate_at FROM outbox
+  WHERE published = 0 AND parked_at IS NULL AND typeof(not_before) IN ('integer', 'real')
+    AND not_before <= ?1 GROUP BY aggregate_id)
 SELECT
-  COALESCE(SUM(published = 0 AND parked_at IS NULL), 0),
-  MIN(CASE WHEN published = 0 AND parked_at IS NULL AND {0} THEN created_at END),
+  COALESCE(SUM(published = 0 AND parked_at IS NULL AND NOT {3}), 0),
+  MIN(CASE WHEN published = 0 AND parked_at IS NULL AND NOT {3} AND {0}
+           AND (delayed_id IS NULL OR id < delayed_id)
+      THEN CASE WHEN id >= gate_id AND gate_at > created_at THEN gate_at ELSE created_at END END),
   COALESCE(SUM(published = 0 AND parked_at IS NULL AND NOT {1}), 0),
   COALESCE(SUM(published = 0 AND parked_at IS NOT NULL), 0),
   COALESCE(SUM(published = 0 AND NOT {2}), 0),
-  COALESCE(SUM(published <> 0), 0)
-FROM outbox
+  COALESCE(SUM(published <> 0), 0),
+  COALESCE(SUM(published = 0 AND parked_at IS NULL AND {3}), 0),
+  COALESCE(SUM(published = 0 AND parked_at IS NULL AND NOT {3} AND id > delayed_id), 0)
+FROM outbox LEFT JOIN first_delayed ON delayed_aggregate = aggregate_id
+  LEFT JOIN gate ON gate_aggregate = aggregate_id
 )sql";
-    auto select = connection_.Prepare(
-        fmt::format(kStatusSql, kCreatedAtValid, Due("", 1), Unclaimed("", 1)));
+    auto select = connection_.Prepare(fmt::format(kStatusSql, kCreatedAtValid, Due("", 1),
+                                                  Unclaimed("", 1), Delayed("", 1)));
     select.Bind(1, now_ms);
     select.Step();
     status.pending = select.ColumnInt64(0);
@@ -140,7 +157,9 @@ FROM outbox
     status.parked = select.ColumnInt64(3);
     status.claimed = select.ColumnInt64(4);
     status.published = select.ColumnInt64(5);
-    status.unpublished = status.pending + status.parked;
+    status.delayed = select.ColumnInt64(6);
+    status.behind_delayed = select.ColumnInt64(7);
+    status.unpublished = status.pending + status.delayed + status.parked;
     status.archived = connection_.QueryInt64("SELECT COUNT(*) FROM outbox_archive");
   }
   {

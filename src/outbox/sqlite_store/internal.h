@@ -91,17 +91,32 @@ inline std::string Unclaimed(std::string_view prefix, int parameter) {
   return fmt::format(fmt::runtime(kUnclaimedSql), prefix, parameter, kMaxHoldMs);
 }
 
+// Delayed: the row's not_before (epoch ms, delayed publish) lies ahead of the time now, parameter
+// ?{1}, by at most kMaxDelayMs. NULL, a value that is not a number (typeof text or blob: a
+// foreign writer's), one at or before now (negative included) and one further ahead than
+// kMaxDelayMs are not delayed: the row is due. Format with {0} the column prefix, {1} the
+// parameter number, {2} kMaxDelayMs. The clock is the caller's now_ms (the store's Clock).
+constexpr const char* kDelayedSql =
+    "(typeof({0}not_before) IN ('integer', 'real') AND {0}not_before > ?{1} "
+    "AND {0}not_before <= ?{1} + {2})";
+
+inline std::string Delayed(std::string_view prefix, int parameter) {
+  return fmt::format(fmt::runtime(kDelayedSql), prefix, parameter, kMaxDelayMs);
+}
+
 // The rows a relay may send now, as a condition on outbox o, with the parameter numbers of the
 // caller's statement: id > ?cursor and id <= ?upper, unpublished, not parked, due and unclaimed
-// at ?now (Due, Unclaimed), and while ?block_key is 1, no earlier unpublished row of the same
-// aggregate. One text for the claim (claims.cc, ClaimableWhere) and the leader's page (lease.cc,
+// at ?now (Due, Unclaimed), not delayed (Delayed), and while ?block_key is 1, no earlier
+// unpublished row of the same aggregate (a delayed one included: it holds its aggregate back).
+// One text for the claim (claims.cc, ClaimableWhere) and the leader's page (lease.cc,
 // SendableWhere), which differ only in their parameter numbers.
 inline std::string SendableRowsWhere(int cursor, int upper, int now, int block_key) {
   return fmt::format(
       "o.published = 0 AND o.id > ?{} AND o.id <= ?{} AND o.parked_at IS NULL AND {} AND {} "
+      "AND NOT {} "
       "AND (?{} = 0 OR NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = o.aggregate_id "
       "AND e.id < o.id AND e.published = 0))",
-      cursor, upper, Due("o.", now), Unclaimed("o.", now), block_key);
+      cursor, upper, Due("o.", now), Unclaimed("o.", now), Delayed("o.", now), block_key);
 }
 
 // Inside a settle's transaction: each failed delivery whose row is still this

@@ -146,6 +146,13 @@ CREATE INDEX IF NOT EXISTS outbox_failed_by_aggregate ON outbox(aggregate_id, id
 PRAGMA user_version = 5;
 )sql";
 
+// Schema 5 -> 6: delayed publish, a nullable not_before in epoch ms (OutboxEvent::not_before_ms):
+// the relay sends no row before it (SendableRowsWhere, Delayed). No CHECK and no trigger: a
+// foreign writer's NULL, text, negative or absurd value must never fail its INSERT; the relay
+// reads each of them as "due now" (internal.h, kDelayedSql). Added only where missing, as
+// headers was (a database whose user_version was set back by hand keeps its column).
+constexpr const char* kNotBeforeColumn = "not_before INTEGER";
+
 }  // namespace
 
 bool Store::HasColumn(std::string_view table, std::string_view column) {
@@ -180,6 +187,7 @@ void Store::Migrate() {
   if (version < 3) MigrateToV3();
   if (version < 4) MigrateToV4();
   if (version < 5) MigrateToV5();
+  if (version < 6) MigrateToV6();
   txn.Commit();
 }
 
@@ -288,6 +296,7 @@ ResetCounts Store::ResetSchema() {
   MigrateToV3();
   MigrateToV4();
   MigrateToV5();
+  MigrateToV6();
   // Not part of the versioned schema: a database reset before run ids existed
   // simply has no run (RunId() is empty) and needs no migration.
   connection_.Exec(
@@ -315,4 +324,12 @@ void Store::MigrateToV4() {
 
 // Inside the caller's transaction.
 void Store::MigrateToV5() { connection_.Exec(kMigrateToV5); }
+
+// Inside the caller's transaction. ADD COLUMN of a nullable column without a default rewrites
+// no row: SQLite reads the missing value of an older row as NULL.
+void Store::MigrateToV6() {
+  if (!HasColumn("outbox", "not_before"))
+    connection_.Exec(fmt::format("ALTER TABLE outbox ADD COLUMN {}", kNotBeforeColumn));
+  connection_.Exec("PRAGMA user_version = 6");
+}
 }  // namespace outbox
