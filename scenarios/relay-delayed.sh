@@ -9,8 +9,9 @@
 #          foreign writer may, not_before of the 1 h rows is set to -1 (untrusted: "due now").
 # Expects: the relay publishes the 110 rows that come due within seconds and keeps the 5 others:
 #          status says `unpublished=5 pending=0 delayed=5 oldest-pending-age-ms=0` (delayed rows
-#          do not age the backlog), metrics outbox_delayed_rows 5 and
-#          outbox_oldest_pending_age_seconds 0; no published row has published_at before its
+#          do not age the backlog), metrics (the command and the relay's GET /metrics)
+#          outbox_delayed_rows 5 and outbox_oldest_pending_age_seconds 0, and GET /readyz 200
+#          under --ready-max-age 1s; no published row has published_at before its
 #          not_before (the database's own record, whatever the machine's load); after the -1 the
 #          relay sends the 5 at once, its stop line says acked=115, and check is valid with 0
 #          order violations: every LoanRenewed after its loan's delayed LoanCreated.
@@ -32,6 +33,12 @@ sql() {
     sqlite3 "$DB" "$1"
   fi
 }
+
+command -v curl >/dev/null || die "curl is missing (scripts/install-deps.sh installs it)"
+
+http_port() { sed -n 's/^\[relay\] http: listening on [^ ]*:\([0-9][0-9]*\) .*/\1/p' "$1" | head -n 1; }
+# shellcheck disable=SC2317  # called through wait_for
+_http_is() { [ "$(curl -s -m 5 -o "$TMP/http.body" -w '%{http_code}' "http://127.0.0.1:$PORT$1")" = "$2" ]; }
 
 # shellcheck disable=SC2317  # called through wait_for
 _published() {
@@ -57,9 +64,13 @@ for mode in claims leader; do
     "rows written with a not_before"
 
   step "$mode: a relay sends what comes due and keeps the 1 h rows"
-  start_bg "relay-$mode" relay --coordination "$mode" --key aggregate-id --idle-max 200ms
+  start_bg "relay-$mode" relay --coordination "$mode" --key aggregate-id --idle-max 200ms \
+    --http 127.0.0.1:0 --ready-max-age 1s
   relay_pid=$BG_PID relay_log=$BG_LOG
   lab_args
+  wait_for 20 "$relay_pid" "http listening line" _has_line '^\[relay\] http: listening on 127.0.0.1:' "$relay_log" ||
+    die "relay --http never listened: $(cat "$relay_log")"
+  PORT=$(http_port "$relay_log")
   wait_for 60 "$relay_pid" "the 110 rows that come due are published" _published 110
   run status
   expect_line '^\[status\] unpublished=5 pending=0 delayed=5 oldest-pending-age-ms=0 ' "$OUT"
@@ -70,6 +81,14 @@ for mode in claims leader; do
   expect_line '^outbox_delayed_rows 5$' "$OUT"
   expect_line '^outbox_pending_rows 0$' "$OUT"
   expect_line '^outbox_oldest_pending_age_seconds 0$' "$OUT"
+  echo "\$ curl http://127.0.0.1:$PORT/metrics"
+  _http_is /metrics 200 || fail "GET /metrics did not answer 200"
+  grep -E '^outbox_(pending|delayed|behind_delayed)_rows |^outbox_oldest_pending_age_seconds ' "$TMP/http.body" | sed 's/^/  | /'
+  expect_line '^outbox_delayed_rows 5$' "$TMP/http.body"
+  expect_line '^outbox_oldest_pending_age_seconds 0$' "$TMP/http.body"
+  # --ready-max-age 1s: the 1 h rows, written seconds ago, do not make the backlog too old.
+  wait_for 20 "$relay_pid" "GET /readyz answers 200 beside the delayed rows" _http_is /readyz 200 ||
+    sed 's/^/  | /' "$TMP/http.body"
   early=$(sql 'SELECT COUNT(*) FROM outbox WHERE published AND published_at < not_before')
   expect_eq 0 "$early" "rows published before their not_before"
   expect_eq 50 "$(sql 'SELECT COUNT(*) FROM outbox WHERE published AND not_before IS NOT NULL')" \
