@@ -40,7 +40,7 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
       ->capture_default_str();
   auto delay_ms = std::make_shared<std::int64_t>(0);
   AddDurationOption(*sub, "--delay", *delay_ms,
-                    "Delayed publish: each event's not_before is its commit time plus this (the "
+                    "Delayed publish: each event's not_before is its INSERT's time plus this (the "
                     "database's clock: PostgreSQL's server, SQLite's this process); the relay "
                     "sends none before it; 0s: at once",
                     0, kMaxDelayMs);
