@@ -18,6 +18,10 @@
 #include "outbox/error.h"
 #include "outbox/pg_store.h"
 
+#include "cli/wal_relay_run.h"
+#include "outbox/pg/pgoutput.h"
+#include "outbox/wal_progress.h"
+
 namespace outbox::cli {
 namespace {
 
@@ -34,6 +38,8 @@ struct StatusView {
   std::optional<HorizonHolder> horizon;
   // The broker outage a relay recorded and has not cleared (OutboxStore::ReadOutage).
   std::optional<BrokerOutage> outage;
+  // PostgreSQL: the WAL relay's slot, when one exists (relay --source wal).
+  std::optional<WalProgress> wal;
 };
 
 StatusView ReadStatusView(const GlobalOptions& global, std::int64_t horizon_threshold_ms) {
@@ -45,6 +51,7 @@ StatusView ReadStatusView(const GlobalOptions& global, std::int64_t horizon_thre
   view.outage = store->ReadOutage();
   if (auto* pg_store = dynamic_cast<PgStore*>(store.get()))
     view.horizon = pg_store->OldestHorizonHolder(horizon_threshold_ms);
+  if (store->backend() == Backend::kPostgres) view.wal = ReadWalProgress(global.db);
   return view;
 }
 
@@ -120,6 +127,19 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                                   {"xmin_age", view.horizon->xmin_age},
                                   {"outbox_dead_tuples", view.horizon->outbox_dead_tuples},
                                   {"threshold_ms", *horizon_threshold_ms}};
+              out["wal_slot"] = nullptr;
+              if (view.wal)
+                out["wal_slot"] = {
+                    {"slot", view.wal->slot},
+                    {"active", view.wal->active},
+                    {"active_pid", view.wal->active ? nlohmann::ordered_json(view.wal->active_pid)
+                                                    : nlohmann::ordered_json(nullptr)},
+                    {"confirmed_lsn", pg::FormatLsn(view.wal->confirmed)},
+                    {"lag_bytes", view.wal->lag_bytes},
+                    {"wal_status", view.wal->wal_status},
+                    {"pending", view.wal->pending_ids
+                                    ? nlohmann::ordered_json(view.wal->pending_ids->size())
+                                    : nlohmann::ordered_json(nullptr)}};
               fmt::print("{}\n", lab::DumpJson(out));
             } else {
               fmt::print("[status] unpublished={} pending={} oldest-pending-age-ms={} "
@@ -131,6 +151,7 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
               else
                 fmt::print("[status] wal-bytes not measured: on PostgreSQL the WAL is the "
                            "server's, not a file next to --db\n");
+              if (view.wal) PrintWalProgress("status", *view.wal);
               if (s.bad_created_at > 0)
                 fmt::print("[status] bad-created-at={} ids={}{}: created_at is not epoch ms; "
                            "left out of the oldest age\n",
