@@ -19,6 +19,17 @@
 use_postgres
 start_broker
 
+step "on an SQLite file the WAL relay refuses in one line (exit 23)"
+PG_DB=$DB
+DB=$TMP/sqlite.db
+run reset
+expect_rc 0 "reset of an SQLite file"
+run relay --source wal --until-empty
+expect_rc 23 "relay --source wal on SQLite"
+expect_error_line "relay --source wal on SQLite"
+expect_line "^outbox-lab: error: relay --source wal: refused: '.*sqlite.db' is an SQLite file" "$ERR"
+DB=$PG_DB
+
 step "reset on PostgreSQL"
 run reset
 expect_rc 0 "reset"
@@ -85,6 +96,13 @@ run verify --json
 expect_rc 0 "verify --json"
 expect_json "$OUT" '.kafka.duplicates == {"evt-1001": 2, "evt-1002": 2, "evt-1003": 2} and .kafka.records == 8 and .kafka.distinct_event_ids == 5 and .kafka.missing == [] and .kafka.unexpected == []' \
   "verify --json: exactly evt-1001, evt-1002, evt-1003 twice, 8 records of 5 events"
+step "the checker judges the run by the slot too: nothing lost, the three duplicates"
+run check
+expect_rc 0 "check"
+expect_line '^\[check\] wal: slot [a-z0-9_]+ inactive, .* 0 inserts pending' "$OUT"
+expect_line '^\[check\] ok=5 lost=0 duplicated=3 phantom=0 ' "$OUT"
+expect_line '^\[check\] valid$' "$OUT"
+
 step "no mark write: every outbox row's published flag is still false"
 expect_eq 5 "$(psql "$DB" -tAc 'SELECT count(*) FROM outbox WHERE NOT published')" "rows with published = false"
 
