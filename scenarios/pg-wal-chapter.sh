@@ -10,7 +10,9 @@
 #          (nothing was confirmed) and sends 5; the chapter's table: business 5, outbox 5,
 #          published 5, 8 Kafka records, evt-1001/1002/1003 twice each. A second WAL relay on the
 #          slot is refused (exit 24); a terminated walsender is reconnected with backoff. No UPDATE touched the
-#          outbox: every row's published flag is still false. The slot's lag is 0 bytes at the end.
+#          outbox: every row's published flag is still false. Then the polling relay on the same
+#          database sends all five again (13 records: duplicates, never a loss) and the WAL relay
+#          sends nothing for its marks.
 # Skipped (exit 77) when OUTBOX_PG_URL is unset; fails with one line when the server's wal_level is
 # not logical (scripts/postgres.sh starts its clusters with it; restart an older one).
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -91,7 +93,7 @@ expect_verify business=5,outbox=5,published=5,unpublished=0,kafka_records=8,kafk
 expect_line '^\[verify\] wal: slot [a-z0-9_]+ inactive, confirmed LSN [0-9A-F/]+, lag [0-9]+ bytes, 0 inserts pending' "$OUT"
 run status --json
 expect_rc 0 "status --json"
-expect_json "$OUT" '.wal_slot.active == false and .wal_slot.pending == 0 and (.wal_slot.lag_bytes | type) == "number"' "status --json: the slot inactive, nothing pending, its lag in bytes"
+expect_json "$OUT" '.published == 5 and .unpublished == 0 and .pending == 0 and .wal_slot.active == false and .wal_slot.pending == 0 and (.wal_slot.lag_bytes | type) == "number"' "status --json: 5 published by the slot, the slot inactive, nothing pending, its lag in bytes"
 run verify --json
 expect_rc 0 "verify --json"
 expect_json "$OUT" '.kafka.duplicates == {"evt-1001": 2, "evt-1002": 2, "evt-1003": 2} and .kafka.records == 8 and .kafka.distinct_event_ids == 5 and .kafka.missing == [] and .kafka.unexpected == []' \
@@ -110,5 +112,17 @@ step "the restarted relay has nothing left: caught up at once"
 run relay --source wal --until-empty
 expect_rc 0 "relay --source wal --until-empty after the drain"
 expect_line '^\[relay\] wal done: batches=[0-9]+ transactions=0 records=0 ' "$OUT"
+
+step "polling and WAL relays on one database: the polling relay sends again what the WAL relay sent"
+# The WAL relay marks no row, so to the polling relay all five are unpublished: it sends them all
+# again (duplicates, never a loss), and its marks reach the slot as updates, which the WAL relay
+# passes over.
+run relay --until-empty
+expect_rc 0 "the polling relay on the WAL relay's database"
+expect_line '^\[relay\] done: batches=[0-9]+ acked=5 marked=5 failed=0 parked=0 fenced=0 pending=0$' "$OUT"
+expect_verify business=5,outbox=5,published=5,unpublished=0,kafka_records=13,kafka_distinct=5,kafka_missing=0
+run relay --source wal --until-empty
+expect_rc 0 "the WAL relay after the polling relay's marks"
+expect_line '^\[relay\] wal done: batches=[0-9]+ transactions=[0-9]+ records=0 skipped=0 ' "$OUT"
 
 finish
