@@ -291,3 +291,96 @@ TEST_CASE("The WAL relay's progress names the inserts still pending in an inacti
 }
 
 }  // namespace outbox
+
+namespace outbox {
+
+TEST_CASE("A stop at each WAL relay failpoint loses nothing and re-sends only the unconfirmed batch", "[postgres][wal]") {
+  for (const char* point : {"relay.wal.after_receive", "relay.wal.after_produce",
+                            "relay.wal.after_ack_before_confirm"}) {
+    INFO("failpoint " << point);
+    WalSchema schema;
+    PgStore store(schema.url());
+    WalRelayOptions options;
+    options.batch_size = 2;
+    options.linger_ms = 5000;
+    FakePublisher first_publisher;
+    {
+      WalRelay relay(schema.url(), store, first_publisher, options);
+      relay.Open();
+      EnqueueOne(store, Event("evt-1001", "{}"));
+      EnqueueOne(store, Event("evt-1002", "{}"));
+      CHECK(RunUntil(relay, 2) == 2);  // confirmed
+      EnqueueOne(store, Event("evt-1003", "{}"));
+      EnqueueOne(store, Event("evt-1004", "{}"));
+      ConfigureFailpoints(std::string(point) + "=error");
+      bool stopped = false;
+      for (int i = 0; i < 50 && !stopped; ++i) {
+        try {
+          relay.RunBatch();
+        } catch (const FailpointError&) {
+          stopped = true;
+        }
+      }
+      ConfigureFailpoints("");
+      REQUIRE(stopped);
+    }
+    FakePublisher second_publisher;
+    WalRelay restarted(schema.url(), store, second_publisher, options);
+    for (int i = 0; i < 100; ++i) {
+      try {
+        restarted.Open();
+        break;
+      } catch (const WalRelayError&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+    CHECK(RunUntil(restarted, 2) == 2);
+    // Only the unconfirmed batch again: evt-1001 and evt-1002 were confirmed before the stop.
+    CHECK(Keys(second_publisher) == std::vector<std::string>{"evt-1003", "evt-1004"});
+    const std::vector<std::string> first = Keys(first_publisher);
+    const bool produced = std::string(point) != "relay.wal.after_receive";
+    CHECK(first.size() == (produced ? 4u : 2u));
+  }
+}
+
+TEST_CASE("A row that keeps failing for its own sake stops the WAL relay with nothing confirmed past it", "[postgres][wal]") {
+  WalSchema schema;
+  PgStore store(schema.url());
+  FakePublisher publisher({false, false, false});
+  WalRelayOptions options;
+  options.max_attempts = 3;
+  options.backoff_base_ms = 1;
+  options.backoff_max_ms = 2;
+  std::vector<std::int64_t> retries;
+  options.on_retry = [&](std::int64_t failed, const std::string&, std::int64_t) { retries.push_back(failed); };
+  {
+    WalRelay relay(schema.url(), store, publisher, options);
+    relay.Open();
+    EnqueueOne(store, Event("evt-1001", "{}"));
+    try {
+      RunUntil(relay, 1);
+      FAIL("an undeliverable row was passed over");
+    } catch (const WalRelayError& e) {
+      CHECK(e.kind() == WalRelayError::Kind::kUndeliverable);
+      CHECK_THAT(e.what(), Catch::Matchers::Contains("outbox id 1 (event evt-1001) failed 3 times: "
+                                                     "fake: scripted delivery failure"));
+    }
+  }
+  CHECK(retries == std::vector<std::int64_t>{1, 1});
+  CHECK(publisher.calls.size() == 3);
+  // Nothing was confirmed past it: a restarted relay is streamed the row again.
+  FakePublisher healthy;
+  WalRelay restarted(schema.url(), store, healthy, {});
+  for (int i = 0; i < 100; ++i) {
+    try {
+      restarted.Open();
+      break;
+    } catch (const WalRelayError&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  CHECK(RunUntil(restarted, 1) == 1);
+  CHECK(Keys(healthy) == std::vector<std::string>{"evt-1001"});
+}
+
+}  // namespace outbox
