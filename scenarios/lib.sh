@@ -66,6 +66,10 @@ _stop_pid() {
   return 0
 }
 
+_wal_slot_inactive() {
+  [ "$(psql "$PG_BASE_URL" -tAc "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$PG_WAL_SLOT' AND active")" = 0 ]
+}
+
 _cleanup() {
   local rc=$? pid
   trap - EXIT INT TERM
@@ -75,6 +79,13 @@ _cleanup() {
     OUTBOX_PG_DIR=$PG_OWN_DIR OUTBOX_PG_PORT=$PG_OWN_PORT "$REPO_DIR/scripts/postgres.sh" destroy >/dev/null 2>&1 ||
       echo "note: could not destroy the scenario's PostgreSQL cluster in $PG_OWN_DIR"
     PG_SCHEMA=
+  fi
+  # A WAL relay's slot (PG_WAL_SLOT, set by the scenario) pins the shared server's WAL until it is
+  # dropped; its walsender lets go of it a moment after the relay is gone.
+  if [ -n "${PG_WAL_SLOT:-}" ] && [ -n "${PG_SCHEMA:-}" ]; then
+    wait_until 10 "" _wal_slot_inactive >/dev/null 2>&1
+    psql "$PG_BASE_URL" -qc "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '$PG_WAL_SLOT'; DROP PUBLICATION IF EXISTS $PG_WAL_SLOT" >/dev/null 2>&1 ||
+      echo "note: could not drop the replication slot $PG_WAL_SLOT: SELECT pg_drop_replication_slot('$PG_WAL_SLOT')"
   fi
   # use_postgres's schema goes with the temp dir (and stays with it under OUTBOX_LAB_KEEP_TMP=1).
   if [ -n "${PG_SCHEMA:-}" ] && [ "${OUTBOX_LAB_KEEP_TMP:-0}" != 1 ]; then

@@ -35,7 +35,7 @@ DOCS = {
     'consume': ['docs/failpoints-and-checker.md', 'docs/commands.md', 'docs/exactly-once.md'],
     'check': ['docs/failpoints-and-checker.md', 'docs/exactly-once.md'],
     'failpoints': ['docs/failpoints-and-checker.md'],
-    'relay': ['docs/relay.md', 'docs/operations.md', 'docs/exactly-once.md'],
+    'relay': ['docs/relay.md', 'docs/operations.md', 'docs/exactly-once.md', 'docs/wal-relay.md'],
     'status': ['docs/relay.md'],
     'metrics': ['docs/relay.md'],
     'purge': ['docs/relay.md'],

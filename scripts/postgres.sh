@@ -17,6 +17,11 @@
 # The cluster listens on 127.0.0.1 only and on a unix socket in its own directory, trusts local
 # connections (a lab, never a server with data worth a password), and keeps fsync=on and
 # synchronous_commit=on: a commit the server acknowledged survives its crash, as in production.
+# It runs with wal_level=logical, max_replication_slots=20 and max_wal_senders=20 (the WAL relay,
+# relay --source wal, reads a logical replication slot) and max_slot_wal_keep_size=1GB (a slot
+# whose relay stays down cannot pin more WAL than that: the slot is invalidated instead of the
+# disk filling). These are -c options of every start, so a cluster created before them gets them
+# at its next start (scripts/postgres.sh stop, then start; wal_level needs a restart).
 # initdb refuses to run as root, so as root the cluster belongs to the `postgres` user that the
 # Debian package creates. Exit codes: 0 ok, 2 usage, 3 not running, 4 no PostgreSQL 15 installed
 # (run scripts/install-deps.sh), 5 the server did not start (its log's tail is
@@ -49,6 +54,9 @@ as_owner() {
   fi
 }
 
+# Logical decoding for the WAL relay (docs/wal-relay.md); see the header.
+LOGICAL_OPTS="-c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20 -c max_slot_wal_keep_size=1GB"
+
 url() { echo "postgresql://$USER_NAME@127.0.0.1:$PORT/$DB_NAME"; }
 
 running() { as_owner "$PG_BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; }
@@ -63,7 +71,7 @@ start() {
   if ! running; then
     # -w: pg_ctl returns once the server accepts connections (or after its own 60 s timeout).
     as_owner "$PG_BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 \
-      -o "-c listen_addresses=127.0.0.1 -p $PORT -k $SOCK -c fsync=on -c synchronous_commit=on" \
+      -o "-c listen_addresses=127.0.0.1 -p $PORT -k $SOCK -c fsync=on -c synchronous_commit=on $LOGICAL_OPTS" \
       start >/dev/null 2>&1 || { tail -n 5 "$LOG" >&2 || true; err "the server did not start (log: $LOG)" 5; }
   fi
   if ! as_owner "$PG_BIN/psql" -h "$SOCK" -p "$PORT" -U "$USER_NAME" -d postgres -tAc \
@@ -93,6 +101,6 @@ case ${1:-} in
     rm -rf "$DIR"
     echo "[postgres] destroyed $DIR"
     ;;
-  -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' ;;
+  -h | --help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) err "usage: postgres.sh start|stop|crash|url|status|destroy (see --help)" 2 ;;
 esac

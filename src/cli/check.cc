@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/wal_relay_run.h"
 #include "cli/drain.h"
 #include "cli/duration.h"
 #include "cli/option_values.h"
@@ -341,10 +342,17 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                     if (store) {
                       try {
                         lab::RunRecords run = lab::RecordsOfRun(log.records, run_id);
+                        // The WAL relay marks no row: its slot says what is still pending.
+                        std::optional<WalProgress> wal;
+                        if (store->backend() == Backend::kPostgres) {
+                          wal = ReadWalProgress(global.db);
+                          if (wal && !o->json) PrintWalProgress("check", *wal);
+                        }
                         r = lab::CheckRun(*store, run.records,
                                           o->histories.empty() ? nullptr : &ops, log.partitions,
                                           log.broker_incarnation,
-                                          o->business_table.empty() ? nullptr : &business);
+                                          o->business_table.empty() ? nullptr : &business,
+                                          wal ? &*wal : nullptr);
                         r.other_run_records = run.other_run_records;
                         // Published rows missing from a topic the broker does not have: a wrong
                         // --topic, not lost events (counts ok + lost: every published row).

@@ -30,6 +30,11 @@ enum class ExitCode : int {
   kPartitionMappingChanged = 21,
   // relay --exactly-once with a combination it cannot make safe (claims, --pipeline above 1)
   kExactlyOnceRefused = 22,
+  // relay --source wal cannot run here: an SQLite --db, wal_level below logical, its slot
+  // dropped or invalidated (resync: docs/wal-relay.md), or a row it cannot deliver
+  kWalRefused = 23,
+  // relay --source wal: another WAL relay streams the slot (one reader per slot)
+  kSlotActive = 24,
   kInternal = 70,          // a bug: an unexpected exception
 };
 

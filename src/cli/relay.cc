@@ -25,6 +25,7 @@
 #include "cli/relay_http.h"
 #include "cli/relay_lines.h"
 #include "cli/relay_options.h"
+#include "cli/wal_relay_run.h"
 #include "cli/stop_signal.h"
 #include "outbox/open_store.h"
 #include "lab/chapter/recording_publisher.h"
@@ -84,6 +85,10 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   auto* pipeline_option = sub->get_option("--pipeline");
   auto* coordination_option = sub->get_option("--coordination");
   return {sub, [&global, o, http, pipeline_option, coordination_option]() -> ExitCode {
+            if (o->source == "wal") return RunWalRelay(global, *o, !http->address.empty());
+            if (!o->slot.empty() || o->linger_ms != 0)
+              throw CommandError(ExitCode::kUsage,
+                                 "--slot and --linger apply to --source wal only");
             if (o->exactly_once) {
               if (o->coordination == "claims")
                 throw CommandError(

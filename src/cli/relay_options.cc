@@ -99,6 +99,20 @@ void AddRelayCliOptions(CLI::App& sub, RelayCliOptions& o) {
                  "--exactly-once: the producer's transactional.id (default "
                  "outbox-relay:<topic>:<database path or URL without password>: stable across "
                  "restarts, so a restarted relay fences its zombie)");
+  sub.add_option("--source", o.source,
+                 "polling: read the outbox table and mark each sent row (the chapter's relay); "
+                 "wal: PostgreSQL only, read the outbox's inserts from a logical replication "
+                 "slot (pgoutput) and confirm the slot's LSN once Kafka acknowledged them: no "
+                 "query or UPDATE on the outbox (docs/wal-relay.md); exit 23 on SQLite or "
+                 "wal_level below logical, 24 when another WAL relay streams the slot")
+      ->check(CLI::IsMember({"polling", "wal"}))
+      ->capture_default_str();
+  sub.add_option("--slot", o.slot,
+                 "--source wal: the replication slot and publication name, created when missing "
+                 "(default outbox_wal_<database>_<schema>)");
+  AddDurationOption(sub, "--linger", o.linger_ms,
+                    "--source wal: how long a batch below --batch-size waits for more commits "
+                    "(0: it closes once nothing more has arrived)", 0, 60'000);
   AddDurationOption(sub, "--transaction-timeout", o.transaction_timeout_ms,
                     "--exactly-once: librdkafka transaction.timeout.ms; the brokers abort a "
                     "transaction left open this long (a relay killed mid-transaction and not "

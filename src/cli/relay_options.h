@@ -35,6 +35,9 @@ struct RelayCliOptions {
   bool exactly_once = false;       // --exactly-once: a transactional producer
   std::string transactional_id;    // --transactional-id (empty: DefaultTransactionalId)
   std::int64_t transaction_timeout_ms = 60000;  // --transaction-timeout
+  std::string source = "polling";  // --source: polling (the outbox table) | wal (WalRelay)
+  std::int64_t linger_ms = 0;      // --linger: the WAL relay's wait for a batch to fill
+  std::string slot;                // --slot: the WAL relay's slot (empty: DefaultWalSlotName)
 };
 
 // Adds relay's options (--once ... --transaction-timeout) to sub, writing into o, which must

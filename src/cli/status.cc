@@ -18,6 +18,13 @@
 #include "outbox/error.h"
 #include "outbox/pg_store.h"
 
+#include "cli/wal_relay_run.h"
+#include "outbox/pg/pgoutput.h"
+#include "outbox/wal_progress.h"
+
+#include <algorithm>
+#include <limits>
+
 namespace outbox::cli {
 namespace {
 
@@ -34,6 +41,8 @@ struct StatusView {
   std::optional<HorizonHolder> horizon;
   // The broker outage a relay recorded and has not cleared (OutboxStore::ReadOutage).
   std::optional<BrokerOutage> outage;
+  // PostgreSQL: the WAL relay's slot, when one exists (relay --source wal).
+  std::optional<WalProgress> wal;
 };
 
 StatusView ReadStatusView(const GlobalOptions& global, std::int64_t horizon_threshold_ms) {
@@ -45,6 +54,18 @@ StatusView ReadStatusView(const GlobalOptions& global, std::int64_t horizon_thre
   view.outage = store->ReadOutage();
   if (auto* pg_store = dynamic_cast<PgStore*>(store.get()))
     view.horizon = pg_store->OldestHorizonHolder(horizon_threshold_ms);
+  if (store->backend() == Backend::kPostgres) view.wal = ReadWalProgress(global.db);
+  if (view.wal && view.wal->pending_ids) {
+    // The WAL relay marks no row: a row the flag calls unpublished counts as published once its
+    // slot holds no insert of it (as verify and check count). Parked rows stay as they are.
+    std::int64_t sent = 0;
+    for (const OutboxRow& row : store->FetchUnpublished(0, std::numeric_limits<std::int64_t>::max()))
+      if (view.wal->pending_ids->count(row.id) == 0) ++sent;
+    sent = std::min(sent, view.status.pending);
+    view.status.unpublished -= sent;
+    view.status.pending -= sent;
+    view.status.published += sent;
+  }
   return view;
 }
 
@@ -122,6 +143,19 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                                   {"xmin_age", view.horizon->xmin_age},
                                   {"outbox_dead_tuples", view.horizon->outbox_dead_tuples},
                                   {"threshold_ms", *horizon_threshold_ms}};
+              out["wal_slot"] = nullptr;
+              if (view.wal)
+                out["wal_slot"] = {
+                    {"slot", view.wal->slot},
+                    {"active", view.wal->active},
+                    {"active_pid", view.wal->active ? nlohmann::ordered_json(view.wal->active_pid)
+                                                    : nlohmann::ordered_json(nullptr)},
+                    {"confirmed_lsn", pg::FormatLsn(view.wal->confirmed)},
+                    {"lag_bytes", view.wal->lag_bytes},
+                    {"wal_status", view.wal->wal_status},
+                    {"pending", view.wal->pending_ids
+                                    ? nlohmann::ordered_json(view.wal->pending_ids->size())
+                                    : nlohmann::ordered_json(nullptr)}};
               fmt::print("{}\n", lab::DumpJson(out));
             } else {
               fmt::print("[status] unpublished={} pending={} delayed={} oldest-pending-age-ms={} "
@@ -138,6 +172,7 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
               else
                 fmt::print("[status] wal-bytes not measured: on PostgreSQL the WAL is the "
                            "server's, not a file next to --db\n");
+              if (view.wal) PrintWalProgress("status", *view.wal);
               if (s.bad_created_at > 0)
                 fmt::print("[status] bad-created-at={} ids={}{}: created_at is not epoch ms; "
                            "left out of the oldest age\n",

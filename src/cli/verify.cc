@@ -13,6 +13,8 @@
 #include "lab/chapter/loans.h"
 #include "lab/check/reconciliation.h"
 #include "lab/check/verdict_text.h"
+#include "cli/wal_relay_run.h"
+#include "outbox/wal_progress.h"
 #include "outbox/error.h"
 #include "outbox/store.h"
 
@@ -166,8 +168,13 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
               if (answer != "ok") throw DbError(fmt::format("PRAGMA quick_check: {}", answer),
                                                 SQLITE_CORRUPT, answer);
             }
+            // The WAL relay marks no row: where it has a slot, the slot says what is pending.
+            std::optional<WalProgress> wal;
+            if (store->backend() == Backend::kPostgres) wal = ReadWalProgress(global.db);
             const lab::DbSnapshot db = lab::TakeDbSnapshot(
-                *store, options->business_table.empty() ? nullptr : &business);
+                *store, options->business_table.empty() ? nullptr : &business,
+                wal ? &*wal : nullptr);
+            if (!options->json && wal) PrintWalProgress("verify", *wal);
             if (!options->json && db.atomicity_skipped)
               fmt::print("[verify] atomicity skipped: business_loan is empty, so these events "
                          "come from another application; outbox reconciled against Kafka only "

@@ -101,6 +101,10 @@ const std::vector<FailpointInfo> kLibraryFailpoints = {
     {"relay.txn_before_commit",
      "records acknowledged inside an open Kafka transaction, not committed: aborted at the next "
      "init_transactions or transaction timeout, never seen by read_committed; rows not marked"},
+    // relay --source wal (WalRelay): the mark is the slot's confirmed LSN, not a row's flag.
+    {"relay.wal.after_receive", "committed transactions received from the slot; nothing produced, nothing confirmed: streamed again"},
+    {"relay.wal.after_produce", "records handed to librdkafka, maybe sent, none acknowledged; nothing confirmed"},
+    {"relay.wal.after_ack_before_confirm", "records acknowledged by the broker; the slot's LSN not confirmed: the batch is streamed and sent again"},
     {"purge.mid_batch", "earlier purge batches; this batch's deletes roll back"},
     // The vfs.* points are evaluated by the power-loss VFS shim (lab/faults/powerloss_vfs.h, --vfs
     // powerloss) on every such call; NAME.db, NAME.wal, NAME.journal select one kind of file.

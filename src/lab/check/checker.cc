@@ -109,7 +109,7 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
                      const std::vector<HistoryOp>* history,
                      const std::vector<PartitionExtent>& partitions,
                      const std::string& broker_incarnation,
-                     const BusinessTable* business) {
+                     const BusinessTable* business, const WalProgress* wal) {
   CheckResult result;
   result.partitions = partitions;
   result.broker_restart = JudgeBrokerRestart(store.BrokerIncarnations(), broker_incarnation);
@@ -130,7 +130,9 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
     result.business_table = lab.business_table;
     // Archived rows (purge --archive) were published: they still count.
     for (const SnapshotRow& row : lab.outbox.rows) {
-      outbox[row.event_id] = {row.id, row.event_id, row.aggregate_id, row.published, row.parked};
+      const bool published = row.published || (wal != nullptr && wal->pending_ids &&
+                                                !row.archived && wal->pending_ids->count(row.id) == 0);
+      outbox[row.event_id] = {row.id, row.event_id, row.aggregate_id, published, row.parked};
       outbox_order.push_back(row.event_id);
     }
     for (std::string& loan : lab.loan_ids) loans.insert(std::move(loan));

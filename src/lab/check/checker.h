@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "outbox/wal_progress.h"
 #include "lab/chapter/history.h"
 #include "lab/chapter/loans.h"
 #include "lab/check/reconciliation.h"
@@ -204,12 +205,14 @@ std::map<std::string, std::string> TxnOutcomes(const std::vector<HistoryOp>& ops
 // integrity_check first. business: the application's business table (null:
 // the lab's business_loan; see LabSnapshot::atomicity_skipped). broker_incarnation (TopicLog::broker_incarnation):
 // when it is not among the incarnations the store noted, a published event not
-// in records is restart_unknown instead of lost. Throws DbError (SQLITE_CORRUPT
+// in records is restart_unknown instead of lost. wal: the WAL relay's progress, as
+// TakeDbSnapshot takes it (a row counts as published once its slot holds no insert of it). Throws DbError (SQLITE_CORRUPT
 // when the damage stops the reads) or, on PostgreSQL, pg::PgError.
 CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records,
                      const std::vector<HistoryOp>* history = nullptr,
                      const std::vector<PartitionExtent>& partitions = {},
                      const std::string& broker_incarnation = {},
-                     const BusinessTable* business = nullptr);
+                     const BusinessTable* business = nullptr,
+                     const WalProgress* wal = nullptr);
 
 }  // namespace outbox::lab

@@ -22,12 +22,16 @@ constexpr std::array<const char*, 9> kExpectationKeys = {
 
 }  // namespace
 
-DbSnapshot TakeDbSnapshot(OutboxStore& store, const BusinessTable* business) {
+DbSnapshot TakeDbSnapshot(OutboxStore& store, const BusinessTable* business,
+                          const WalProgress* wal) {
   DbSnapshot snapshot;
   // business and outbox rows of one instant
-  const LabSnapshot lab = ReadLabSnapshot(store, business);
+  LabSnapshot lab = ReadLabSnapshot(store, business);
   snapshot.atomicity_skipped = lab.atomicity_skipped;
   snapshot.business_loans = static_cast<std::int64_t>(lab.loan_ids.size());
+  if (wal != nullptr && wal->pending_ids)
+    for (SnapshotRow& row : lab.outbox.rows)
+      if (!row.published && !row.archived && wal->pending_ids->count(row.id) == 0) row.published = true;
   const OutboxSnapshot& outbox = lab.outbox;
   snapshot.outbox = outbox.Counts();
   for (const SnapshotRow& row : outbox.rows) {

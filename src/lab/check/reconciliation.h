@@ -12,6 +12,7 @@
 #include "lab/chapter/loans.h"
 #include "lab/check/topic_reader.h"
 #include "outbox/store.h"
+#include "outbox/wal_progress.h"
 
 namespace outbox::lab {
 
@@ -75,7 +76,12 @@ struct KafkaReconciliation {
 // transaction (either backend). Archived rows (purge --archive) are not counted. Throws DbError.
 // business: the application's business table (null: the lab's business_loan), whose keys
 // business_loans counts.
-DbSnapshot TakeDbSnapshot(OutboxStore& store, const BusinessTable* business = nullptr);
+// wal: the WAL relay's progress (outbox/wal_progress.h), when it has a slot on this database: a
+// row the flag calls unpublished counts as published when the slot holds no pending insert of it
+// (the WAL relay marks no row; its mark is the slot's confirmed LSN). Ignored when its
+// pending_ids are unknown (the slot is active or lost): the flag alone counts then.
+DbSnapshot TakeDbSnapshot(OutboxStore& store, const BusinessTable* business = nullptr,
+                          const WalProgress* wal = nullptr);
 
 KafkaReconciliation Reconcile(const std::vector<std::string>& outbox_event_ids,
                               const std::vector<TopicRecord>& records);

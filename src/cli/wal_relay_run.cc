@@ -1,0 +1,186 @@
+#include "cli/wal_relay_run.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "cli/publishing.h"
+#include "cli/stop_signal.h"
+#include "lab/chapter/recording_publisher.h"
+#include "outbox/kafka/kafka_publisher.h"
+#include "outbox/open_store.h"
+#include "outbox/pg/connection.h"
+#include "outbox/wal_relay.h"
+
+namespace outbox::cli {
+namespace {
+
+ExitCode ForWalError(const WalRelayError& e) {
+  return e.kind() == WalRelayError::Kind::kSlotActive ? ExitCode::kSlotActive
+                                                       : ExitCode::kWalRefused;
+}
+
+void PrintOpen(const WalOpenReport& open, bool reconnect) {
+  fmt::print("[relay] wal: {}slot {}{}, publication {}{}, streaming from LSN {} (walsender PID "
+             "{})\n",
+             reconnect ? "reconnected: " : "", open.slot, open.created_slot ? " (created)" : "",
+             open.publication, open.created_publication ? " (created)" : "",
+             pg::FormatLsn(open.confirmed), open.walsender_pid);
+  if (open.created_slot && open.unpublished_at_creation > 0)
+    fmt::print("[relay] wal: {} rows were unpublished when the slot was created: rows committed "
+               "before the slot are not in its stream; send them with the polling relay "
+               "(relay --until-empty)\n",
+               open.unpublished_at_creation);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+ExitCode RunWalRelay(const GlobalOptions& global, const RelayCliOptions& o, bool http) {
+  if (!pg::IsPostgresUrl(global.db))
+    throw CommandError(ExitCode::kWalRefused,
+                       fmt::format("relay --source wal: refused: '{}' is an SQLite file; the WAL "
+                                   "relay reads a PostgreSQL logical replication slot (give a "
+                                   "postgresql:// --db)",
+                                   global.db));
+  if (o.exactly_once || !o.coordination.empty() || o.pg_claim != "scan" || o.json || http ||
+      !o.transactional_id.empty())
+    throw CommandError(ExitCode::kUsage,
+                       "relay --source wal: --exactly-once, --coordination, --pg-claim, --json "
+                       "and --http apply to the polling relay only (a slot has one reader: "
+                       "nothing to coordinate)");
+  StopSignalFd stop;  // before any librdkafka thread exists
+  const std::unique_ptr<OutboxStore> store =
+      OpenStore(global.db, OpenMode::kExisting, global.MakeStoreOptions());
+  kafka::KafkaPublisherOptions publisher_options;
+  publisher_options.brokers = global.RequireBrokers();
+  publisher_options.topic = global.topic;
+  publisher_options.delivery_timeout_ms = static_cast<int>(o.delivery_timeout_ms);
+  publisher_options.properties = ProducerProperties(global);
+  publisher_options.run_id = store->RunId();
+  kafka::KafkaPublisher publisher(publisher_options);
+  const auto history = global.OpenHistory();
+  lab::RecordingPublisher recording(publisher, history.get());
+  bool noted = NoteBrokerIncarnation(publisher.handle(), *store, o.delivery_timeout_ms);
+
+  WalRelayOptions options;
+  options.slot = o.slot;
+  options.key = ParseKeyChoice(o.key);
+  options.batch_size = o.batch_size;
+  options.wait_ms = std::min<std::int64_t>(o.idle_max_ms, 500);
+  options.linger_ms = o.linger_ms;
+  options.max_attempts = o.max_attempts;
+  options.backoff_base_ms = std::max<std::int64_t>(o.backoff_base_ms, 1);
+  options.backoff_max_ms = std::max(o.backoff_max_ms, options.backoff_base_ms);
+  options.stop_requested = [&stop]() { return stop.Received(); };
+  options.on_skipped = [](std::int64_t id, const std::string& why) {
+    fmt::print("[relay] wal: outbox id {} not sent: {} (the WAL relay cannot park a row)\n", id, why);
+    std::fflush(stdout);
+  };
+  options.on_retry = [](std::int64_t failed, const std::string& error, std::int64_t retry_in_ms) {
+    fmt::print("[relay] wal: {} deliveries failed ({}); sending them again in {} ms, nothing "
+               "confirmed meanwhile\n",
+               failed, error, retry_in_ms);
+    std::fflush(stdout);
+  };
+  WalRelay relay(global.db, *store, recording, options);
+
+  std::int64_t batches = 0, transactions = 0, records = 0, skipped = 0, reconnects = 0;
+  bool stopped = false;
+  const auto open_stream = [&](bool reconnect) {
+    try {
+      PrintOpen(relay.Open(), reconnect);
+    } catch (const WalRelayError& e) {
+      throw CommandError(ForWalError(e), e.what());
+    }
+  };
+  open_stream(false);
+  for (;;) {
+    if (stop.Received()) {
+      stopped = true;
+      break;
+    }
+    WalBatchReport batch;
+    try {
+      batch = relay.RunBatch();
+    } catch (const WalRelayError& e) {
+      throw CommandError(ForWalError(e), e.what());
+    } catch (const pg::DecodeError& e) {
+      throw CommandError(ExitCode::kDbError, e.what());
+    } catch (const pg::PgError& e) {
+      if (!e.connection_lost()) throw;
+      // The server restarted or the walsender was terminated: nothing confirmed is lost, and
+      // everything unconfirmed is streamed again after the reconnect.
+      std::int64_t wait_ms = options.backoff_base_ms;
+      for (int attempt = 1;; ++attempt) {
+        fmt::print("[relay] wal: stream lost ({}); reconnect attempt {} in {} ms\n", e.what(),
+                   attempt, wait_ms);
+        std::fflush(stdout);
+        std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+        if (stop.Received()) {
+          stopped = true;
+          break;
+        }
+        try {
+          open_stream(true);
+          ++reconnects;
+          break;
+        } catch (const pg::PgError& again) {
+          if (!again.connection_lost()) throw;
+        } catch (const CommandError& refused) {
+          // The old walsender may still hold the slot for a moment after its connection broke.
+          if (refused.code() != ExitCode::kSlotActive || attempt >= 20) throw;
+        }
+        wait_ms = std::min(wait_ms * 2, options.backoff_max_ms);
+      }
+      if (stopped) break;
+      continue;
+    }
+    ++batches;
+    transactions += batch.transactions;
+    records += batch.records;
+    skipped += batch.skipped;
+    if (!batch.idle && !o.quiet) {
+      fmt::print("[relay] wal: batch transactions={} records={} confirmed={}\n",
+                 batch.transactions, batch.records, pg::FormatLsn(batch.confirmed));
+      std::fflush(stdout);
+    }
+    if (!noted && batch.records > 0)
+      noted = NoteBrokerIncarnation(publisher.handle(), *store, 2000);
+    if (o.once) break;
+    if (o.until_empty && relay.CaughtUp()) break;
+  }
+  fmt::print("[relay] wal {} batches={} transactions={} records={} skipped={} reconnects={} "
+             "confirmed={}\n",
+             stopped ? "stopped on signal:" : "done:", batches, transactions, records, skipped,
+             reconnects, pg::FormatLsn(relay.confirmed()));
+  std::fflush(stdout);
+  return ExitCode::kOk;
+}
+
+}  // namespace outbox::cli
+
+namespace outbox::cli {
+
+void PrintWalProgress(const char* tag, const WalProgress& wal) {
+  if (wal.wal_status == "lost")
+    fmt::print("[{}] wal: slot {} is lost (wal_status lost: invalidated past "
+               "max_slot_wal_keep_size); published counts the flag only; resync: "
+               "docs/wal-relay.md\n",
+               tag, wal.slot);
+  else if (wal.active)
+    fmt::print("[{}] wal: slot {} is active (walsender PID {}), confirmed LSN {}, lag {} bytes: "
+               "its pending inserts cannot be read while a WAL relay streams it; published "
+               "counts the flag only\n",
+               tag, wal.slot, wal.active_pid, pg::FormatLsn(wal.confirmed), wal.lag_bytes);
+  else
+    fmt::print("[{}] wal: slot {} inactive, confirmed LSN {}, lag {} bytes, {} inserts pending: "
+               "a row counts as published once the slot no longer holds its insert\n",
+               tag, wal.slot, pg::FormatLsn(wal.confirmed), wal.lag_bytes,
+               wal.pending_ids ? wal.pending_ids->size() : 0);
+  std::fflush(stdout);
+}
+
+}  // namespace outbox::cli

@@ -1,0 +1,76 @@
+#include "outbox/wal_progress.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <unordered_map>
+#include <variant>
+
+#include "outbox/pg/connection.h"
+#include "outbox/wal_relay.h"
+
+namespace outbox {
+
+std::optional<WalProgress> ReadWalProgress(const std::string& url, const std::string& slot_name) {
+  pg::Connection sql(url);
+  std::string slot = slot_name;
+  if (slot.empty()) {
+    const pg::Result names =
+        sql.Query("SELECT current_database(), COALESCE(current_schema(), '')", {}, "read the schema");
+    slot = DefaultWalSlotName(names.Text(0, 0), names.Text(0, 1));
+  }
+  const pg::Result row = sql.Query(
+      "SELECT active, COALESCE(active_pid, 0), COALESCE(confirmed_flush_lsn::text, ''), "
+      "COALESCE(wal_status, ''), COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), "
+      "confirmed_flush_lsn), 0)::bigint FROM pg_replication_slots WHERE slot_name = $1",
+      {pg::Param::Text(slot)}, "read the WAL relay's slot");
+  if (row.rows() == 0) return std::nullopt;
+  WalProgress progress;
+  progress.slot = slot;
+  progress.active = row.Text(0, 0) == "t";
+  progress.active_pid = static_cast<int>(row.Int(0, 1));
+  progress.confirmed = pg::ParseLsn(row.Text(0, 2)).value_or(0);
+  progress.wal_status = row.Text(0, 3);
+  progress.lag_bytes = row.Int(0, 4);
+  if (progress.active || progress.wal_status == "lost") return progress;
+  pg::Result changes(nullptr);
+  try {
+    changes = sql.Query(
+        "SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, 'proto_version', "
+        "'1', 'publication_names', quote_ident($2))",
+        {pg::Param::Text(slot), pg::Param::Text(slot)}, "peek the WAL relay's slot");
+  } catch (const pg::PgError& e) {
+    if (e.sqlstate() == "55006") {  // a relay started streaming between the two queries
+      progress.active = true;
+      return progress;
+    }
+    throw;
+  }
+  // Each Relation message names the outbox's id column; each Insert into it is a pending row.
+  std::unordered_map<std::uint32_t, std::size_t> id_column;
+  std::set<std::int64_t> pending;
+  for (int i = 0; i < changes.rows(); ++i) {
+    const std::string data = changes.Bytes(i, 0);
+    const pg::PgoutputMessage message = pg::DecodePgoutput(data);
+    if (const auto* relation = std::get_if<pg::PgoutputRelation>(&message)) {
+      id_column.erase(relation->oid);
+      if (relation->name != "outbox") continue;
+      for (std::size_t c = 0; c < relation->columns.size(); ++c)
+        if (relation->columns[c].name == "id") id_column[relation->oid] = c;
+    } else if (const auto* insert = std::get_if<pg::PgoutputInsert>(&message)) {
+      const auto found = id_column.find(insert->relation_oid);
+      if (found == id_column.end() || found->second >= insert->values.size()) continue;
+      const pg::TupleValue& value = insert->values[found->second];
+      std::int64_t id = 0;
+      const auto [end, error] =
+          std::from_chars(value.bytes.data(), value.bytes.data() + value.bytes.size(), id);
+      if (value.kind == pg::TupleValue::Kind::kText && error == std::errc() &&
+          end == value.bytes.data() + value.bytes.size())
+        pending.insert(id);
+    }
+  }
+  progress.pending_ids = std::move(pending);
+  return progress;
+}
+
+}  // namespace outbox

@@ -1,0 +1,456 @@
+#include "outbox/wal_relay.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <type_traits>
+#include <variant>
+
+#include "outbox/failpoint.h"
+#include "outbox/per_row_relay.h"
+#include "outbox/record_headers.h"
+
+namespace outbox {
+namespace {
+
+bool ValidSlotName(const std::string& name) {
+  if (name.empty() || name.size() > 63) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+std::string QuoteIdentifier(const std::string& name) {
+  std::string quoted = "\"";
+  for (const char c : name) {
+    if (c == '"') quoted += '"';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
+pg::Lsn QueryLsn(pg::Connection& sql, const std::string& query, const std::string& what) {
+  const pg::Result result = sql.Query(query, {}, what);
+  if (result.rows() == 0 || result.IsNull(0, 0)) return 0;
+  const auto lsn = pg::ParseLsn(result.Text(0, 0));
+  if (!lsn) throw pg::PgError(fmt::format("{}: not an LSN: '{}'", what, result.Text(0, 0)), "");
+  return *lsn;
+}
+
+}  // namespace
+
+std::string DefaultWalSlotName(const std::string& database, const std::string& schema) {
+  std::string name = "outbox_wal_" + database + "_" + schema;
+  for (char& c : name) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+    if (!ok) c = '_';
+  }
+  if (name.size() > 63) name.resize(63);
+  return name;
+}
+
+WalRelay::WalRelay(std::string url, OutboxStore& store, Publisher& publisher, WalRelayOptions options)
+    : url_(std::move(url)), store_(store), publisher_(publisher), options_(std::move(options)) {
+  if (options_.batch_size < 1)
+    throw ConfigError(fmt::format("batch size {}: must be at least 1", options_.batch_size));
+  if (options_.wait_ms < 1)
+    throw ConfigError(fmt::format("wait {} ms: must be at least 1 ms", options_.wait_ms));
+  if (options_.max_attempts < 1)
+    throw ConfigError(fmt::format("max attempts {}: must be at least 1", options_.max_attempts));
+  if (!options_.slot.empty() && !ValidSlotName(options_.slot))
+    throw ConfigError(fmt::format("slot name '{}': PostgreSQL allows only lower-case letters, "
+                                  "digits and '_', 1 to 63 of them",
+                                  options_.slot));
+}
+
+WalRelay::~WalRelay() = default;
+
+WalOpenReport WalRelay::Open() {
+  stream_.reset();
+  batch_failed_ = false;
+  open_.reset();
+  ready_.clear();
+  relations_.clear();
+  idle_same_end_ = 0;
+  last_idle_end_ = 0;
+  keepalive_end_ = 0;
+  sql_ = std::make_unique<pg::Connection>(url_);
+  pg::Connection& sql = *sql_;
+  WalOpenReport report;
+
+  const pg::Result settings = sql.Query(
+      "SELECT current_setting('wal_level'), current_database(), current_schema()", {},
+      "read wal_level");
+  if (settings.Text(0, 0) != "logical")
+    throw WalRelayError(
+        WalRelayError::Kind::kWalLevel,
+        fmt::format("relay --source wal: the server runs with wal_level={}; logical decoding needs "
+                    "wal_level=logical (postgresql.conf or -c wal_level=logical, then a restart; "
+                    "scripts/postgres.sh starts its clusters so)",
+                    settings.Text(0, 0)));
+  if (settings.IsNull(0, 2))
+    throw ConfigError("relay --source wal: no current schema (the search_path names no existing "
+                      "schema); run reset first");
+  const std::string schema = settings.Text(0, 2);
+  slot_ = options_.slot.empty() ? DefaultWalSlotName(settings.Text(0, 1), schema) : options_.slot;
+  report.slot = slot_;
+  report.publication = slot_;
+
+  // The publication first: pgoutput reads it with the catalog as of each change, so it must
+  // exist before the slot's first change.
+  const bool publication_exists =
+      sql.Query("SELECT 1 FROM pg_publication WHERE pubname = $1", {pg::Param::Text(slot_)},
+                "look for the publication")
+          .rows() > 0;
+  if (!publication_exists) {
+    try {
+      sql.Exec(fmt::format("CREATE PUBLICATION {} FOR TABLE outbox", QuoteIdentifier(slot_)),
+               "create the publication");
+      report.created_publication = true;
+    } catch (const pg::PgError& e) {
+      if (e.sqlstate() != "42710") throw;  // duplicate_object: another relay created it just now
+    }
+  } else if (sql.Query("SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND "
+                       "schemaname = current_schema() AND tablename = 'outbox'",
+                       {pg::Param::Text(slot_)}, "look for the outbox in the publication")
+                 .rows() == 0) {
+    // A reset dropped and recreated the outbox table, and the table's publication membership
+    // went with it.
+    sql.Exec(fmt::format("ALTER PUBLICATION {} ADD TABLE outbox", QuoteIdentifier(slot_)),
+             "add the outbox to the publication");
+  }
+
+  const pg::Result slot = sql.Query(
+      "SELECT plugin, database, COALESCE(wal_status, ''), active, COALESCE(active_pid, 0), "
+      "COALESCE(confirmed_flush_lsn::text, '') FROM pg_replication_slots WHERE slot_name = $1",
+      {pg::Param::Text(slot_)}, "look for the replication slot");
+  if (slot.rows() == 0) {
+    if (publication_exists)
+      throw WalRelayError(
+          WalRelayError::Kind::kSlotLost,
+          fmt::format("relay --source wal: the replication slot '{}' is gone (dropped) but its "
+                      "publication exists: changes since its last confirmed LSN may not be "
+                      "streamed any more; resync: run the polling relay (relay --until-empty) "
+                      "for the unmarked rows, then DROP PUBLICATION {} and start relay --source "
+                      "wal again (docs/wal-relay.md)",
+                      slot_, slot_));
+    try {
+      sql.Query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+                {pg::Param::Text(slot_)}, "create the replication slot");
+      report.created_slot = true;
+    } catch (const pg::PgError& e) {
+      if (e.sqlstate() != "42710") throw;
+    }
+    if (report.created_slot)
+      report.unpublished_at_creation =
+          sql.QueryInt("SELECT count(*) FROM outbox WHERE NOT published", {},
+                       "count the rows older than the slot");
+  } else {
+    if (slot.Text(0, 0) != "pgoutput" || slot.Text(0, 1) != settings.Text(0, 1))
+      throw WalRelayError(
+          WalRelayError::Kind::kSlotMismatch,
+          fmt::format("relay --source wal: the replication slot '{}' exists with plugin '{}' on "
+                      "database '{}', not pgoutput on '{}'; name another with --slot",
+                      slot_, slot.Text(0, 0), slot.IsNull(0, 1) ? "" : slot.Text(0, 1),
+                      settings.Text(0, 1)));
+    if (slot.Text(0, 2) == "lost")
+      throw WalRelayError(
+          WalRelayError::Kind::kSlotLost,
+          fmt::format("relay --source wal: the replication slot '{}' was invalidated (wal_status "
+                      "lost: it fell more than max_slot_wal_keep_size behind); the WAL past its "
+                      "LSN {} is gone; resync: run the polling relay (relay --until-empty) for "
+                      "the unmarked rows, then SELECT pg_drop_replication_slot('{}'), DROP "
+                      "PUBLICATION {} and start relay --source wal again (docs/wal-relay.md)",
+                      slot_, slot.Text(0, 5), slot_, slot_));
+    if (slot.Text(0, 3) == "t")
+      throw WalRelayError(
+          WalRelayError::Kind::kSlotActive,
+          fmt::format("relay --source wal: refused: the replication slot '{}' is active for PID "
+                      "{}: another WAL relay streams it, and a slot has one reader at a time",
+                      slot_, slot.Text(0, 4)));
+  }
+
+  report.confirmed = QueryLsn(
+      sql, fmt::format("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE "
+                       "slot_name = '{}'",
+                       slot_),
+      "read the slot's confirmed LSN");
+  report.wal_at_open = QueryLsn(sql, "SELECT pg_current_wal_lsn()::text", "read the WAL position");
+  confirmed_ = report.confirmed;
+  wal_at_open_ = report.wal_at_open;
+
+  stream_ = std::make_unique<pg::ReplicationStream>(url_);
+  try {
+    stream_->Start(slot_, slot_);
+  } catch (const pg::PgError& e) {
+    if (e.sqlstate() == "55006")  // object_in_use: "replication slot ... is active for PID n"
+      throw WalRelayError(WalRelayError::Kind::kSlotActive,
+                          fmt::format("relay --source wal: refused: {}: another WAL relay streams "
+                                      "it, and a slot has one reader at a time",
+                                      e.what()));
+    if (e.sqlstate() == "42704")
+      throw WalRelayError(WalRelayError::Kind::kSlotLost,
+                          fmt::format("relay --source wal: {} (dropped while this relay started); "
+                                      "resync as docs/wal-relay.md says",
+                                      e.what()));
+    throw;
+  }
+  report.walsender_pid = stream_->backend_pid();
+  run_id_ = store_.RunId();
+  return report;
+}
+
+void WalRelay::OnInsert(const pg::PgoutputInsert& insert) {
+  const auto found = relations_.find(insert.relation_oid);
+  if (found == relations_.end())
+    throw pg::DecodeError(fmt::format("decode pgoutput 'I' message: relation oid {} was not "
+                                      "described by a Relation message",
+                                      insert.relation_oid));
+  const OutboxColumns& columns = found->second;
+  if (!columns.is_outbox || !open_) return;
+  const auto text = [&](int index, const char* name, std::string& out) -> std::string {
+    if (index < 0 || static_cast<std::size_t>(index) >= insert.values.size())
+      return fmt::format("column {} is missing", name);
+    const pg::TupleValue& value = insert.values[static_cast<std::size_t>(index)];
+    if (value.kind != pg::TupleValue::Kind::kText)
+      return fmt::format("column {} is {}", name,
+                         value.kind == pg::TupleValue::Kind::kNull ? "NULL" : "not text");
+    out = value.bytes;
+    return {};
+  };
+  std::string id_text;
+  std::int64_t id = 0;
+  std::string why = text(columns.id, "id", id_text);
+  if (why.empty()) {
+    const auto [end, error] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), id);
+    if (error != std::errc() || end != id_text.data() + id_text.size())
+      why = fmt::format("column id is not an integer ({} bytes)", id_text.size());
+  }
+  OutboxRow row;
+  row.id = id;
+  std::string payload_text;
+  if (why.empty()) why = text(columns.event_id, "event_id", row.event.event_id);
+  if (why.empty()) why = text(columns.aggregate_id, "aggregate_id", row.event.aggregate_id);
+  if (why.empty()) why = text(columns.event_type, "event_type", row.event.event_type);
+  if (why.empty()) why = text(columns.payload, "payload", payload_text);
+  if (why.empty()) {
+    try {
+      row.event.payload = pg::DecodeHexBytea(payload_text, "payload");
+    } catch (const pg::DecodeError& e) {
+      why = e.what();
+    }
+  }
+  ParsedHeaders headers;
+  if (why.empty() && columns.headers >= 0 &&
+      static_cast<std::size_t>(columns.headers) < insert.values.size() &&
+      insert.values[static_cast<std::size_t>(columns.headers)].kind == pg::TupleValue::Kind::kText) {
+    headers = ParseRecordHeaders(insert.values[static_cast<std::size_t>(columns.headers)].bytes);
+    if (!headers.ok()) why = headers.error;
+  }
+  if (!why.empty()) {
+    if (options_.on_skipped) options_.on_skipped(id, why);
+    ++skipped_in_batch_;
+    return;
+  }
+  OutboundMessage message = MessageForRow(row);
+  message.headers = std::move(headers.headers);
+  message.run_id = run_id_;
+  if (options_.key == KeyChoice::kAggregateId) message.key = row.event.aggregate_id;
+  open_->messages.push_back(std::move(message));
+}
+
+void WalRelay::Handle(const pg::PgoutputMessage& message, std::int64_t& records) {
+  std::visit(
+      [&](const auto& m) {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, pg::PgoutputBegin>) {
+          open_ = Transaction{};
+        } else if constexpr (std::is_same_v<T, pg::PgoutputCommit>) {
+          if (!open_)
+            throw pg::DecodeError("decode pgoutput 'C' message: a commit without its begin");
+          open_->end_lsn = m.end_lsn;
+          records += static_cast<std::int64_t>(open_->messages.size());
+          ready_.push_back(std::move(*open_));
+          open_.reset();
+        } else if constexpr (std::is_same_v<T, pg::PgoutputRelation>) {
+          OutboxColumns columns;
+          columns.is_outbox = m.name == "outbox";
+          for (std::size_t i = 0; i < m.columns.size(); ++i) {
+            const std::string& name = m.columns[i].name;
+            const int index = static_cast<int>(i);
+            if (name == "id") columns.id = index;
+            else if (name == "event_id") columns.event_id = index;
+            else if (name == "aggregate_id") columns.aggregate_id = index;
+            else if (name == "event_type") columns.event_type = index;
+            else if (name == "payload") columns.payload = index;
+            else if (name == "headers") columns.headers = index;
+          }
+          relations_[m.oid] = columns;
+        } else if constexpr (std::is_same_v<T, pg::PgoutputInsert>) {
+          OnInsert(m);
+        }
+      },
+      message);
+}
+
+void WalRelay::Wait(std::int64_t ms) {
+  // Sleep in slices, answering the server meanwhile: a walsender that hears nothing for
+  // wal_sender_timeout (60 s by default) ends the connection.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (std::chrono::steady_clock::now() < until) {
+    if (options_.stop_requested && options_.stop_requested()) return;
+    stream_->SendStatus(confirmed_, false);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(left, std::chrono::milliseconds(1000)));
+  }
+}
+
+void WalRelay::Publish(std::vector<OutboundMessage> messages, WalBatchReport& report) {
+  std::unordered_map<std::int64_t, int> attempts;
+  std::int64_t outage_tries = 0;
+  bool first = true;
+  while (!messages.empty()) {
+    publisher_.Send(messages);
+    if (first) HitFailpoint("relay.wal.after_produce");
+    first = false;
+    const std::vector<DeliveryResult> results = publisher_.AwaitOldest();
+    std::vector<OutboundMessage> failed;
+    std::string first_error;
+    bool outage = false;
+    for (std::size_t i = 0; i < results.size() && i < messages.size(); ++i) {
+      if (results[i].ok) {
+        ++report.records;
+        continue;
+      }
+      if (results[i].producer_fatal) throw KafkaError(results[i].error, kProducerFatalCode);
+      if (first_error.empty()) first_error = results[i].error;
+      if (results[i].outage) {
+        outage = true;
+      } else if (++attempts[messages[i].outbox_id] >= options_.max_attempts) {
+        throw WalRelayError(
+            WalRelayError::Kind::kUndeliverable,
+            fmt::format("relay --source wal: outbox id {} (event {}) failed {} times: {}; the WAL "
+                        "relay cannot park a row (it writes nothing to the outbox), so nothing "
+                        "past its commit is confirmed; fix the cause or send it with the polling "
+                        "relay",
+                        messages[i].outbox_id, messages[i].event_id, options_.max_attempts,
+                        results[i].error));
+      }
+      failed.push_back(messages[i]);
+    }
+    if (failed.empty()) return;
+    outage_tries = outage ? outage_tries + 1 : 0;
+    const std::int64_t tries = outage ? outage_tries : 1;
+    std::int64_t delay = options_.backoff_base_ms;
+    for (std::int64_t t = 1; t < tries && delay < options_.backoff_max_ms; ++t) delay *= 2;
+    delay = std::min(delay, options_.backoff_max_ms);
+    if (options_.on_retry)
+      options_.on_retry(static_cast<std::int64_t>(failed.size()), first_error, delay);
+    report.retries += static_cast<std::int64_t>(failed.size());
+    Wait(delay);
+    if (options_.stop_requested && options_.stop_requested())
+      throw WalRelayError(WalRelayError::Kind::kUndeliverable,
+                          fmt::format("relay --source wal: stopped while {} records waited for a "
+                                      "retry: nothing past the last confirm ({}) is confirmed; "
+                                      "they are sent again at the next start",
+                                      failed.size(), pg::FormatLsn(confirmed_)));
+    messages = std::move(failed);
+  }
+}
+
+WalBatchReport WalRelay::RunBatch() {
+  if (!stream_) throw std::logic_error("WalRelay::RunBatch before Open");
+  if (batch_failed_)
+    throw std::logic_error("WalRelay::RunBatch after a batch failed: call Open() again, which "
+                           "streams the unconfirmed commits again");
+  WalBatchReport report;
+  skipped_in_batch_ = 0;
+  std::int64_t records = 0;
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> first_commit;
+  bool asked = false;
+  const auto ms_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t)
+        .count();
+  };
+  for (;;) {
+    const bool have = !ready_.empty();
+    if (have && !first_commit) first_commit = std::chrono::steady_clock::now();
+    const std::int64_t waited = ms_since(start);
+    // Inside a transaction, wait for its end (pgoutput v1 sends a transaction whole, at its
+    // commit). With commits in hand, take what has already arrived, and wait up to linger_ms
+    // from the first commit for the batch to fill. With none, wait up to wait_ms.
+    std::int64_t timeout = 0;
+    if (open_) timeout = 100;
+    else if (!have) timeout = std::clamp<std::int64_t>(options_.wait_ms - waited, 0, 100);
+    else if (records < options_.batch_size)
+      timeout = std::clamp<std::int64_t>(options_.linger_ms - ms_since(*first_commit), 0, 100);
+    if (!have && !open_ && waited >= options_.wait_ms) break;
+    if (options_.stop_requested && !open_ && options_.stop_requested()) break;
+    const pg::StreamMessage message = stream_->Receive(static_cast<int>(timeout));
+    if (message.kind == pg::StreamMessage::Kind::kNone) {
+      if (have && !open_ && (records >= options_.batch_size || ms_since(*first_commit) >= options_.linger_ms))
+        break;
+      if (!have && !open_ && !asked) {
+        // Idle: ask the server where it is; its keepalive's wal_end tells CaughtUp.
+        stream_->SendStatus(confirmed_, true);
+        asked = true;
+      }
+      continue;
+    }
+    if (message.kind == pg::StreamMessage::Kind::kKeepalive) {
+      keepalive_end_ = message.wal_end;
+      if (!have && !open_) {
+        // Nothing received and unconfirmed: everything the server decoded up to wal_end is
+        // confirmed (no outbox insert commits before it), so the slot does not pin that WAL.
+        if (message.wal_end > confirmed_) confirmed_ = message.wal_end;
+        idle_same_end_ = message.wal_end == last_idle_end_ ? idle_same_end_ + 1 : 0;
+        last_idle_end_ = message.wal_end;
+        stream_->SendStatus(confirmed_, false);
+      } else if (message.reply_requested) {
+        stream_->SendStatus(confirmed_, false);
+      }
+      continue;
+    }
+    Handle(pg::DecodePgoutput(message.data), records);
+    if (!open_ && records >= options_.batch_size) break;
+  }
+  report.skipped = skipped_in_batch_;
+  if (ready_.empty()) {
+    report.idle = true;
+    report.confirmed = confirmed_;
+    return report;
+  }
+  idle_same_end_ = 0;
+  // From here until the confirm, an exception leaves this batch unconfirmed: streaming on would
+  // confirm past it with the next batch (a loss), so only Open may go on.
+  batch_failed_ = true;
+  // Received, nothing produced: the server sends these commits again after a crash here.
+  HitFailpoint("relay.wal.after_receive");
+  std::vector<OutboundMessage> messages;
+  for (Transaction& txn : ready_)
+    for (OutboundMessage& m : txn.messages) messages.push_back(std::move(m));
+  Publish(std::move(messages), report);
+  // Every record acknowledged, nothing confirmed: a crash here re-sends the whole batch.
+  HitFailpoint("relay.wal.after_ack_before_confirm");
+  confirmed_ = std::max(confirmed_, ready_.back().end_lsn);
+  report.transactions = static_cast<std::int64_t>(ready_.size());
+  ready_.clear();
+  batch_failed_ = false;
+  stream_->SendStatus(confirmed_, false);
+  report.confirmed = confirmed_;
+  return report;
+}
+
+bool WalRelay::CaughtUp() const {
+  if (open_ || !ready_.empty()) return false;
+  return (keepalive_end_ >= wal_at_open_ && confirmed_ >= wal_at_open_) || idle_same_end_ >= 1;
+}
+
+}  // namespace outbox

@@ -1,0 +1,386 @@
+// The WAL relay against the PostgreSQL server in OUTBOX_PG_URL (started with wal_level=logical by
+// scripts/postgres.sh): a slot and a publication per test schema, dropped at the end.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "outbox/failpoint.h"
+#include "outbox/pg/connection.h"
+#include "outbox/pg_store.h"
+#include "outbox/wal_progress.h"
+#include "outbox/wal_relay.h"
+#include "pg_test_support.h"
+#include "test_support.h"
+
+namespace outbox {
+namespace {
+
+using testing::FakePublisher;
+
+// A schema with the outbox tables, and the WAL relay's slot and publication dropped at the end
+// (a slot left behind would pin the shared server's WAL).
+class WalSchema : public testing::PgSchema {
+ public:
+  WalSchema() : PgSchema("wal") {
+    PgStore store(url());
+    store.ResetSchema();
+    pg::Connection sql(url());
+    slot_ = DefaultWalSlotName(sql.Query("SELECT current_database()", {}, "db").Text(0, 0), name());
+  }
+  ~WalSchema() {
+    try {
+      pg::Connection sql(url());
+      // The walsender of a closed stream exits a moment later: wait for the slot to be free.
+      for (int i = 0; i < 100; ++i) {
+        if (sql.Query("SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active",
+                      {pg::Param::Text(slot_)}, "slot active")
+                .rows() == 0)
+          break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      sql.Query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE "
+                "slot_name = $1",
+                {pg::Param::Text(slot_)}, "drop the slot");
+      sql.Exec("DROP PUBLICATION IF EXISTS " + slot_, "drop the publication");
+    } catch (...) {
+    }
+  }
+  const std::string& slot() const { return slot_; }
+
+ private:
+  std::string slot_;
+};
+
+OutboxEvent Event(const std::string& id, std::string payload) {
+  return OutboxEvent{id, "L-" + id, "LoanCreated", std::move(payload), 0};
+}
+
+void EnqueueOne(PgStore& store, const OutboxEvent& event) {
+  auto txn = store.BeginWrite();
+  store.Enqueue(txn, event);
+  txn.Commit();
+}
+
+// Runs batches until n records were sent or 50 batches passed.
+std::int64_t RunUntil(WalRelay& relay, std::int64_t n) {
+  std::int64_t records = 0;
+  for (int i = 0; i < 50 && records < n; ++i) records += relay.RunBatch().records;
+  return records;
+}
+
+std::vector<std::string> Keys(const FakePublisher& publisher) { return publisher.SentKeys(); }
+
+}  // namespace
+
+TEST_CASE("The WAL relay publishes committed outbox inserts in commit order with the polling relay's record fields", "[postgres][wal]") {
+  WalSchema schema;
+  PgStore store(schema.url());
+  FakePublisher publisher;
+  WalRelay relay(schema.url(), store, publisher, {});
+  const WalOpenReport open = relay.Open();
+  CHECK(open.created_slot);
+  CHECK(open.created_publication);
+  CHECK(open.slot == schema.slot());
+  CHECK(open.walsender_pid > 0);
+  EnqueueOne(store, Event("evt-1001", std::string("{\"a\":1}\xff\x00", 9)));
+  EnqueueOne(store, Event("evt-1002", "{}"));
+  {
+    // Two rows in one transaction: one commit, confirmed once.
+    auto txn = store.BeginWrite();
+    store.Enqueue(txn, Event("evt-1003", "{}"));
+    store.Enqueue(txn, Event("evt-1004", "{}"));
+    txn.Commit();
+  }
+  CHECK(RunUntil(relay, 4) == 4);
+  CHECK(Keys(publisher) == std::vector<std::string>{"evt-1001", "evt-1002", "evt-1003", "evt-1004"});
+  const OutboundMessage& first = publisher.calls.front().front();
+  CHECK(first.outbox_id == 1);
+  CHECK(first.event_id == "evt-1001");
+  CHECK(first.event_type == "LoanCreated");
+  CHECK(first.payload == std::string("{\"a\":1}\xff\x00", 9));
+  CHECK(first.run_id == store.RunId());
+  CHECK(relay.confirmed() > open.confirmed);
+  // The standby status update moves the slot's confirmed_flush_lsn to the last commit's end.
+  pg::Connection sql(schema.url());
+  std::string confirmed;
+  for (int i = 0; i < 100; ++i) {
+    confirmed = sql.Query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                          {pg::Param::Text(schema.slot())}, "slot")
+                    .Text(0, 0);
+    if (pg::ParseLsn(confirmed) >= relay.confirmed()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(pg::ParseLsn(confirmed) >= relay.confirmed());
+  // No UPDATE on the outbox: every row still carries published = false.
+  CHECK(sql.QueryInt("SELECT count(*) FROM outbox WHERE NOT published", {}, "count") == 4);
+}
+
+TEST_CASE("A WAL relay that stops between the ack and the confirm gets the same commits again after a restart", "[postgres][wal]") {
+  WalSchema schema;
+  PgStore store(schema.url());
+  {
+    FakePublisher publisher;
+    WalRelayOptions options;
+    options.batch_size = 2;
+    options.linger_ms = 5000;  // one batch of both commits
+    WalRelay relay(schema.url(), store, publisher, options);
+    relay.Open();
+    EnqueueOne(store, Event("evt-1001", "{}"));
+    EnqueueOne(store, Event("evt-1002", "{}"));
+    ConfigureFailpoints("relay.wal.after_ack_before_confirm=error");
+    bool stopped = false;
+    for (int i = 0; i < 50 && !stopped; ++i) {
+      try {
+        relay.RunBatch();
+      } catch (const FailpointError&) {
+        stopped = true;
+      }
+    }
+    ConfigureFailpoints("");
+    REQUIRE(stopped);
+    CHECK(Keys(publisher) == std::vector<std::string>{"evt-1001", "evt-1002"});
+    // The batch failed after its acks: the relay streams nothing more until it is opened again.
+    CHECK_THROWS_AS(relay.RunBatch(), std::logic_error);
+  }
+  // Opens a new relay once the last stream's walsender has let go of the slot.
+  const auto open_when_free = [&](WalRelay& relay) {
+    for (int i = 0; i < 100; ++i) {
+      try {
+        return relay.Open();
+      } catch (const WalRelayError& e) {
+        if (e.kind() != WalRelayError::Kind::kSlotActive) throw;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+    return relay.Open();
+  };
+  {
+    FakePublisher publisher;
+    WalRelay relay(schema.url(), store, publisher, {});
+    CHECK_FALSE(open_when_free(relay).created_slot);
+    CHECK(RunUntil(relay, 2) == 2);
+    CHECK(Keys(publisher) == std::vector<std::string>{"evt-1001", "evt-1002"});
+  }
+  // Confirmed now: a third start has nothing to send, and catches up.
+  FakePublisher publisher;
+  WalRelay third(schema.url(), store, publisher, {});
+  open_when_free(third);
+  for (int i = 0; i < 10 && !third.CaughtUp(); ++i) third.RunBatch();
+  CHECK(third.CaughtUp());
+  CHECK(publisher.calls.empty());
+}
+
+TEST_CASE("A second WAL relay on the same slot is refused in one line naming the PID", "[postgres][wal]") {
+  WalSchema schema;
+  PgStore store(schema.url());
+  FakePublisher publisher;
+  WalRelay first(schema.url(), store, publisher, {});
+  const WalOpenReport open = first.Open();
+  WalRelay second(schema.url(), store, publisher, {});
+  try {
+    second.Open();
+    FAIL("the second relay streamed the slot");
+  } catch (const WalRelayError& e) {
+    CHECK(e.kind() == WalRelayError::Kind::kSlotActive);
+    const std::string message = e.what();
+    CHECK(message.find("refused") != std::string::npos);
+    CHECK(message.find("is active for PID " + std::to_string(open.walsender_pid)) != std::string::npos);
+    CHECK(message.find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("A dropped slot whose publication remains is a clear error with the resync", "[postgres][wal]") {
+  WalSchema schema;
+  PgStore store(schema.url());
+  FakePublisher publisher;
+  {
+    WalRelay relay(schema.url(), store, publisher, {});
+    relay.Open();
+  }
+  pg::Connection sql(schema.url());
+  bool dropped = false;
+  for (int i = 0; i < 100 && !dropped; ++i) {
+    try {
+      sql.Query("SELECT pg_drop_replication_slot($1)", {pg::Param::Text(schema.slot())}, "drop");
+      dropped = true;
+    } catch (const pg::PgError&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  REQUIRE(dropped);
+  WalRelay relay(schema.url(), store, publisher, {});
+  try {
+    relay.Open();
+    FAIL("a relay streamed without its slot");
+  } catch (const WalRelayError& e) {
+    CHECK(e.kind() == WalRelayError::Kind::kSlotLost);
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("is gone (dropped)") &&
+                             Catch::Matchers::Contains("resync"));
+  }
+}
+
+TEST_CASE("A terminated walsender breaks the stream with a connection-lost error and Open streams again", "[postgres][wal]") {
+  WalSchema schema;
+  PgStore store(schema.url());
+  FakePublisher publisher;
+  WalRelay relay(schema.url(), store, publisher, {});
+  const WalOpenReport open = relay.Open();
+  pg::Connection sql(schema.url());
+  sql.Query("SELECT pg_terminate_backend($1)", {pg::Param::Int(open.walsender_pid)}, "terminate");
+  bool lost = false;
+  for (int i = 0; i < 20 && !lost; ++i) {
+    try {
+      relay.RunBatch();
+    } catch (const pg::PgError& e) {
+      lost = e.connection_lost();
+    }
+  }
+  REQUIRE(lost);
+  EnqueueOne(store, Event("evt-1001", "{}"));
+  WalOpenReport again;
+  for (int i = 0; i < 100; ++i) {
+    try {
+      again = relay.Open();
+      break;
+    } catch (const WalRelayError&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  CHECK(again.walsender_pid != open.walsender_pid);
+  CHECK(RunUntil(relay, 1) == 1);
+  CHECK(Keys(publisher) == std::vector<std::string>{"evt-1001"});
+}
+
+}  // namespace outbox
+
+namespace outbox {
+
+TEST_CASE("The WAL relay's progress names the inserts still pending in an inactive slot and only the state of an active one", "[postgres][wal]") {
+  WalSchema schema;
+  PgStore store(schema.url());
+  CHECK_FALSE(ReadWalProgress(schema.url()).has_value());
+  FakePublisher publisher;
+  {
+    WalRelay relay(schema.url(), store, publisher, {});
+    const WalOpenReport open = relay.Open();
+    EnqueueOne(store, Event("evt-1001", "{}"));
+    CHECK(RunUntil(relay, 1) == 1);
+    const std::optional<WalProgress> streaming = ReadWalProgress(schema.url());
+    REQUIRE(streaming.has_value());
+    CHECK(streaming->active);
+    CHECK(streaming->active_pid == open.walsender_pid);
+    CHECK_FALSE(streaming->pending_ids.has_value());
+  }
+  EnqueueOne(store, Event("evt-1002", "{}"));
+  EnqueueOne(store, Event("evt-1003", "{}"));
+  std::optional<WalProgress> stopped;
+  for (int i = 0; i < 100; ++i) {
+    stopped = ReadWalProgress(schema.url());
+    if (stopped && !stopped->active) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  REQUIRE(stopped.has_value());
+  CHECK_FALSE(stopped->active);
+  CHECK(stopped->slot == schema.slot());
+  REQUIRE(stopped->pending_ids.has_value());
+  CHECK(*stopped->pending_ids == std::set<std::int64_t>{2, 3});
+  CHECK(stopped->lag_bytes > 0);
+}
+
+}  // namespace outbox
+
+namespace outbox {
+
+TEST_CASE("A stop at each WAL relay failpoint loses nothing and re-sends only the unconfirmed batch", "[postgres][wal]") {
+  for (const char* point : {"relay.wal.after_receive", "relay.wal.after_produce",
+                            "relay.wal.after_ack_before_confirm"}) {
+    INFO("failpoint " << point);
+    WalSchema schema;
+    PgStore store(schema.url());
+    WalRelayOptions options;
+    options.batch_size = 2;
+    options.linger_ms = 5000;
+    FakePublisher first_publisher;
+    {
+      WalRelay relay(schema.url(), store, first_publisher, options);
+      relay.Open();
+      EnqueueOne(store, Event("evt-1001", "{}"));
+      EnqueueOne(store, Event("evt-1002", "{}"));
+      CHECK(RunUntil(relay, 2) == 2);  // confirmed
+      EnqueueOne(store, Event("evt-1003", "{}"));
+      EnqueueOne(store, Event("evt-1004", "{}"));
+      ConfigureFailpoints(std::string(point) + "=error");
+      bool stopped = false;
+      for (int i = 0; i < 50 && !stopped; ++i) {
+        try {
+          relay.RunBatch();
+        } catch (const FailpointError&) {
+          stopped = true;
+        }
+      }
+      ConfigureFailpoints("");
+      REQUIRE(stopped);
+    }
+    FakePublisher second_publisher;
+    WalRelay restarted(schema.url(), store, second_publisher, options);
+    for (int i = 0; i < 100; ++i) {
+      try {
+        restarted.Open();
+        break;
+      } catch (const WalRelayError&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+    CHECK(RunUntil(restarted, 2) == 2);
+    // Only the unconfirmed batch again: evt-1001 and evt-1002 were confirmed before the stop.
+    CHECK(Keys(second_publisher) == std::vector<std::string>{"evt-1003", "evt-1004"});
+    const std::vector<std::string> first = Keys(first_publisher);
+    const bool produced = std::string(point) != "relay.wal.after_receive";
+    CHECK(first.size() == (produced ? 4u : 2u));
+  }
+}
+
+TEST_CASE("A row that keeps failing for its own sake stops the WAL relay with nothing confirmed past it", "[postgres][wal]") {
+  WalSchema schema;
+  PgStore store(schema.url());
+  FakePublisher publisher({false, false, false});
+  WalRelayOptions options;
+  options.max_attempts = 3;
+  options.backoff_base_ms = 1;
+  options.backoff_max_ms = 2;
+  std::vector<std::int64_t> retries;
+  options.on_retry = [&](std::int64_t failed, const std::string&, std::int64_t) { retries.push_back(failed); };
+  {
+    WalRelay relay(schema.url(), store, publisher, options);
+    relay.Open();
+    EnqueueOne(store, Event("evt-1001", "{}"));
+    try {
+      RunUntil(relay, 1);
+      FAIL("an undeliverable row was passed over");
+    } catch (const WalRelayError& e) {
+      CHECK(e.kind() == WalRelayError::Kind::kUndeliverable);
+      CHECK_THAT(e.what(), Catch::Matchers::Contains("outbox id 1 (event evt-1001) failed 3 times: "
+                                                     "fake: scripted delivery failure"));
+    }
+  }
+  CHECK(retries == std::vector<std::int64_t>{1, 1});
+  CHECK(publisher.calls.size() == 3);
+  // Nothing was confirmed past it: a restarted relay is streamed the row again.
+  FakePublisher healthy;
+  WalRelay restarted(schema.url(), store, healthy, {});
+  for (int i = 0; i < 100; ++i) {
+    try {
+      restarted.Open();
+      break;
+    } catch (const WalRelayError&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  CHECK(RunUntil(restarted, 1) == 1);
+  CHECK(Keys(healthy) == std::vector<std::string>{"evt-1001"});
+}
+
+}  // namespace outbox
