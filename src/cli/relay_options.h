@@ -35,6 +35,7 @@ struct RelayCliOptions {
   bool exactly_once = false;       // --exactly-once: a transactional producer
   std::string transactional_id;    // --transactional-id (empty: DefaultTransactionalId)
   std::int64_t transaction_timeout_ms = 60000;  // --transaction-timeout
+  bool tail_check = false;         // --tail-check: read the topic's tail at term start
 };
 
 // Adds relay's options (--once ... --transaction-timeout) to sub, writing into o, which must
