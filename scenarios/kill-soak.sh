@@ -429,8 +429,8 @@ run reset
 expect_rc 0 "reset"
 if [ "$EXACTLY_ONCE" = 1 ]; then
   # The cluster's first transactional producer makes Kafka create __transaction_state (50
-  # partitions): a relay's init_transactions may time out meanwhile (exit 8; measured on a fresh
-  # Kafka 4.3.0). A relay on the empty outbox first, so the soak's relays meet a ready coordinator.
+  # partitions): on a fresh Kafka 4.3.0, a soak's first relay ended with exit 8 (broker
+  # unavailable) at that moment. A relay on the empty outbox first, so the soak's relays meet a ready coordinator.
   step "exactly-once: one relay on the empty outbox first (transaction coordinator, state topic)"
   for attempt in 1 2 3; do
     RUN_TIMEOUT_S=60 run "${RELAY_ARGS[@]}" --until-empty
