@@ -334,6 +334,16 @@ run relay --exactly-once --pipeline 2 --once
 expect_rc 22 "relay --exactly-once --pipeline 2"
 expect_line '^outbox-lab: error: relay --exactly-once --pipeline 2: refused: one transaction at a time' "$ERR"
 expect_error_line "relay --exactly-once --pipeline 2"
+# And the restart tail check's: claims (another relay could send after the check), and
+# --exactly-once (it has its own recovery).
+run relay --tail-check --coordination claims --once
+expect_rc 22 "relay --tail-check --coordination claims"
+expect_line '^outbox-lab: error: relay --tail-check --coordination claims: refused: under claims several relays send at once' "$ERR"
+expect_error_line "relay --tail-check --coordination claims"
+run relay --tail-check --exactly-once --once
+expect_rc 22 "relay --tail-check --exactly-once"
+expect_line '^outbox-lab: error: relay --tail-check --exactly-once: refused: --exactly-once recovers from its relay-state topic' "$ERR"
+expect_error_line "relay --tail-check --exactly-once"
 db_untouched "the refused numbers"
 
 step "a page that cannot be written fails before the work (exit 3)"

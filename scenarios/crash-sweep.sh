@@ -31,7 +31,13 @@
 # --exactly-once: every relay.* point (relay.txn_before_commit too) with relay --exactly-once, on
 # real Kafka only ($KAFKA_BOOTSTRAP_SERVERS; exit 77, skipped, without it: the embedded broker
 # writes no transaction markers, docs/exactly-once.md); each cell's check reads read_committed with
-# --exactly-once, so any duplicate fails it (duplicated must be 0, as lost and phantom).
+# --exactly-once, so any duplicate fails it (duplicated must be 0, as lost and phantom). Each cell
+# runs twice: crash kind kill (the kill -9 alone) and power (every lab process of the cell on the
+# power-loss shim, OUTBOX_VFS=powerloss, at synchronous=normal, or $OUTBOX_SWEEP_POWER_SYNC; after
+# the kill, `power-cut` undoes every write no fsync made durable: at normal, the relay's marks
+# since the last checkpoint, several batches' worth; killed-in reads `relay+cut`). A power cell
+# also checks with --history --synchronous-used LEVEL: undone must be 0 too (the writer's commits
+# were checkpointed when it closed the database, before the relay ran).
 # --postgres (issue 12, crash kinds on PostgreSQL; scenarios/pg-crash-sweep.sh passes it): the
 # same sweep with the outbox on the PostgreSQL server at $OUTBOX_PG_URL, in a schema of its own
 # (lib.sh use_postgres; exit 77, skipped, without OUTBOX_PG_URL), named pg-crash-sweep. A kill -9
@@ -72,6 +78,12 @@ if [ "$EXACTLY_ONCE" = 1 ]; then
   fi
   RELAY_ARGS+=(--exactly-once --transaction-timeout 10s)
   CHECK_ARGS+=(--exactly-once --isolation read_committed)
+  KINDS=(kill power)
+  POWER_SYNC=${OUTBOX_SWEEP_POWER_SYNC:-normal}
+  # The power-loss shim is SQLite's: a PostgreSQL server's own crash is pg-server-crash.sh's.
+  [ "$BACKEND" = postgres ] && KINDS=(kill)
+else
+  KINDS=(kill)
 fi
 command -v sqlite3 >/dev/null 2>&1 || die "sqlite3 is needed (the consumer's effects)"
 if [ "$BACKEND" = postgres ]; then
@@ -170,17 +182,27 @@ purge_phase() {
     case_fail "after purge: $(cat "$OUT"), expected business_loan=$LOANS outbox=0 unpublished=0"
 }
 
-# sweep_case FAILPOINT N: one run; appends a row to the matrix.
+# sweep_case FAILPOINT N [KIND]: one run (KIND kill, the default, or power: see --exactly-once
+# above); appends a row to the matrix.
 sweep_case() {
-  local point=$1 n=$2
+  local point=$1 n=$2 kind=${3:-kill}
+  local suffix=
+  [ "$kind" = power ] && suffix=-power
+  local cell=$point-$n$suffix
   POINT=$point
   LOANS=$((BATCH * (n + 1) > 40 ? BATCH * (n + 1) : 40))
-  DB=${PG_DB:-$TMP/$point-$n.db}
-  TOPIC=$TOPIC_BASE.$point.$n
+  DB=${PG_DB:-$TMP/$cell.db}
+  TOPIC=$TOPIC_BASE.$point.$n$suffix
+  local check_args=("${CHECK_ARGS[@]}")
+  if [ "$kind" = power ]; then
+    export OUTBOX_VFS=powerloss  # every process of the cell: see docs/power-loss.md
+    LAB_SYNCHRONOUS=$POWER_SYNC
+    check_args+=(--history "$TMP/$cell.history" --synchronous-used "$POWER_SYNC")
+  fi
   SPEC="$point=$((n - 1))*off->kill"
   FIRED=
   CASE_FAILURES=()
-  local effects=$TMP/$point-$n.effects.db
+  local effects=$TMP/$cell.effects.db
   local consume_args=(consume --dedupe --group sweep --effects-db "$effects")
   # consume.mid_prune is reached only while pruning (--retain): in its cells the consumer prunes
   # every processed_event row older than 1 ms, 5 rows a transaction, after consuming.
@@ -188,7 +210,7 @@ sweep_case() {
   local start reported=
   start=$(_now_us)
   # Every step of the cell records its history, for the cell's report should it fail.
-  export OUTBOX_HISTORY=$TMP/$point-$n.history
+  export OUTBOX_HISTORY=$TMP/$cell.history
 
   run reset
   [ "$RC" -eq 0 ] || case_fail "reset: exit $RC"
@@ -199,6 +221,13 @@ sweep_case() {
   [ -z "$FIRED" ] && [[ $point == publish.* ]] && under_failpoint publish-hold publish-hold 3
   [ -z "$FIRED" ] && under_failpoint relay relay "${RELAY_ARGS[@]}"
   [ -z "$FIRED" ] && under_failpoint consume "${consume_args[@]}"
+
+  if [ "$kind" = power ] && [ -n "$FIRED" ]; then
+    echo "-- power cut: every write no fsync made durable is undone"
+    run power-cut
+    [ "$RC" -eq 0 ] || case_fail "power-cut: exit $RC"
+    run verify --no-kafka  # what the cut left marked: the recovery marks the rest, sends nothing
+  fi
 
   echo "-- recovery, no failpoint"
   local missing=$LOANS
@@ -213,7 +242,7 @@ sweep_case() {
   run "${consume_args[@]}"
   [ "$RC" -eq 0 ] || case_fail "recovery consume: exit $RC"
 
-  run "${CHECK_ARGS[@]}"
+  run "${check_args[@]}"
   local check_out=$OUT lost='?' dup='?' phantom='?' valid='?'
   # check's verdicts: 0 valid, 1 invalid, 15 not drained yet, 16 cannot judge; any other code: it
   # could not check (the error's own code from the README's table, e.g. 6 no database, 8 no broker).
@@ -226,6 +255,8 @@ sweep_case() {
     [ "$lost" = 0 ] || case_fail "check: $lost lost"
     [ "$phantom" = 0 ] || case_fail "check: $phantom phantom"
     [ "$EXACTLY_ONCE" = 0 ] || [ "$dup" = 0 ] || case_fail "check: $dup duplicated read_committed under --exactly-once"
+    [ "$kind" = kill ] || [ "$(json_count "$check_out" '.undone')" = 0 ] ||
+      case_fail "check: $(json_count "$check_out" '.undone') commits undone by the power cut at synchronous=$POWER_SYNC"
     [ "$(json_get "$check_out" '.business_rows')" = "$LOANS" ] ||
       case_fail "check: business rows $(json_get "$check_out" '.business_rows'), expected $LOANS"
   else
@@ -236,18 +267,18 @@ sweep_case() {
   [ "$effects_seen" = "$LOANS/$LOANS" ] ||
     case_fail "consumer effects (rows/distinct) $effects_seen, expected $LOANS/$LOANS"
   # A failing cell's report shows the run as check judged it, before the purge empties the outbox.
-  [ "${#CASE_FAILURES[@]}" -gt 0 ] && { cell_report "$point-$n" "$OUTBOX_HISTORY"; reported=1; }
+  [ "${#CASE_FAILURES[@]}" -gt 0 ] && { cell_report "$cell" "$OUTBOX_HISTORY"; reported=1; }
 
   [ "$SWEEP_PURGE" = 1 ] && purge_phase "$n"
 
   [ -n "$FIRED" ] || case_fail "the failpoint never fired: the workload of $LOANS loans did not reach hit $n"
-  [ "${#CASE_FAILURES[@]}" -gt 0 ] && [ -z "$reported" ] && cell_report "$point-$n" "$OUTBOX_HISTORY"
-  unset OUTBOX_HISTORY
+  [ "${#CASE_FAILURES[@]}" -gt 0 ] && [ -z "$reported" ] && cell_report "$cell" "$OUTBOX_HISTORY"
+  unset OUTBOX_HISTORY OUTBOX_VFS LAB_SYNCHRONOUS
   local verdict=PASS
   [ "${#CASE_FAILURES[@]}" -eq 0 ] || verdict=FAIL
   CASE_MS=$((($(_now_us) - start) / 1000))
   CASE_ROW=$(printf '%-28s %4s  %-4s %-14s %4s %10s %7s %6s' "$point" "$n" "$verdict" \
-    "${FIRED:-not-hit}" "$lost" "$dup" "$phantom" "$((CASE_MS / 1000)).$((CASE_MS % 1000 / 100))s")
+    "${FIRED:-not-hit}${FIRED:+${suffix:++cut}}" "$lost" "$dup" "$phantom" "$((CASE_MS / 1000)).$((CASE_MS % 1000 / 100))s")
 }
 
 step "sweep: ${#POINTS[@]} failpoints x ${#HITS[@]} hit counts"
@@ -259,11 +290,12 @@ FAILED=0       # cells that fired and broke one
 NOT_FIRED=0    # cells whose failpoint never fired: failures of the sweep itself
 SWEEP_START=$(_now_us)
 for point in "${POINTS[@]}"; do
+  for kind in "${KINDS[@]}"; do
   for n in "${HITS[@]}"; do
     # A once point is reached once per process: only hit 1 can fire there.
     [ -n "${ONCE[$point]:-}" ] && [ "$n" -gt 1 ] && continue
-    log=$TMP/$point-$n.log
-    sweep_case "$point" "$n" >"$log" 2>&1
+    log=$TMP/$point-$n-$kind.log
+    sweep_case "$point" "$n" "$kind" >"$log" 2>&1
     ROWS+=("$CASE_ROW")
     echo "$CASE_ROW"
     if [ -z "$FIRED" ]; then
@@ -277,6 +309,7 @@ for point in "${POINTS[@]}"; do
       for reason in "${CASE_FAILURES[@]}"; do fail "$point x $n: $reason"; done
       sed 's/^/    | /' "$log"
     fi
+  done
   done
 done
 SWEEP_S=$((($(_now_us) - SWEEP_START) / 1000000))

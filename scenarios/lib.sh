@@ -157,6 +157,8 @@ lab_args() {
   [ "${LAB_BARE:-0}" = 1 ] && return 0
   LAB_ARGS=(--db "$DB" --topic "$TOPIC")
   [ -n "$BROKER" ] && LAB_ARGS+=(--brokers "$BROKER")
+  # A scenario's SQLite synchronous level for every lab command it runs (empty: the default, full).
+  [ -n "${LAB_SYNCHRONOUS:-}" ] && LAB_ARGS+=(--synchronous "$LAB_SYNCHRONOUS")
   return 0
 }
 

@@ -179,7 +179,9 @@ struct RelayOptions {
   // Returns the outbox ids that a committed broker transaction already carried
   // (TransactionalPublisher::Recover). The relay marks the ones still unpublished under its
   // lease (SettleUnderLease), so they are never sent again, then reports them through
-  // on_recovered. Empty: no recovery (at-least-once). Throws what it throws (KafkaError): the
+  // on_recovered. The restart tail check (relay --tail-check, kafka::ReadTail) fills the same
+  // hook with the ids already on the topic's tail: marking an id the broker holds is true
+  // whoever sent it. Empty: no recovery (at-least-once). Throws what it throws (KafkaError): the
   // batch is not started, the error reaches the loop's caller.
   std::function<std::vector<std::int64_t>()> committed_ids;
   // Called after that recovery's settle, with the ids carried (found) and the ones it marked

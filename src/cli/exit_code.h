@@ -28,7 +28,8 @@ enum class ExitCode : int {
   kStalled = 20,           // relay --until-empty: rows left that wait behind a parked row (unpark it)
   // relay: the partitioner or partition count differs from the one recorded for the topic
   kPartitionMappingChanged = 21,
-  // relay --exactly-once with a combination it cannot make safe (claims, --pipeline above 1)
+  // relay --exactly-once or --tail-check with a combination it cannot make safe (claims,
+  // --exactly-once --pipeline above 1, both flags at once)
   kExactlyOnceRefused = 22,
   // relay --source wal cannot run here: an SQLite --db, wal_level below logical, its slot
   // dropped or invalidated (resync: docs/wal-relay.md), or a row it cannot deliver

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <ctime>
 #include <limits>
+#include <optional>
+#include <set>
 
 #include <nlohmann/json.hpp>
 #include <sqlite3.h>
@@ -36,6 +38,7 @@
 #include "outbox/duration.h"
 #include "outbox/error.h"
 #include "outbox/kafka/kafka_publisher.h"
+#include "outbox/kafka/tail_check.h"
 #include "outbox/kafka/transactional_publisher.h"
 #include "lab/check/topic_reader.h"
 #include "outbox/relay.h"
@@ -51,6 +54,89 @@ std::string OutboxIdentity(const std::string& db) {
   char resolved[PATH_MAX];
   if (realpath(db.c_str(), resolved)) return resolved;
   return db;
+}
+
+// Rows whose created_at sets where the tail check starts reading: the oldest unpublished ones.
+constexpr std::int64_t kTailCheckRows = 10000;
+
+// relay --tail-check: the term's recovery (RelayOptions::committed_ids) reads the topic's tail
+// (kafka::ReadTail) and returns the ids of this run already there; on_recovered prints it.
+void AddTailCheck(RelayOptions& relay_options, const RelayCliOptions& o,
+                  const GlobalOptions& global, OutboxStore& store, rd_kafka_t* producer) {
+  const int timeout_ms = static_cast<int>(std::max<std::int64_t>(o.delivery_timeout_ms, 10000));
+  // librdkafka 2.0.2's mock cluster answers -1 to every ListOffsets by timestamp.
+  const bool embedded =
+      lab::ReadBrokerIncarnation(producer, timeout_ms).rfind("embedded:", 0) == 0;
+  const bool quiet = o.quiet, json = o.json;
+  if (!quiet && !json) {
+    fmt::print("[relay] tail check: at the start of each term, before sending, read the topic "
+               "{} up to its high watermark and mark the ids already there\n",
+               embedded ? "from each partition's low watermark (the embedded broker cannot "
+                          "look offsets up by time)"
+                        : fmt::format("from the first record at or after the oldest unpublished "
+                                      "row's created_at less {} s",
+                                      kafka::kTailCheckClockSlackMs / 1000));
+    std::fflush(stdout);
+  }
+  auto last = std::make_shared<kafka::TailCheckResult>();
+  kafka::TailCheckOptions base;
+  base.brokers = global.RequireBrokers();
+  base.topic = global.topic;
+  base.properties = ProducerProperties(global);
+  base.timeout_ms = timeout_ms;
+  relay_options.committed_ids = [&store, base, embedded, last]() {
+    const std::vector<OutboxRow> rows = store.FetchUnpublished(0, kTailCheckRows);
+    std::vector<std::int64_t> created;
+    std::set<std::int64_t> pending;
+    for (const OutboxRow& row : rows) {
+      created.push_back(row.event.created_at_ms);
+      pending.insert(row.id);
+    }
+    *last = kafka::TailCheckResult{};
+    const std::optional<std::int64_t> since = kafka::TailCheckSince(created);
+    if (!since) return std::vector<std::int64_t>{};  // nothing unpublished, nothing to check
+    kafka::TailCheckOptions options = base;
+    options.since_ms = embedded ? std::nullopt : since;
+    options.run_id = store.RunId();
+    // More unpublished rows than read: any id found may be one of the others.
+    if (static_cast<std::int64_t>(rows.size()) < kTailCheckRows) options.pending = pending;
+    *last = kafka::ReadTail(options);
+    return last->found;
+  };
+  relay_options.on_recovered = [quiet, json, last](std::int64_t token,
+                                                   const std::vector<std::int64_t>& found,
+                                                   const std::vector<std::int64_t>& marked) {
+    if (quiet) return;
+    if (json) {
+      nlohmann::ordered_json ranges = nlohmann::ordered_json::array();
+      for (const kafka::PartitionRange& r : last->ranges)
+        ranges.push_back({{"partition", r.partition}, {"begin", r.begin}, {"end", r.end}});
+      fmt::print("{}\n", lab::DumpJson(nlohmann::ordered_json{{"report", "tail-check"},
+                                                              {"token", token},
+                                                              {"ranges", ranges},
+                                                              {"records_read", last->records_read},
+                                                              {"found", found.size()},
+                                                              {"marked", marked}}));
+      std::fflush(stdout);
+      return;
+    }
+    std::vector<std::string> ranges;
+    for (const kafka::PartitionRange& r : last->ranges)
+      ranges.push_back(fmt::format("{}:{}-{}", r.partition, r.begin, r.end));
+    fmt::print("[relay] tail check: read {} records{}\n", last->records_read,
+               ranges.empty() ? std::string(" (nothing unpublished, or no topic yet)")
+                              : fmt::format(" (partition:from-to {})", fmt::join(ranges, " ")));
+    if (found.empty())
+      fmt::print("[relay] tail check: 0 unpublished ids of this run on the topic; nothing to "
+                 "mark\n");
+    else
+      fmt::print("[relay] tail check: {} unpublished ids of this run already on the topic, {} "
+                 "of them marked now, not sent again{}\n",
+                 found.size(), marked.size(),
+                 marked.empty() ? std::string()
+                                : fmt::format(" (ids {})", fmt::join(marked, ",")));
+    std::fflush(stdout);
+  };
 }
 
 }  // namespace
@@ -117,6 +203,22 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             } else if (!o->transactional_id.empty()) {
               throw CommandError(ExitCode::kUsage,
                                  "--transactional-id applies to --exactly-once only");
+            }
+            if (o->tail_check) {
+              if (o->exactly_once)
+                throw CommandError(
+                    ExitCode::kExactlyOnceRefused,
+                    "relay --tail-check --exactly-once: refused: --exactly-once recovers from "
+                    "its relay-state topic, read_committed; the tail check is for relays "
+                    "without transactions");
+              if (o->coordination == "claims")
+                throw CommandError(
+                    ExitCode::kExactlyOnceRefused,
+                    "relay --tail-check --coordination claims: refused: under claims several "
+                    "relays send at once, and one could send again a row another has sent after "
+                    "the check read the topic; use --coordination leader (the default with "
+                    "--tail-check)");
+              if (coordination_option->count() == 0) o->coordination = "leader";
             }
             RelayOptions relay_options;
             relay_options.batch_size = o->batch_size;
@@ -243,6 +345,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                 std::fflush(stdout);
               };
             }
+            if (o->tail_check) AddTailCheck(relay_options, *o, global, store, producer_handle);
             // The broker the marks go to; when it did not answer yet, after the first mark.
             // An I/O error while noting it is transient like any other of the relay's: the
             // note waits for the first mark, and the relay goes on.

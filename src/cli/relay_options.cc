@@ -118,6 +118,16 @@ void AddRelayCliOptions(CLI::App& sub, RelayCliOptions& o) {
                     "transaction left open this long (a relay killed mid-transaction and not "
                     "restarted holds back read_committed readers until then); at least "
                     "--delivery-timeout", 1, 900'000);
+  sub.add_flag("--tail-check", o.tail_check,
+               "At-least-once minus a dead relay's duplicates, without transactions: at the "
+               "start of its term, before sending, the relay reads every partition of the topic "
+               "from the first record at or after the oldest unpublished row's created_at (less "
+               "60 s of clock slack; from the low watermark on the embedded broker) up to the "
+               "high watermark, and marks the ids of this run already there instead of sending "
+               "them again. Leader coordination (the default with this flag). A relay that "
+               "writes after the check (a paused zombie) can still duplicate: only fencing "
+               "(--exactly-once) closes that (docs/exactly-once.md). Refused (exit 22) with "
+               "--exactly-once and --coordination claims");
 }
 
 }  // namespace outbox::cli

@@ -38,6 +38,7 @@ struct RelayCliOptions {
   std::string source = "polling";  // --source: polling (the outbox table) | wal (WalRelay)
   std::int64_t linger_ms = 0;      // --linger: the WAL relay's wait for a batch to fill
   std::string slot;                // --slot: the WAL relay's slot (empty: DefaultWalSlotName)
+  bool tail_check = false;         // --tail-check: read the topic's tail at term start
 };
 
 // Adds relay's options (--once ... --transaction-timeout) to sub, writing into o, which must

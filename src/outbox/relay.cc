@@ -54,9 +54,9 @@ Relay::Relay(OutboxStore& store, Publisher& publisher, RelayOptions options)
   if (options_.settle.max_attempts <= 0)
     throw ConfigError(fmt::format("max attempts {}: must be at least 1", options_.settle.max_attempts));
   if (options_.committed_ids && !leader_mode())
-    throw ConfigError("exactly-once recovery needs leader coordination: under claims several "
-                      "relays send at once, and a committed transaction of one of them could be "
-                      "sent again by another before it is marked");
+    throw ConfigError("recovery at term start (exactly-once, tail check) needs leader "
+                      "coordination: under claims several relays send at once, and what one of "
+                      "them delivered could be sent again by another before it is marked");
 }
 
 std::int64_t Relay::Now() const { return clock_.EpochMs(); }
