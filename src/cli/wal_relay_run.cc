@@ -45,12 +45,12 @@ ExitCode RunWalRelay(const GlobalOptions& global, const RelayCliOptions& o, bool
                                    "relay reads a PostgreSQL logical replication slot (give a "
                                    "postgresql:// --db)",
                                    global.db));
-  if (o.exactly_once || !o.coordination.empty() || o.pg_claim != "scan" || o.json || http ||
-      !o.transactional_id.empty())
+  if (o.exactly_once || o.tail_check || !o.coordination.empty() || o.pg_claim != "scan" ||
+      o.json || http || !o.transactional_id.empty())
     throw CommandError(ExitCode::kUsage,
-                       "relay --source wal: --exactly-once, --coordination, --pg-claim, --json "
-                       "and --http apply to the polling relay only (a slot has one reader: "
-                       "nothing to coordinate)");
+                       "relay --source wal: --exactly-once, --tail-check, --coordination, "
+                       "--pg-claim, --json and --http apply to the polling relay only (a slot has "
+                       "one reader: nothing to coordinate)");
   StopSignalFd stop;  // before any librdkafka thread exists
   const std::unique_ptr<OutboxStore> store =
       OpenStore(global.db, OpenMode::kExisting, global.MakeStoreOptions());
