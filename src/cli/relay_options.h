@@ -35,6 +35,8 @@ struct RelayCliOptions {
   bool exactly_once = false;       // --exactly-once: a transactional producer
   std::string transactional_id;    // --transactional-id (empty: DefaultTransactionalId)
   std::int64_t transaction_timeout_ms = 60000;  // --transaction-timeout
+  std::string headers = "lab";                   // --headers: lab | cloudevents
+  std::string ce_source = "/outbox-lab/relay";   // --ce-source (kDefaultCloudEventsSource)
 };
 
 // Adds relay's options (--once ... --transaction-timeout) to sub, writing into o, which must
