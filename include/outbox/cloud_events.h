@@ -43,7 +43,7 @@ inline constexpr std::string_view kDefaultCloudEventsSource = "/outbox-lab/relay
 
 // "" when source is a usable ce_source: non-empty, at most 4096 bytes, printable ASCII without
 // spaces (a URI reference, RFC 3986, in its encoded form). Otherwise one line saying why, e.g.
-//   --ce-source: a URI reference is printable ASCII without spaces (byte 4 is 0x20)
+//   a CloudEvents source is a URI reference: printable ASCII without spaces (byte 4 is 0x20)
 std::string CloudEventsSourceProblem(std::string_view source);
 
 // ms since the Unix epoch as an RFC 3339 UTC timestamp with milliseconds, e.g.

@@ -81,14 +81,16 @@ HeaderConvention ParseHeaderConvention(const std::string& text) {
 
 std::string CloudEventsSourceProblem(std::string_view source) {
   constexpr std::size_t kMaxBytes = 4096;
-  if (source.empty()) return "--ce-source: a CloudEvents source cannot be empty (it is required)";
+  if (source.empty()) return "a CloudEvents source cannot be empty (it is required)";
   if (source.size() > kMaxBytes)
-    return fmt::format("--ce-source: at most {} bytes, got {}", kMaxBytes, source.size());
+    return fmt::format("a CloudEvents source has at most {} bytes, got {}", kMaxBytes,
+                       source.size());
   for (std::size_t i = 0; i < source.size(); ++i) {
     const auto c = static_cast<unsigned char>(source[i]);
     if (c <= 0x20 || c >= 0x7f)
       return fmt::format(
-          "--ce-source: a URI reference is printable ASCII without spaces (byte {} is 0x{:02x})",
+          "a CloudEvents source is a URI reference: printable ASCII without spaces (byte {} is "
+          "0x{:02x})",
           i + 1, c);
   }
   return {};

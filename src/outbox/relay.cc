@@ -56,7 +56,7 @@ Relay::Relay(OutboxStore& store, Publisher& publisher, RelayOptions options)
     throw ConfigError(fmt::format("max attempts {}: must be at least 1", options_.settle.max_attempts));
   if (options_.headers == HeaderConvention::kCloudEvents) {
     const std::string problem = CloudEventsSourceProblem(options_.ce_source);
-    if (!problem.empty()) throw ConfigError(problem);
+    if (!problem.empty()) throw ConfigError("ce_source: " + problem);
   }
   if (options_.committed_ids && !leader_mode())
     throw ConfigError("exactly-once recovery needs leader coordination: under claims several "

@@ -153,13 +153,15 @@ TEST_CASE("CloudEventsSourceProblem takes a URI reference and refuses empty spac
   CHECK(outbox::CloudEventsSourceProblem("/outbox-lab/relay").empty());
   CHECK(outbox::CloudEventsSourceProblem("urn:loans:svc").empty());
   CHECK(outbox::CloudEventsSourceProblem("") ==
-        "--ce-source: a CloudEvents source cannot be empty (it is required)");
+        "a CloudEvents source cannot be empty (it is required)");
   CHECK(outbox::CloudEventsSourceProblem("/a b") ==
-        "--ce-source: a URI reference is printable ASCII without spaces (byte 3 is 0x20)");
+        "a CloudEvents source is a URI reference: printable ASCII without spaces (byte 3 is "
+        "0x20)");
   CHECK(outbox::CloudEventsSourceProblem("/\xC3\xA9") ==
-        "--ce-source: a URI reference is printable ASCII without spaces (byte 2 is 0xc3)");
+        "a CloudEvents source is a URI reference: printable ASCII without spaces (byte 2 is "
+        "0xc3)");
   CHECK(outbox::CloudEventsSourceProblem(std::string(4097, 'a')) ==
-        "--ce-source: at most 4096 bytes, got 4097");
+        "a CloudEvents source has at most 4096 bytes, got 4097");
 }
 
 TEST_CASE("RouteRow puts the CloudEvents headers before the application's traceparent and refuses "
