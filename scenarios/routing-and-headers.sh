@@ -14,7 +14,9 @@
 #          without it reads <topic> alone, finds no records there and calls all 100 lost (on
 #          Kafka, where nothing created <topic>, it stops: the topic does not exist); consume prints
 #          each record's topic. The "Loan Paid" row is parked at once with the template's error;
-#          the 4 loans go out, and the relay exits 0.
+#          the 4 loans go out, and the relay exits 0. A third outbox of 100 rows through relay
+#          --exactly-once --ce-source urn:lab:loans: both topics in its transactions, the same
+#          headers with that source, check --exactly-once ok=100 across both topics.
 # With KAFKA_BOOTSTRAP_SERVERS the same runs on that Kafka (topics of this run's own).
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -96,5 +98,21 @@ expect_eq "topic template '$TEMPLATE': the row's topic is illegal: a topic name 
   "$(sqlite3 "$DB" "SELECT last_error FROM outbox WHERE event_id = 'foreign-1'")" "the parked row's error"
 run --topic-template "$TEMPLATE" check
 expect_line "^\[check\] topics read \(--topic-template .*\): $TOPIC\.LoanCreated$" "$OUT"
+
+step "a third outbox: relay --exactly-once routes and adds the headers too (one transaction, two topics)"
+DB=$TMP/third.db
+run reset
+run write 100 --workload 50
+run --topic-template "$TEMPLATE" relay --exactly-once --until-empty --headers cloudevents --ce-source urn:lab:loans --quiet
+expect_rc 0 "relay --exactly-once --until-empty"
+expect_line 'marked=100 ' "$OUT"
+kcat -b "$BROKER" -t "$TOPIC.LoanRenewed" -C -e -q -X isolation.level=read_committed -f '%k|%h\n' >"$TMP/kcat-eo.out" 2>/dev/null ||
+  fail "kcat could not read $TOPIC.LoanRenewed"
+run_id=$(sqlite3 "$DB" 'SELECT run_id FROM outbox_run')
+expect_eq 50 "$(grep -c "^evt-1[0-9]*|.*,run_id=$run_id,ce_specversion=1\.0,.*,ce_source=urn:lab:loans,ce_type=LoanRenewed," "$TMP/kcat-eo.out")" \
+  "this run's LoanRenewed records with ce_source urn:lab:loans"
+run --topic-template "$TEMPLATE" check --exactly-once
+expect_line "^\[check\] topics read \(--topic-template .*\): $TOPIC\.LoanCreated,$TOPIC\.LoanRenewed$" "$OUT"
+expect_line '^\[check\] ok=100 lost=0 ' "$OUT"
 
 finish
