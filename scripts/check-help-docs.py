@@ -22,7 +22,7 @@ import sys
 # The doc that documents each subcommand: its options must be mentioned there (or in the other
 # files listed with it).
 DOCS = {
-    '': ['docs/commands.md'],  # the global options
+    '': ['docs/commands.md', 'docs/routing-and-headers.md'],  # the global options
     'reset': ['docs/commands.md'],
     'naive-hold': ['docs/commands.md', 'docs/chapter.md'],
     'naive-send-first-hold': ['docs/commands.md'],
@@ -35,7 +35,8 @@ DOCS = {
     'consume': ['docs/failpoints-and-checker.md', 'docs/commands.md', 'docs/exactly-once.md'],
     'check': ['docs/failpoints-and-checker.md', 'docs/exactly-once.md'],
     'failpoints': ['docs/failpoints-and-checker.md'],
-    'relay': ['docs/relay.md', 'docs/operations.md', 'docs/exactly-once.md', 'docs/wal-relay.md'],
+    'relay': ['docs/relay.md', 'docs/operations.md', 'docs/exactly-once.md', 'docs/wal-relay.md',
+              'docs/routing-and-headers.md'],
     'status': ['docs/relay.md'],
     'metrics': ['docs/relay.md'],
     'purge': ['docs/relay.md'],

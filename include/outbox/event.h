@@ -91,6 +91,9 @@ struct OutboundMessage {
   // when it was read (a reset while a relay runs starts a new run). Empty:
   // the publisher's own (KafkaPublisherOptions::run_id).
   std::string run_id = {};
+  // The topic this record goes to (relay --topic-template, TopicTemplate::Render). Empty: the
+  // publisher's own (KafkaPublisherOptions::topic).
+  std::string topic = {};
 };
 
 // The delivery report for one message: ok only when the broker acknowledged it

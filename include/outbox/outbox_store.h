@@ -92,6 +92,11 @@ class OutboxStore {
   // id, event id and aggregate only, published, SnapshotRow::purged).
   virtual OutboxSnapshot Snapshot() = 0;
 
+  // The distinct event types of the outbox and archive rows, sorted (byte order): the topics a
+  // --topic-template run used are these, filled in (TopicTemplate::Render). Purged rows keep
+  // no event type and add none.
+  virtual std::vector<std::string> EventTypes() = 0;
+
   // Unpublished rows with id > after_id in id order, at most limit (> 0) rows: the chapter's
   // per-row relay (publish). No claim is taken.
   virtual std::vector<OutboxRow> FetchUnpublished(std::int64_t after_id, std::int64_t limit) = 0;

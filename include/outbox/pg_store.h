@@ -125,6 +125,7 @@ class PgStore : public OutboxStore {
   std::optional<BrokerOutage> ReadOutage() override;
   std::int64_t NextId() override;
   OutboxCounts Count() override;
+  std::vector<std::string> EventTypes() override;
   OutboxSnapshot Snapshot() override;
   // Every outbox and archive row, read in txn (from BeginRead()). Throws pg::PgError.
   OutboxSnapshot Snapshot(pg::Transaction& txn);

@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -45,9 +46,11 @@
 
 #include "outbox/broker_outage.h"
 #include "outbox/clock.h"
+#include "outbox/cloud_events.h"
 #include "outbox/error.h"
 #include "outbox/publisher.h"
 #include "outbox/store.h"
+#include "outbox/topic_template.h"
 
 namespace outbox {
 
@@ -130,6 +133,13 @@ inline constexpr std::int64_t kCheckpointAfterRows = 64;
 struct RelayOptions {
   std::int64_t batch_size = 1000;  // rows per claim, > 0
   KeyChoice key = KeyChoice::kEventId;
+  // Routing and header conventions (relay --topic-template, --headers, --ce-source). A row
+  // whose topic would be illegal (TopicTemplate::Render) or that cannot make a CloudEvent
+  // (CloudEventsHeaders, CloudEventsCollision) is parked at once with the reason, as a row with
+  // a bad headers column is: it is never sent and never stops the relay.
+  std::optional<TopicTemplate> topic_template;  // none: every record to the publisher's topic
+  HeaderConvention headers = HeaderConvention::kLab;
+  std::string ce_source = std::string(kDefaultCloudEventsSource);  // CloudEventsSourceProblem
   FailureMode on_failure = FailureMode::kBlockKey;
   SettlePolicy settle;             // max attempts and backoff
   // How long a claim (kClaims) or the leader lease (kLeader) holds, ms; must
@@ -234,7 +244,8 @@ struct BatchReport {
 class Relay {
  public:
   // Throws ConfigError for batch_size <= 0, lease_ms <= 0 or above kMaxHoldMs (a day),
-  // max_attempts <= 0, or committed_ids under Coordination::kClaims (exactly-once recovers the
+  // max_attempts <= 0, a ce_source CloudEventsSourceProblem refuses under
+  // HeaderConvention::kCloudEvents, or committed_ids under Coordination::kClaims (exactly-once recovers the
   // one transaction a single sender can leave unmarked; claims let several relays send at once).
   Relay(OutboxStore& store, Publisher& publisher, RelayOptions options);
 

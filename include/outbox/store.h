@@ -249,6 +249,7 @@ class Store : public OutboxStore {
   std::int64_t MarkPublished(const std::vector<std::int64_t>& ids);
 
   OutboxCounts Count();
+  std::vector<std::string> EventTypes() override;
 
   // published_at - created_at of every published row with id > after_id, in
   // id order, ms: each row's commit-to-mark delay (created_at is taken just

@@ -333,9 +333,17 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                       if (e.primary_code() != SQLITE_CORRUPT) throw;
                       r.corrupt = e.reason();  // SQLite's words, not our SQL
                     }
-                    const lab::TopicLog log = lab::ReadTopicLog(
-                        {global.RequireBrokers(), global.topic, WithIsolation(global.ParsedProperties(), o->isolation),
-                         static_cast<int>(o->timeout_ms)});
+                    // Every topic the run used (--topic-template), else --topic; a corrupt
+                    // database names no event types: --topic then.
+                    const lab::TopicLog log = lab::ReadTopicLogs(
+                        {global.RequireBrokers(), global.topic,
+                         WithIsolation(global.ParsedProperties(), o->isolation),
+                         static_cast<int>(o->timeout_ms)},
+                        store ? lab::TopicsOfRun(*store, global.topic, global.topic_template)
+                              : std::vector<std::string>{global.topic});
+                    if (!global.topic_template.empty() && !o->json)
+                      fmt::print("[check] topics read (--topic-template {}): {}\n",
+                                 global.topic_template, log.topic);
                     std::vector<lab::HistoryOp> ops;
                     std::int64_t malformed = 0;
                     if (!o->histories.empty()) ops = lab::ReadHistories(o->histories, &malformed);

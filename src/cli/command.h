@@ -24,6 +24,7 @@ struct GlobalOptions {
   std::string db = "outbox.db";
   std::string brokers;  // empty: no broker configured
   std::string topic = "v2c7.outbox";
+  std::string topic_template;  // --topic-template; empty: every record on topic
   std::vector<std::string> properties;  // -X name=value, as given
   std::string synchronous = "full";
   std::int64_t busy_timeout_ms = 5000;  // --busy-timeout

@@ -4,6 +4,7 @@
 #include "cli/duration.h"
 #include "cli/option_values.h"
 #include "lab/chapter/idempotent_consumer.h"
+#include "lab/chapter/loans.h"
 #include "lab/check/topic_reader.h"
 
 namespace outbox::cli {
@@ -20,26 +21,51 @@ struct ConsumeOptions {
   std::string isolation = "read_committed";  // --isolation
 };
 
+// The topics to read: --topic, or under --topic-template every topic the outbox's event types
+// map to (the outbox database is read for them, read-only).
+std::vector<std::string> TopicsToRead(const GlobalOptions& global) {
+  if (global.topic_template.empty()) return {global.topic};
+  const auto store =
+      lab::OpenLabStore(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
+  return lab::TopicsOfRun(*store, global.topic, global.topic_template);
+}
+
 ExitCode RunIdempotentConsumer(const GlobalOptions& global, const ConsumeOptions& o) {
   if (o.group.empty() || o.effects_db.empty())
     throw CommandError(ExitCode::kUsage, "consume --dedupe needs --group G and --effects-db PATH");
-  lab::IdempotentConsumerOptions options{global.RequireBrokers(), global.topic, o.group,
-                                         o.effects_db, WithIsolation(global.ParsedProperties(), o.isolation),
-                                         static_cast<int>(o.timeout_ms), global.clock.get()};
-  options.retain_ms = o.retain_ms;
-  options.prune_batch_size = o.prune_batch_size;
-  const auto report = lab::ConsumeIdempotently(
-      options,
-      [](const lab::ConsumedRecord& r) {
-        if (r.event_id.empty())
-          fmt::print("[consume] partition={} offset={} event=(none) applied: no event id, not "
-                     "deduplicated\n",
-                     r.partition, r.offset);
-        else
-          fmt::print("[consume] partition={} offset={} event={} {}\n", r.partition, r.offset,
-                     r.event_id, r.applied ? "applied" : "duplicate: skipped");
-        std::fflush(stdout);
-      });
+  const std::vector<std::string> topics = TopicsToRead(global);
+  const bool routed = !global.topic_template.empty();
+  lab::ConsumeReport report;
+  // One topic after the other, one group and one processed_event table: an event is applied
+  // once whichever topic carries it.
+  for (const std::string& topic : topics) {
+    lab::IdempotentConsumerOptions options{global.RequireBrokers(), topic, o.group,
+                                           o.effects_db, WithIsolation(global.ParsedProperties(), o.isolation),
+                                           static_cast<int>(o.timeout_ms), global.clock.get()};
+    options.retain_ms = o.retain_ms;
+    options.prune_batch_size = o.prune_batch_size;
+    const std::string where = routed ? fmt::format("topic={} ", topic) : std::string();
+    const auto one = lab::ConsumeIdempotently(
+        options,
+        [&where](const lab::ConsumedRecord& r) {
+          if (r.event_id.empty())
+            fmt::print("[consume] {}partition={} offset={} event=(none) applied: no event id, not "
+                       "deduplicated\n",
+                       where, r.partition, r.offset);
+          else
+            fmt::print("[consume] {}partition={} offset={} event={} {}\n", where, r.partition,
+                       r.offset, r.event_id, r.applied ? "applied" : "duplicate: skipped");
+          std::fflush(stdout);
+        });
+    report.read += one.read;
+    report.applied += one.applied;
+    report.skipped += one.skipped;
+    report.without_event_id += one.without_event_id;
+    report.pruned += one.pruned;
+    report.prune_batches += one.prune_batches;
+    report.effects_total = one.effects_total;    // afterwards: the last read's count
+    report.processed_kept = one.processed_kept;
+  }
   fmt::print("[consume] read={} applied={} skipped={} effects-total={}\n", report.read,
              report.applied, report.skipped, report.effects_total);
   if (report.without_event_id > 0)
@@ -87,10 +113,15 @@ Command AddConsumeCommand(CLI::App& app, const GlobalOptions& global) {
             if (o->retain_ms > 0)
               throw CommandError(ExitCode::kUsage, "consume --retain prunes the dedupe table: "
                                                    "it needs --dedupe");
-            const auto records = lab::ReadTopic(
-                {global.RequireBrokers(), global.topic, WithIsolation(global.ParsedProperties(), o->isolation),
-                 static_cast<int>(o->timeout_ms)});
+            const auto records =
+                lab::ReadTopicLogs({global.RequireBrokers(), global.topic,
+                                    WithIsolation(global.ParsedProperties(), o->isolation),
+                                    static_cast<int>(o->timeout_ms)},
+                                   TopicsToRead(global))
+                    .records;
+            const bool routed = !global.topic_template.empty();
             for (const auto& r : records) {
+              if (o->with_offsets && routed) fmt::print("topic={} ", r.topic);
               if (o->with_offsets) fmt::print("partition={} offset={} ", r.partition, r.offset);
               fmt::print("{},{}\n", r.key, r.value);
             }

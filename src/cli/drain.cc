@@ -28,6 +28,9 @@ LoopReport DrainOutbox(const GlobalOptions& global, std::int64_t delivery_timeou
   lab::RecordingPublisher recording(publisher, history.get());
   RelayOptions relay_options;
   relay_options.owner = lab::DefaultRelayOwner();
+  // The relay's routing: a drain sends each row where relay would (its headers are the lab's).
+  if (!global.topic_template.empty())
+    relay_options.topic_template = TopicTemplate::Parse(global.topic_template);
   relay_options.lease_ms = std::max<std::int64_t>(relay_options.lease_ms, 2 * delivery_timeout_ms);
   const bool noted = NoteBrokerIncarnation(global, store, delivery_timeout_ms);
   if (history || !noted)

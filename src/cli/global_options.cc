@@ -8,6 +8,7 @@
 #include "outbox/parse_integer.h"
 #include "outbox/error.h"
 #include "outbox/pg/connection.h"
+#include "outbox/topic_template.h"
 
 namespace outbox::cli {
 
@@ -26,6 +27,24 @@ void AddGlobalOptions(CLI::App& app, GlobalOptions& global) {
       ->check(CLI::Validator([](std::string& topic) { return TopicNameProblem(topic); }, "TOPIC",
                              "TopicName"))
       ->capture_default_str();
+  // Routing (docs/routing-and-headers.md): the relay sends by it, and verify, check, consume
+  // and report read every topic it gives the outbox's rows.
+  app.add_option("--topic-template", global.topic_template,
+                 "Topic per event, e.g. 'outbox.{event_type}': relay sends each row to the "
+                 "template filled with its event type (a row whose topic would be illegal is "
+                 "parked); verify, check, consume and report read every topic the outbox's rows "
+                 "map to. --topic then names only the exactly-once state topic")
+      ->envname("OUTBOX_TOPIC_TEMPLATE")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            try {
+              TopicTemplate::Parse(text);
+              return {};
+            } catch (const ConfigError& e) {
+              return e.what();
+            }
+          },
+          "TEMPLATE", "TopicTemplate"));
   app.add_option("-X", global.properties,
                  "librdkafka property name=value, repeatable (as kcat -X); unknown names are errors. "
                  "Records go out uncompressed unless -X compression.type=lz4|zstd|snappy|gzip "

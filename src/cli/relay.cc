@@ -223,6 +223,10 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             RelayOptions relay_options;
             relay_options.batch_size = o->batch_size;
             relay_options.key = ParseKeyChoice(o->key);
+            if (!global.topic_template.empty())
+              relay_options.topic_template = TopicTemplate::Parse(global.topic_template);
+            relay_options.headers = ParseHeaderConvention(o->headers);
+            relay_options.ce_source = o->ce_source;
             relay_options.on_failure = ParseFailureMode(o->on_failure);
             relay_options.settle.max_attempts = o->max_attempts;
             relay_options.settle.backoff_base_ms = o->backoff_base_ms;

@@ -2,6 +2,7 @@
 
 #include "cli/duration.h"
 #include "cli/publishing.h"
+#include "outbox/cloud_events.h"
 
 namespace outbox::cli {
 
@@ -128,6 +129,21 @@ void AddRelayCliOptions(CLI::App& sub, RelayCliOptions& o) {
                "writes after the check (a paused zombie) can still duplicate: only fencing "
                "(--exactly-once) closes that (docs/exactly-once.md). Refused (exit 22) with "
                "--exactly-once and --coordination claims");
+  // Header conventions (docs/routing-and-headers.md); routing is the global --topic-template.
+  sub.add_option("--headers", o.headers,
+                 "Record headers besides the lab's own (event_id, event_type, outbox_id, "
+                 "run_id): lab (none) or cloudevents (the CloudEvents Kafka binding's binary "
+                 "mode: ce_specversion, ce_id, ce_source, ce_type, ce_subject, ce_time); the "
+                 "application's headers column (a traceparent) is sent unchanged either way")
+      ->check(CLI::IsMember({"lab", "cloudevents"}))
+      ->capture_default_str();
+  sub.add_option("--ce-source", o.ce_source,
+                 "--headers cloudevents: the ce_source of every event, a URI reference "
+                 "(printable ASCII, no spaces)")
+      ->check(CLI::Validator(
+          [](const std::string& source) { return CloudEventsSourceProblem(source); }, "URI",
+          "CloudEventsSource"))
+      ->capture_default_str();
 }
 
 }  // namespace outbox::cli

@@ -39,6 +39,8 @@ struct RelayCliOptions {
   std::int64_t linger_ms = 0;      // --linger: the WAL relay's wait for a batch to fill
   std::string slot;                // --slot: the WAL relay's slot (empty: DefaultWalSlotName)
   bool tail_check = false;         // --tail-check: read the topic's tail at term start
+  std::string headers = "lab";                   // --headers: lab | cloudevents
+  std::string ce_source = "/outbox-lab/relay";   // --ce-source (kDefaultCloudEventsSource)
 };
 
 // Adds relay's options (--once ... --transaction-timeout) to sub, writing into o, which must

@@ -39,9 +39,11 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
             lab::RequireWritableFile(o->html);  // before the topic read, not after it
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
             // Only this run's records (header run_id), as verify and check count them.
-            const lab::TopicLog log = lab::ReadTopicLog(
+            // Every topic the run used (--topic-template), else --topic.
+            const lab::TopicLog log = lab::ReadTopicLogs(
                 {global.RequireBrokers(), global.topic, global.ParsedProperties(),
-                 static_cast<int>(o->timeout_ms)});
+                 static_cast<int>(o->timeout_ms)},
+                lab::TopicsOfRun(*store, global.topic, global.topic_template));
             const auto records = lab::RecordsOfRun(log.records, store->RunId()).records;
             // The history every other command writes (--history before the subcommand, or
             // OUTBOX_HISTORY) is the timeline's too when no report --history is given.
@@ -63,7 +65,7 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
                                       log.broker_incarnation);
             model.title = o->title;
             model.db_path = global.db;
-            model.topic = global.topic;
+            model.topic = log.topic;
             const std::string html = lab::RenderReportHtml(model);
             lab::WriteFileAtomically(o->html, html);
             fmt::print("[report] wrote {} ({} bytes): {} lanes, {} records, verdict {}\n", o->html,

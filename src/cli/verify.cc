@@ -191,24 +191,29 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
             std::fflush(stdout);
             std::optional<lab::KafkaReconciliation> kafka;
             std::vector<lab::PartitionExtent> partitions;
+            std::string topics_read = global.topic;
             if (!global.brokers.empty() && !options->no_kafka) {
-              const lab::TopicLog log = lab::ReadTopicLog(
-                  {global.brokers, global.topic, WithIsolation(global.ParsedProperties(), options->isolation),
-                   static_cast<int>(options->timeout_ms)});
+              // Every topic the run used (--topic-template), else --topic.
+              const lab::TopicLog log = lab::ReadTopicLogs(
+                  {global.brokers, global.topic,
+                   WithIsolation(global.ParsedProperties(), options->isolation),
+                   static_cast<int>(options->timeout_ms)},
+                  lab::TopicsOfRun(*store, global.topic, global.topic_template));
+              topics_read = log.topic;
               lab::RequireTopicIfPublished(log, db.outbox.published);
               kafka = lab::Reconcile(db, log);
               partitions = log.partitions;
             }
             const auto mismatches = lab::CompareExpectations(expected, lab::ActualValues(db, kafka));
             if (options->json) {
-              auto out = ToJson(db, kafka, partitions, global.topic, lang);
+              auto out = ToJson(db, kafka, partitions, topics_read, lang);
               if (!expected.empty()) {
                 out["expectations_met"] = mismatches.empty();
                 out["mismatches"] = mismatches;
               }
               fmt::print("{}\n", lab::DumpJson(out));
             } else {
-              PrintText(db, kafka, partitions, global.topic, *options, lang);
+              PrintText(db, kafka, partitions, topics_read, *options, lang);
               for (const auto& line : mismatches) fmt::print("[verify] MISMATCH {}\n", line);
               if (!expected.empty() && mismatches.empty())
                 fmt::print("[verify] all {} expectations hold\n", expected.size());

@@ -47,7 +47,8 @@ rd_kafka_resp_err_t ProduceOutboundMessage(rd_kafka_t* producer, const std::stri
                         h.value.data(), static_cast<ssize_t>(h.value.size()));
   for (;;) {
     const rd_kafka_resp_err_t err = rd_kafka_producev(
-        producer, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_KEY(m.key.data(), m.key.size()),
+        producer, RD_KAFKA_V_TOPIC(m.topic.empty() ? topic.c_str() : m.topic.c_str()),
+        RD_KAFKA_V_KEY(m.key.data(), m.key.size()),
         RD_KAFKA_V_VALUE(const_cast<char*>(m.payload.data()), m.payload.size()),
         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(headers.get()),
         RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
@@ -164,10 +165,10 @@ std::vector<DeliveryResult> KafkaPublisher::Publish(const std::vector<OutboundMe
   return AwaitOldest();
 }
 
-void KafkaPublisher::LearnTopicOnce() {
+void KafkaPublisher::LearnTopicOnce(const std::string& name) {
   if (topic_known_) return;
   topic_known_ = true;  // once, even when it fails: it only saves time
-  TopicHandle topic(rd_kafka_topic_new(producer_.get(), topic_.c_str(), nullptr));
+  TopicHandle topic(rd_kafka_topic_new(producer_.get(), name.c_str(), nullptr));
   if (!topic) return;
   const rd_kafka_metadata_t* metadata = nullptr;
   const int timeout_ms = std::min(delivery_timeout_ms_, kTopicMetadataMaxMs);
@@ -176,7 +177,7 @@ void KafkaPublisher::LearnTopicOnce() {
 }
 
 void KafkaPublisher::Send(const std::vector<OutboundMessage>& messages) {
-  LearnTopicOnce();
+  if (!messages.empty()) LearnTopicOnce(messages[0].topic.empty() ? topic_ : messages[0].topic);
   auto batch = std::make_unique<InFlightBatch>();
   batch->slots.resize(messages.size());
   batch->deadline = std::chrono::steady_clock::now() +

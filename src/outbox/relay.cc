@@ -10,6 +10,7 @@
 
 #include "outbox/per_row_relay.h"
 #include "outbox/record_headers.h"
+#include "outbox/row_message.h"
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
 
@@ -53,6 +54,10 @@ Relay::Relay(OutboxStore& store, Publisher& publisher, RelayOptions options)
                                   options_.lease_ms, kMaxHoldMs));
   if (options_.settle.max_attempts <= 0)
     throw ConfigError(fmt::format("max attempts {}: must be at least 1", options_.settle.max_attempts));
+  if (options_.headers == HeaderConvention::kCloudEvents) {
+    const std::string problem = CloudEventsSourceProblem(options_.ce_source);
+    if (!problem.empty()) throw ConfigError("ce_source: " + problem);
+  }
   if (options_.committed_ids && !leader_mode())
     throw ConfigError("recovery at term start (exactly-once, tail check) needs leader "
                       "coordination: under claims several relays send at once, and what one of "
@@ -290,14 +295,15 @@ bool Relay::SendRows(Claim claim) {
   messages.reserve(claim.rows.size());
   std::vector<FailedDelivery> failed;
   for (const OutboxRow& row : claim.rows) {
-    ParsedHeaders headers = ParseRecordHeaders(row.event.headers);
-    if (!headers.ok()) {
+    const TopicTemplate* topic_template =
+        options_.topic_template ? &*options_.topic_template : nullptr;
+    RoutedMessage routed = RouteRow(row, topic_template, options_.headers, options_.ce_source);
+    if (!routed.ok()) {
       // The row is bad, not the broker: park it now with the reason; the batch goes on.
-      failed.push_back({row.id, std::move(headers.error), /*park_now=*/true});
+      failed.push_back({row.id, std::move(routed.error), /*park_now=*/true});
       continue;
     }
-    OutboundMessage message = MessageForRow(row);
-    message.headers = std::move(headers.headers);
+    OutboundMessage message = std::move(routed.message);
     message.run_id = run_id;
     if (options_.key == KeyChoice::kAggregateId) message.key = row.event.aggregate_id;
     messages.push_back(std::move(message));

@@ -22,7 +22,7 @@
 
 namespace outbox::kafka {
 
-// Produces m to topic as the outbox sends every record, the one produce call
+// Produces m to m.topic, or to topic when m.topic is empty, as the outbox sends every record, the one produce call
 // of the lab (KafkaPublisher and the bench's raw producer): key, value, the
 // headers event_id, event_type, outbox_id and run_id (m.run_id, or run_id when that is empty;
 // an empty header when both are), then m.headers, bytes copied
@@ -127,7 +127,9 @@ class KafkaPublisher : public Publisher {
   // to 1 s: measured, `relay --until-empty` of 10 rows took 1.03 s, the
   // batch loop (rd_kafka_flush wakes the broker threads) 0.07 s.
   // A failure is ignored: the produce then waits as before.
-  void LearnTopicOnce();
+  // topic: the first message's (OutboundMessage::topic, a routed run), else topic_: asking for
+  // topic_ when no record goes there would let a broker auto-create it empty.
+  void LearnTopicOnce(const std::string& topic);
   bool topic_known_ = false;
 
   std::string topic_;

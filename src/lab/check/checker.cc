@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <set>
 #include <unordered_map>
 
@@ -156,8 +157,11 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
 
   std::unordered_map<std::string, std::int64_t> seen;
   std::vector<std::string> first_seen;
-  // Per partition, per aggregate: the highest outbox id first seen so far, and its record.
-  std::map<std::pair<std::int32_t, std::string>, std::pair<std::int64_t, const TopicRecord*>>
+  // Per topic and partition, per aggregate: the highest outbox id first seen so far, and its
+  // record. Order holds within a partition only: under --topic-template an aggregate's events of
+  // different types go to different topics, with no order between them.
+  std::map<std::tuple<std::string, std::int32_t, std::string>,
+           std::pair<std::int64_t, const TopicRecord*>>
       last_id_by_aggregate;
   for (const TopicRecord& record : records) {
     if (seen[record.event_id]++ > 0) continue;
@@ -167,7 +171,8 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
       result.phantom.push_back(record.event_id);
       continue;
     }
-    auto& last = last_id_by_aggregate[{record.partition, found->second.aggregate_id}];
+    auto& last =
+        last_id_by_aggregate[{record.topic, record.partition, found->second.aggregate_id}];
     if (found->second.id < last.first) {
       result.order_violations.push_back(fmt::format("{} (aggregate {}) after a later event",
                                                     record.event_id, found->second.aggregate_id));
@@ -176,19 +181,22 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
     }
     if (found->second.id > last.first) last = {found->second.id, &record};
   }
-  // Every copy counts: a re-send after a partitioner switch lands on the new partition.
-  std::map<std::string, std::pair<std::set<std::int32_t>, bool>> partitions_by_aggregate;
+  // Every copy counts: a re-send after a partitioner switch lands on the new partition. Per
+  // topic: an aggregate spread over topics by --topic-template is routing, not a hazard.
+  std::map<std::pair<std::string, std::string>, std::pair<std::set<std::int32_t>, bool>>
+      partitions_by_aggregate;
   for (const TopicRecord& record : records) {
     const auto found = outbox.find(record.event_id);
     if (found == outbox.end()) continue;
-    auto& [seen_on, other_key] = partitions_by_aggregate[found->second.aggregate_id];
+    auto& [seen_on, other_key] =
+        partitions_by_aggregate[{record.topic, found->second.aggregate_id}];
     seen_on.insert(record.partition);
     if (record.key != found->second.aggregate_id) other_key = true;
   }
-  for (const auto& [aggregate, entry] : partitions_by_aggregate)
+  for (const auto& [topic_and_aggregate, entry] : partitions_by_aggregate)
     if (entry.first.size() > 1)
       result.order_hazards.push_back(
-          {aggregate, std::vector<std::int32_t>(entry.first.begin(), entry.first.end()),
+          {topic_and_aggregate.second, std::vector<std::int32_t>(entry.first.begin(), entry.first.end()),
            !entry.second});
   for (const auto& id : first_seen)
     if (seen[id] > 1) result.duplicated.emplace_back(id, seen[id]);

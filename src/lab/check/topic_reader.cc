@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
+#include <stdexcept>
 #include <memory>
 #include <string_view>
 #include <nlohmann/json.hpp>
@@ -161,7 +163,7 @@ TopicLog ReadTopicLog(const TopicReadOptions& options) {
     err = rd_kafka_query_watermark_offsets(consumer.get(), options.topic.c_str(), p, &low, &high,
                                            RemainingMs(deadline));
     if (err) kafka::ThrowKafkaError(fmt::format("{}: watermarks of partition {}", what, p), err);
-    log.partitions.push_back({p, low, high});
+    log.partitions.push_back({p, low, high, options.topic});
     if (high <= low) continue;
     next_offset[p] = low;
     end_offset[p] = high;
@@ -178,6 +180,7 @@ TopicLog ReadTopicLog(const TopicReadOptions& options) {
       [&](const rd_kafka_message_t& msg) {
         if (msg.offset >= end_offset[msg.partition]) return;  // produced after the start
         TopicRecord record;
+        record.topic = options.topic;
         record.partition = msg.partition;
         record.offset = msg.offset;
         if (msg.key) record.key.assign(static_cast<const char*>(msg.key), msg.key_len);
@@ -191,6 +194,42 @@ TopicLog ReadTopicLog(const TopicReadOptions& options) {
     return a.partition != b.partition ? a.partition < b.partition : a.offset < b.offset;
   });
   return log;
+}
+
+std::vector<std::string> TopicsOfRun(OutboxStore& store, const std::string& topic,
+                                     const std::string& topic_template) {
+  if (topic_template.empty()) return {topic};
+  const TopicTemplate parsed = TopicTemplate::Parse(topic_template);
+  std::set<std::string> topics;
+  for (const std::string& event_type : store.EventTypes()) {
+    OutboxEvent event;
+    event.event_type = event_type;
+    RoutedTopic routed = parsed.Render(event);
+    if (routed.ok()) topics.insert(std::move(routed.topic));
+  }
+  if (topics.empty()) return {topic};
+  return {topics.begin(), topics.end()};
+}
+
+TopicLog ReadTopicLogs(const TopicReadOptions& options, const std::vector<std::string>& topics) {
+  if (topics.empty()) throw std::invalid_argument("ReadTopicLogs: no topic to read");
+  TopicLog merged;
+  for (const std::string& topic : topics) {
+    TopicReadOptions one = options;
+    one.topic = topic;
+    TopicLog log = ReadTopicLog(one);
+    if (merged.topic.empty()) {
+      merged.broker_incarnation = log.broker_incarnation;
+      merged.brokers = log.brokers;
+    } else {
+      merged.topic += ',';
+    }
+    merged.topic += topic;
+    merged.topic_exists = merged.topic_exists || log.topic_exists;
+    for (TopicRecord& record : log.records) merged.records.push_back(std::move(record));
+    for (PartitionExtent& p : log.partitions) merged.partitions.push_back(std::move(p));
+  }
+  return merged;
 }
 
 void RequireTopicIfPublished(const TopicLog& log, std::int64_t published_rows) {

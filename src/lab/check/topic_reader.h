@@ -8,6 +8,8 @@
 
 #include "outbox/event.h"
 #include "outbox/kafka/handles.h"
+#include "outbox/outbox_store.h"
+#include "outbox/topic_template.h"
 
 namespace outbox::lab {
 
@@ -23,6 +25,7 @@ struct TopicRecord {
   // when the record has none (produced by another client, or before run ids).
   std::string run_id;
   std::vector<RecordHeader> headers = {};  // every record header, in order
+  std::string topic = {};                  // the topic it was read from
 };
 
 // One partition as the read found it.
@@ -33,6 +36,7 @@ struct PartitionExtent {
   // retention.ms/bytes, or the embedded broker's 5 MiB per partition).
   std::int64_t log_start = 0;
   std::int64_t end = 0;  // the high watermark when the read began
+  std::string topic = {};  // the topic the partition belongs to
 };
 
 struct TopicLog {
@@ -95,6 +99,21 @@ std::string ReadBrokerIncarnation(rd_kafka_t* client, int timeout_ms);
 std::int32_t ReadPartitionCount(const std::string& brokers,
                                 const std::vector<kafka::Property>& properties,
                                 const std::string& topic, int timeout_ms);
+
+// The topics a run of the relay used: {topic} without a template (topic_template empty), else
+// every topic the template gives the store's event types (OutboxStore::EventTypes), sorted and
+// distinct; an event type that makes an illegal topic names none (its rows were parked, never
+// sent). An outbox with no rows gives {topic}, which is then read as an empty topic would be.
+// Throws ConfigError for a template TopicTemplate::Parse refuses, DbError from the store.
+std::vector<std::string> TopicsOfRun(OutboxStore& store, const std::string& topic,
+                                     const std::string& topic_template);
+
+// ReadTopicLog over each of topics (options.topic is ignored), merged into one log: records
+// topic by topic in the order given (each topic's in partition then offset order; TopicRecord
+// and PartitionExtent name their topic), partitions of every topic, topic_exists when any of
+// them exists, topic the names joined with ','. Each topic's read gets options.timeout_ms.
+// Throws as ReadTopicLog; std::invalid_argument for an empty list.
+TopicLog ReadTopicLogs(const TopicReadOptions& options, const std::vector<std::string>& topics);
 
 // A topic that does not exist is simply empty while nothing was published to
 // it; once published_rows (outbox rows marked published, >= 0) is above 0, it

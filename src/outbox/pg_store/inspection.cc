@@ -51,6 +51,16 @@ OutboxCounts PgStore::Count() {
   return OutboxCounts{counts.Int(0, 0), counts.Int(0, 1), counts.Int(0, 2)};
 }
 
+std::vector<std::string> PgStore::EventTypes() {
+  const pg::Result rows = connection_.Query(
+      "SELECT t FROM (SELECT event_type AS t FROM outbox UNION "
+      "SELECT event_type FROM outbox_archive) AS types ORDER BY t COLLATE \"C\"",
+      {}, "read the outbox's event types");
+  std::vector<std::string> types;
+  for (int i = 0; i < rows.rows(); ++i) types.push_back(rows.Text(i, 0));
+  return types;
+}
+
 OutboxSnapshot PgStore::Snapshot() {
   pg::Transaction txn = BeginRead();
   OutboxSnapshot snapshot = Snapshot(txn);

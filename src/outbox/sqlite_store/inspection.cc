@@ -94,6 +94,16 @@ OutboxCounts Store::Count() {
   return counts;
 }
 
+std::vector<std::string> Store::EventTypes() {
+  // CAST: a type written as a BLOB by a foreign writer still names its bytes.
+  auto select = connection_.Prepare(
+      "SELECT CAST(event_type AS BLOB) AS t FROM outbox UNION "
+      "SELECT CAST(event_type AS BLOB) FROM outbox_archive ORDER BY t");
+  std::vector<std::string> types;
+  while (select.Step()) types.push_back(select.ColumnText(0));
+  return types;
+}
+
 std::vector<std::int64_t> Store::PublishDelaysMs(std::int64_t after_id) {
   auto select = connection_.Prepare(
       "SELECT published_at - created_at FROM outbox "
