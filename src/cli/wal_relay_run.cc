@@ -51,6 +51,13 @@ ExitCode RunWalRelay(const GlobalOptions& global, const RelayCliOptions& o, bool
                        "relay --source wal: --exactly-once, --tail-check, --coordination, "
                        "--pg-claim, --json and --http apply to the polling relay only (a slot has "
                        "one reader: nothing to coordinate)");
+  // The WAL relay builds records from the decoded insert alone (OnInsert): routing and the
+  // CloudEvents headers are built by RouteRow from a claimed OutboxRow in the polling relay.
+  if (!global.topic_template.empty() || o.headers != "lab")
+    throw CommandError(ExitCode::kUsage,
+                       "relay --source wal: --topic-template and --headers cloudevents apply to "
+                       "the polling relay only for now; the WAL relay sends every insert to "
+                       "--topic with the lab's headers (docs/wal-relay.md, Limits)");
   StopSignalFd stop;  // before any librdkafka thread exists
   const std::unique_ptr<OutboxStore> store =
       OpenStore(global.db, OpenMode::kExisting, global.MakeStoreOptions());
