@@ -18,11 +18,14 @@ std::int64_t PgStore::Enqueue(pg::Transaction& txn, const OutboxEvent& event) {
   const pg::Param created_at =
       event.created_at_ms == 0 ? pg::Param::Null() : pg::Param::Int(event.created_at_ms);
   return txn.connection().QueryInt(
+      // The notify rides in the insert's statement (one round trip): the FROM runs it once.
       "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at) "
-      "VALUES($1, $2, $3, $4, COALESCE($5::bigint, "
-      "(extract(epoch FROM clock_timestamp()) * 1000)::bigint)) RETURNING id",
+      "SELECT $1::text, $2::text, $3::text, $4::bytea, COALESCE($5::bigint, "
+      "(extract(epoch FROM clock_timestamp()) * 1000)::bigint) "
+      "FROM (SELECT pg_notify($6, '')) wake RETURNING id",
       {pg::Param::Text(event.event_id), pg::Param::Text(event.aggregate_id),
-       pg::Param::Text(event.event_type), pg::Param::Bytes(event.payload), created_at},
+       pg::Param::Text(event.event_type), pg::Param::Bytes(event.payload), created_at,
+       pg::Param::Text(wake_channel_)},
       fmt::format("enqueue event '{}'", event.event_id));
 }
 
