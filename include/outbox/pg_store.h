@@ -109,7 +109,19 @@ class PgStore : public OutboxStore {
   // (epoch ms, compared with the server's clock); event.delay_ms > 0 writes not_before = the
   // server's clock at the INSERT + delay_ms. Throws ConfigError for a delay
   // DelayErrorMessage refuses; pg::PgError: sqlstate "23505" when event_id exists already.
+  // In the same statement (no extra round trip) it sends pg_notify(wake_channel(), ''), which the
+  // server delivers to the listening relays when txn commits and drops when it rolls back; the
+  // notifications of one transaction are folded into one. A relay waiting in NotifyWatcher wakes
+  // on it. https://www.postgresql.org/docs/15/sql-notify.html
   std::int64_t Enqueue(pg::Transaction& txn, const OutboxEvent& event);
+
+  // The channel Enqueue notifies on commit and a relay LISTENs on: "outbox_" and the schema of
+  // this store's outbox table (schemas of one database do not wake each other's relays), cut to
+  // 63 bytes (NAMEDATALEN - 1, the longest channel name). A writer of its own wakes the relays
+  // with `SELECT pg_notify('outbox_public', '')` in its transaction (writing-to-the-outbox.md).
+  const std::string& wake_channel() const noexcept { return wake_channel_; }
+  // "outbox_" + schema, cut to 63 bytes.
+  static std::string WakeChannel(const std::string& schema);
 
   // OutboxStore. RunId: empty before the first ResetSchema. NextId: from the id sequence.
   // Snapshot: in one REPEATABLE READ transaction. Every one throws pg::PgError.
@@ -153,8 +165,10 @@ class PgStore : public OutboxStore {
   // mode decide. Rows come back in id order with a fencing token greater than every earlier
   // claim's (a sequence). With block_key (scan mode) it walks the aggregates' heads first (one
   // index probe per aggregate, up to 1,000 aggregates), so a backlog stalled behind failed heads
-  // costs per aggregate, not per stalled row; past 1,000 aggregates, the id-order scan. Throws
-  // pg::PgError.
+  // costs per aggregate, not per stalled row; past 1,000 aggregates, the id-order scan (and the
+  // next 16 claims and looks go straight to the scan before walking again). One statement, one
+  // round trip (the token, the walk or the scan, the update); the naive mode keeps a transaction
+  // of four statements (it moves its offset too). Throws pg::PgError.
   Claim ClaimBatch(const ClaimRequest& request, PgClaimMode mode);
   // The same in the mode given to the constructor.
   Claim ClaimBatch(const ClaimRequest& request) override { return ClaimBatch(request, mode_); }
@@ -266,11 +280,20 @@ class PgStore : public OutboxStore {
   ResetCounts ResetLocked();  // ResetSchema's body, under the schema lock
   bool SchemaCurrent();  // every table of the schema exists
 
+  void ReadWakeChannel();  // sets wake_channel_ from the outbox table's schema
+  Claim NaiveClaim(const ClaimRequest& request);  // PgClaimMode::kNaiveCursor's claim
+  // With block key: whether this claim or look walks the aggregates' heads (see ClaimBatch), and
+  // what the walk found (gave_up: more aggregates than its cap).
+  bool WalkHeadsNow();
+  void NoteHeadsWalk(bool gave_up);
+
   std::string url_;
   SystemClock system_clock_;  // used when no clock is given
   Clock* clock_;              // not owned
   PgClaimMode mode_;
   pg::Connection connection_;
+  int heads_walk_skips_ = 0;  // claims and looks left that skip the heads walk (it gave up)
+  std::string wake_channel_;  // WakeChannel of the outbox table's schema, read once at open
 };
 
 }  // namespace outbox

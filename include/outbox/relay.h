@@ -341,6 +341,7 @@ class Relay {
   RelayOptions options_;
   Clock& clock_;
   std::int64_t cursor_ = 0;
+  bool last_claim_full_ = false;  // claims mode: the last claim returned batch_size rows
   std::int64_t settled_since_checkpoint_ = 0;  // rows, for CheckpointAfterSettle
   // A batch between StartBatch and FinishBatch: its claim, and the rows refused
   // before sending (bad headers), which its settle parks.

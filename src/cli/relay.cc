@@ -33,7 +33,9 @@
 #include "lab/chapter/recording_publisher.h"
 #include "lab/chapter/relay_owner.h"
 #include "outbox/change_watcher.h"
+#include "outbox/notify_watcher.h"
 #include "outbox/pg/connection.h"
+#include "outbox/pg_store.h"
 #include "outbox/timed_waiter.h"
 #include "outbox/duration.h"
 #include "outbox/error.h"
@@ -386,13 +388,17 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             RelayObserver observer(leader);
             ObserveRelay(observer, relay_options);
             Relay relay(store, recording, relay_options);
-            // An SQLite file's commits wake the relay through inotify; a PostgreSQL server is
-            // polled (the idle backoff, up to --idle-max).
+            // An SQLite file's commits wake the relay through inotify; on PostgreSQL the
+            // writers' notifications do (LISTEN on the outbox's wake channel). Either way the
+            // poll (the idle backoff, up to --idle-max) stays the fallback.
             std::unique_ptr<IdleWaiter> watcher;
             if (store.backend() == Backend::kSqlite)
               watcher = std::make_unique<ChangeWatcher>(global.db, stop.get());
-            else
+            else if (o->no_listen)
               watcher = std::make_unique<TimedWaiter>(stop.get());
+            else
+              watcher = std::make_unique<NotifyWatcher>(
+                  global.db, static_cast<PgStore&>(store).wake_channel(), stop.get());
 
             LoopOptions loop_options;
             loop_options.mode = o->once ? LoopMode::kOnce

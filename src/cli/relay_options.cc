@@ -66,6 +66,10 @@ void AddRelayCliOptions(CLI::App& sub, RelayCliOptions& o) {
             return {};
           },
           "NAME", "Owner"));
+  sub.add_flag("--no-listen", o.no_listen,
+               "PostgreSQL: do not LISTEN for the writers' notifications, only poll (every "
+               "--idle-max at the longest); for a connection pooler in transaction mode, where "
+               "LISTEN does not work");
   sub.add_flag("--quiet", o.quiet, "Print only the final line");
   sub.add_flag("--allow-partitioner-change", o.allow_partitioner_change,
                 "--key aggregate-id: start even when -X partitioner or the topic's partition "

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "cli/command.h"
 #include "cli/duration.h"
@@ -44,8 +45,15 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
                     "database's clock: PostgreSQL's server, SQLite's this process); the relay "
                     "sends none before it; 0s: at once",
                     0, kMaxDelayMs);
+  auto batch = std::make_shared<std::int64_t>(1);
+  sub->add_option("--batch", *batch,
+                  "Loans per transaction: each keeps its own business row and outbox row with "
+                  "the same event id, but they commit together, one commit (fsync) per batch; "
+                  "--rate then paces the batches' loans")
+      ->check(PositiveInteger())
+      ->capture_default_str();
   AddRowLineOptions(*sub, *lines);
-  return {sub, [&global, count, lines, workload, rate, delay_ms]() -> ExitCode {
+  return {sub, [&global, count, lines, workload, rate, delay_ms, batch]() -> ExitCode {
             const bool row_lines = PrintsRowLines(*lines, *count);
             // Ctrl-C or SIGTERM: the transaction in progress commits, then the count.
             StopSignalFd stop;
@@ -54,7 +62,7 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
             const std::int64_t start = lab::NextLoanIndex(*store) - 1;
             const lab::Workload spread = lab::ParseWorkload(*workload);
             const auto begin = std::chrono::steady_clock::now();
-            for (std::int64_t k = 1; k <= *count; ++k) {
+            for (std::int64_t k = 1; k <= *count;) {
               if (stop.Received()) {
                 fmt::print("[write] stopped on signal: committed={} of {} (each one durable with "
                            "its outbox row; the other {} never began)\n",
@@ -65,12 +73,15 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
               if (*rate > 0)  // pacing the workload, not synchronising with anyone
                 std::this_thread::sleep_until(begin + std::chrono::nanoseconds(
                                                           (k - 1) * 1'000'000'000 / *rate));
-              const lab::WrittenLoan w =
-                  lab::WriteLoanWithEvent(*store, start + k, history.get(),
-                                          lab::LoanNumberFor(spread, start + k), *delay_ms);
+              std::vector<lab::LoanToWrite> loans;
+              for (; k <= *count && static_cast<std::int64_t>(loans.size()) < *batch; ++k)
+                loans.push_back({start + k, lab::LoanNumberFor(spread, start + k)});
+              const std::vector<lab::WrittenLoan> written =
+                  lab::WriteLoansWithEvents(*store, loans, history.get(), *delay_ms);
               if (row_lines) {
-                fmt::print("[write] txn i={} loan={} event={} committed\n", start + k,
-                           w.loan.loan_id, w.event.event_id);
+                for (std::size_t i = 0; i < written.size(); ++i)
+                  fmt::print("[write] txn i={} loan={} event={} committed\n", loans[i].index,
+                             written[i].loan.loan_id, written[i].event.event_id);
                 std::fflush(stdout);  // scripts act on each line as it comes
               }
             }

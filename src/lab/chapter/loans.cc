@@ -324,26 +324,46 @@ LabSnapshot ReadLabSnapshot(OutboxStore& store, const BusinessTable* business) {
 
 WrittenLoan WriteLoanWithEvent(OutboxStore& store, std::int64_t index, History* history,
                                std::int64_t loan_number, std::int64_t delay_ms) {
-  const std::int64_t number = loan_number > 0 ? loan_number : index;
-  WrittenLoan written{ChapterLoan(number, store.clock().EpochMs()), {}};
-  written.event = LoanCreatedEvent(written.loan, index);
-  written.event.delay_ms = delay_ms;
+  return WriteLoansWithEvents(store, {{index, loan_number}}, history, delay_ms).front();
+}
+
+std::vector<WrittenLoan> WriteLoansWithEvents(OutboxStore& store,
+                                              const std::vector<LoanToWrite>& loans,
+                                              History* history, std::int64_t delay_ms) {
+  if (loans.empty()) return {};
+  std::vector<WrittenLoan> written;
+  written.reserve(loans.size());
+  for (const LoanToWrite& next : loans) {
+    const std::int64_t number = next.loan_number > 0 ? next.loan_number : next.index;
+    WrittenLoan loan{ChapterLoan(number, store.clock().EpochMs()), {}};
+    loan.event = LoanCreatedEvent(loan.loan, next.index);
+    loan.event.delay_ms = delay_ms;
+    written.push_back(std::move(loan));
+  }
   NotePhase(history, "begin");
-  Note(history, "invoke", "txn", written.event.event_id);
+  for (const WrittenLoan& w : written) Note(history, "invoke", "txn", w.event.event_id);
   bool committing = false;
+  const auto note_all = [&](const char* type, const std::string& error) {
+    for (const WrittenLoan& w : written) Note(history, type, "txn", w.event.event_id, error);
+  };
   try {
     // One body for both backends: the transaction types differ, the steps do not.
     const auto write = [&](auto& backend_store) {
       auto txn = backend_store.BeginWrite();
-      // A later write of the same loan (a workload with shared aggregates) renews it.
-      if (number != index && LoanExists(txn.connection(), written.loan.loan_id)) {
-        RenewLoan(txn.connection(), written.loan.loan_id);
-        written.loan.status = kRenewedStatus;
-        written.event.event_type = "LoanRenewed";
-      } else {
-        InsertLoan(txn.connection(), written.loan);
+      for (std::size_t i = 0; i < written.size(); ++i) {
+        WrittenLoan& w = written[i];
+        const bool own_loan = loans[i].loan_number <= 0 || loans[i].loan_number == loans[i].index;
+        // A later write of the same loan (a workload with shared aggregates) renews it; an
+        // earlier loan of this same transaction counts, as it would one commit earlier.
+        if (!own_loan && LoanExists(txn.connection(), w.loan.loan_id)) {
+          RenewLoan(txn.connection(), w.loan.loan_id);
+          w.loan.status = kRenewedStatus;
+          w.event.event_type = "LoanRenewed";
+        } else {
+          InsertLoan(txn.connection(), w.loan);
+        }
+        backend_store.Enqueue(txn, w.event);
       }
-      backend_store.Enqueue(txn, written.event);
       HitFailpoint("write.before_commit");
       committing = true;
       txn.Commit();
@@ -355,14 +375,13 @@ WrittenLoan WriteLoanWithEvent(OutboxStore& store, std::int64_t index, History* 
     // durable before it went (a server crashed while the writer waited on its fsync often
     // has). Jepsen's "info", indeterminate; "fail" would make its published event a phantom.
     // A connection lost before the COMMIT was sent rolled the transaction back: "fail".
-    Note(history, committing && e.connection_lost() ? "info" : "fail", "txn",
-         written.event.event_id, e.what());
+    note_all(committing && e.connection_lost() ? "info" : "fail", e.what());
     throw;
   } catch (const std::exception& e) {
-    Note(history, "fail", "txn", written.event.event_id, e.what());
+    note_all("fail", e.what());
     throw;
   }
-  Note(history, "ok", "txn", written.event.event_id);
+  note_all("ok", "");
   NotePhase(history, "commit");
   HitFailpoint("write.after_commit");
   return written;

@@ -92,6 +92,27 @@ struct WrittenLoan {
 WrittenLoan WriteLoanWithEvent(OutboxStore& store, std::int64_t index, History* history = nullptr,
                                std::int64_t loan_number = 0, std::int64_t delay_ms = 0);
 
+// One loan of a batched write: its index (event id evt-(1000+index)) and loan_number as for
+// WriteLoanWithEvent.
+struct LoanToWrite {
+  std::int64_t index = 0;
+  std::int64_t loan_number = 0;
+};
+// `write --batch N`: the loans, in order, in ONE transaction: each still its business row (or
+// renewal) and its own outbox row with the same event id as WriteLoanWithEvent would give it, so
+// the rows committed are the same as those of one transaction per loan; only the commits (and
+// fsyncs) are fewer. A loan renewed by a later one of the same batch sees the earlier insert, as
+// it would one commit later. The failpoints write.before_commit and write.after_commit are hit
+// once per transaction; history gets one "begin" and "commit" phase and an invoke and an
+// ok/fail/info per event. All or none of the batch commits. Returns the loans written, in order;
+// nothing for an empty list. Throws as WriteLoanWithEvent (nothing of the batch committed then,
+// or, on a lost connection during COMMIT, an unknown outcome for the whole batch). delay_ms as
+// for WriteLoanWithEvent, for every loan of the batch.
+std::vector<WrittenLoan> WriteLoansWithEvents(OutboxStore& store,
+                                              const std::vector<LoanToWrite>& loans,
+                                              History* history = nullptr,
+                                              std::int64_t delay_ms = 0);
+
 // naive-hold's dual write done wrong: commits loan alone, with no outbox row. Returns false, having
 // written nothing, when the loan exists already. Throws DbError or pg::PgError.
 bool InsertLoanWithoutEvent(OutboxStore& store, const Loan& loan);

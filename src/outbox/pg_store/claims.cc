@@ -58,8 +58,15 @@ void RecordFailures(pg::Connection& connection, std::optional<std::int64_t> clai
 
 void TallyMarks(const pg::Result& marked, const std::vector<std::int64_t>& acked,
                 SettleReport& report) {
-  std::unordered_set<std::int64_t> marked_ids;
-  for (int i = 0; i < marked.rows(); ++i) marked_ids.insert(marked.Int(i, 0));
+  std::vector<std::int64_t> ids;
+  ids.reserve(static_cast<std::size_t>(marked.rows()));
+  for (int i = 0; i < marked.rows(); ++i) ids.push_back(marked.Int(i, 0));
+  TallyMarks(ids, acked, report);
+}
+
+void TallyMarks(const std::vector<std::int64_t>& marked, const std::vector<std::int64_t>& acked,
+                SettleReport& report) {
+  std::unordered_set<std::int64_t> marked_ids(marked.begin(), marked.end());
   for (std::int64_t id : acked) {
     if (marked_ids.erase(id) == 1) {
       ++report.marked;
@@ -120,7 +127,9 @@ RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_a
 // $1 token, $2 owner, $3 limit, $4 lease ms, $5 the cap. The last column of every row, and a
 // single row with null id when nothing was claimed, tells whether the walk saw every aggregate.
 constexpr std::int64_t kHeadWalkCap = 1000;
-// The heads walk that HeadClaimSql and HeadClaimableSql begin with: each aggregate's oldest
+// After the walk gave up, the claims and looks that skip it before it is tried again.
+constexpr int kHeadWalkRetryEvery = 16;
+// The heads walk that OneStatementClaimSql and HasClaimableSql begin with: each aggregate's oldest
 // unpublished row in aggregate order, one probe per aggregate, the recursion stopping once n
 // passes the cap, parameter ${0}. Format with {0} the cap's parameter number.
 constexpr const char* kHeadsWalkSql = R"sql(
@@ -134,36 +143,59 @@ WITH RECURSIVE heads(aggregate_id, id, n) AS (
   WHERE h.n <= ${0}
 ))sql";
 
-const std::string& HeadClaimSql() {
-  static const std::string sql = fmt::format(fmt::runtime(kHeadsWalkSql), 5) + R"sql(, walk AS (SELECT COALESCE(max(n), 0) <= $5 AS complete FROM heads),
-picked AS (
+// The whole claim in ONE statement, so one round trip (autocommit: the statement is its own
+// transaction, as BEGIN, nextval, claim, COMMIT were in four): the fencing token (nextval, once:
+// a MATERIALIZED CTE), the heads walk when $3 asks for it (a CASE evaluates its subquery only on
+// its branch, and picked_heads' one-time filter skips the heads when the walk is off or gave up),
+// else the id-order scan of ClaimableWhere, and the UPDATE of the rows picked. $1 block key, $2
+// naive mode (always false here: the naive claim keeps its own transaction), $3 walk the heads,
+// $4 limit, $5 the walk's cap, $6 owner, $7 lease ms. Every row carries the token; one row with
+// a null id when nothing was claimed; the last column tells whether the walk gave up (1).
+const std::string& OneStatementClaimSql() {
+  static const std::string sql = fmt::format(fmt::runtime(kHeadsWalkSql), 5) + R"sql(,
+fence AS MATERIALIZED (SELECT nextval('outbox_fence') AS token),
+walk AS MATERIALIZED (
+  SELECT CASE WHEN $3::boolean THEN (SELECT COALESCE(max(n), 0) <= $5 FROM heads) END AS complete),
+picked_heads AS (
   SELECT o.id FROM outbox o
-  WHERE (SELECT complete FROM walk) AND o.id IN (SELECT id FROM heads)
+  WHERE (SELECT complete IS TRUE FROM walk) AND o.id IN (SELECT id FROM heads)
     AND NOT o.published AND o.parked_at IS NULL
     AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now())
     AND )sql" + NotDelayed("o.") + R"sql(
-  ORDER BY o.id LIMIT $3
+  ORDER BY o.id LIMIT $4
   FOR UPDATE OF o SKIP LOCKED),
+picked_scan AS (
+  SELECT o.id FROM outbox o WHERE (SELECT complete IS NOT TRUE FROM walk) AND )sql" +
+                                 ClaimableWhere() + R"sql(
+  ORDER BY o.id LIMIT $4
+  FOR UPDATE SKIP LOCKED),
 claimed AS (
-  UPDATE outbox u SET claim_token = $1, claim_owner = $2,
-    claim_until = now() + $4::bigint * interval '1 millisecond', claimed_at = now()
-  FROM picked WHERE u.id = picked.id
+  UPDATE outbox u SET claim_token = (SELECT token FROM fence), claim_owner = $6,
+    claim_until = now() + $7::bigint * interval '1 millisecond', claimed_at = now()
+  WHERE u.id IN (SELECT id FROM picked_heads UNION ALL SELECT id FROM picked_scan)
   RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_at, u.attempts)
 SELECT c.id, c.event_id, c.aggregate_id, c.event_type, c.payload, c.created_at, c.attempts,
-       (SELECT complete FROM walk)::int
-FROM (SELECT 1) one LEFT JOIN claimed c ON true
+       f.token, (SELECT complete IS FALSE FROM walk)::int
+FROM fence f LEFT JOIN claimed c ON true
 )sql";
   return sql;
 }
 
-// HasClaimable's walk: -1 when it gave up after $1 aggregates, else 1 when a head is claimable.
-const std::string& HeadClaimableSql() {
-  static const std::string sql = fmt::format(fmt::runtime(kHeadsWalkSql), 1) + R"sql(
-SELECT CASE WHEN (SELECT COALESCE(max(n), 0) FROM heads) > $1 THEN -1
-  ELSE EXISTS (SELECT 1 FROM outbox o WHERE o.id IN (SELECT id FROM heads)
-    AND NOT o.published AND o.parked_at IS NULL
-    AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now())
-    AND )sql" + NotDelayed("o.") + R"sql()::int END
+// HasClaimable in one statement: the heads walk when $3 asks for it and it saw every aggregate,
+// else the scan of ClaimableWhere ($1 block key, $2 naive mode). Returns 1 or 0, and in the
+// second column 1 when the walk gave up.
+const std::string& HasClaimableSql() {
+  static const std::string sql = fmt::format(fmt::runtime(kHeadsWalkSql), 4) + R"sql(,
+walk AS MATERIALIZED (
+  SELECT CASE WHEN $3::boolean THEN (SELECT COALESCE(max(n), 0) <= $4 FROM heads) END AS complete)
+SELECT CASE WHEN (SELECT complete IS TRUE FROM walk) THEN
+    EXISTS (SELECT 1 FROM outbox o WHERE o.id IN (SELECT id FROM heads)
+      AND NOT o.published AND o.parked_at IS NULL
+      AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now())
+      AND )sql" + NotDelayed("o.") + R"sql()
+  ELSE EXISTS (SELECT 1 FROM outbox o WHERE )sql" +
+                                 ClaimableWhere() + R"sql() END::int,
+  (SELECT complete IS FALSE FROM walk)::int
 )sql";
   return sql;
 }
@@ -172,35 +204,46 @@ SELECT CASE WHEN (SELECT COALESCE(max(n), 0) FROM heads) > $1 THEN -1
 
 Claim PgStore::ClaimBatch(const ClaimRequest& request, PgClaimMode mode) {
   Claim claim;
-  const bool naive = mode == PgClaimMode::kNaiveCursor;
-  pg::Transaction txn(connection_);
-  claim.token = connection_.QueryInt("SELECT nextval('outbox_fence')", {}, "take a fencing token");
+  if (mode == PgClaimMode::kNaiveCursor) return NaiveClaim(request);
+  const bool walk = request.block_key && WalkHeadsNow();
+  const pg::Result rows = connection_.Query(
+      OneStatementClaimSql(),
+      {Bool(request.block_key), Bool(false), Bool(walk), pg::Param::Int(request.limit),
+       pg::Param::Int(kHeadWalkCap), pg::Param::Text(request.owner),
+       pg::Param::Int(request.lease_ms)},
+      "claim a batch");
   std::vector<std::pair<OutboxRow, std::int64_t>> claimed;
-  bool walked = false;  // the heads walk saw every aggregate: its claim is the whole answer
-  if (request.block_key && !naive) {
-    const pg::Result heads = connection_.Query(
-        HeadClaimSql(),
-        {pg::Param::Int(claim.token), pg::Param::Text(request.owner),
-         pg::Param::Int(request.limit), pg::Param::Int(request.lease_ms),
-         pg::Param::Int(kHeadWalkCap)},
-        "claim a batch");
-    walked = heads.rows() > 0 && heads.Int(0, 7) == 1;
-    for (int i = 0; i < heads.rows(); ++i)
-      if (!heads.IsNull(i, 0)) claimed.emplace_back(ReadRow(heads, i), heads.Int(i, 6));
-  }
-  if (!walked) {
-    pg::Result rows = connection_.Query(
-        ClaimSql(),
-        {Bool(request.block_key), Bool(naive), pg::Param::Int(claim.token),
-         pg::Param::Text(request.owner), pg::Param::Int(request.limit),
-         pg::Param::Int(request.lease_ms)},
-        "claim a batch");
-    for (int i = 0; i < rows.rows(); ++i) claimed.emplace_back(ReadRow(rows, i), rows.Int(i, 6));
+  for (int i = 0; i < rows.rows(); ++i)
+    if (!rows.IsNull(i, 0)) claimed.emplace_back(ReadRow(rows, i), rows.Int(i, 6));
+  if (rows.rows() > 0) {
+    claim.token = rows.Int(0, 7);
+    if (walk) NoteHeadsWalk(rows.Int(0, 8) == 1);
   }
   // RETURNING keeps no order.
   std::sort(claimed.begin(), claimed.end(),
             [](const auto& a, const auto& b) { return a.first.id < b.first.id; });
-  if (naive && !claimed.empty()) {
+  for (auto& [row, attempts] : claimed) {
+    claim.rows.push_back(std::move(row));
+    claim.attempts.push_back(attempts);
+  }
+  return claim;
+}
+
+Claim PgStore::NaiveClaim(const ClaimRequest& request) {
+  Claim claim;
+  pg::Transaction txn(connection_);
+  claim.token = connection_.QueryInt("SELECT nextval('outbox_fence')", {}, "take a fencing token");
+  std::vector<std::pair<OutboxRow, std::int64_t>> claimed;
+  pg::Result rows = connection_.Query(
+      ClaimSql(),
+      {Bool(request.block_key), Bool(true), pg::Param::Int(claim.token),
+       pg::Param::Text(request.owner), pg::Param::Int(request.limit),
+       pg::Param::Int(request.lease_ms)},
+      "claim a batch");
+  for (int i = 0; i < rows.rows(); ++i) claimed.emplace_back(ReadRow(rows, i), rows.Int(i, 6));
+  std::sort(claimed.begin(), claimed.end(),
+            [](const auto& a, const auto& b) { return a.first.id < b.first.id; });
+  if (!claimed.empty()) {
     // The naive relay's position moves past what it has read, in the claim's transaction.
     connection_.Query("DELETE FROM outbox_offset", {}, "move the naive offset");
     connection_.Query("INSERT INTO outbox_offset(last_id) VALUES($1)",
@@ -214,24 +257,37 @@ Claim PgStore::ClaimBatch(const ClaimRequest& request, PgClaimMode mode) {
   return claim;
 }
 
+bool PgStore::WalkHeadsNow() {
+  // After the walk gave up (more than kHeadWalkCap aggregates pending), the scan is the cheaper
+  // claim: skip the walk's kHeadWalkCap probes, trying it again after kHeadWalkRetryEvery claims
+  // and looks, so a backlog that became one stalled behind a few failed heads is walked again
+  // soon. Either way the answer is the same rows; only its cost differs.
+  if (heads_walk_skips_ == 0) return true;
+  --heads_walk_skips_;
+  return false;
+}
+
+void PgStore::NoteHeadsWalk(bool gave_up) { heads_walk_skips_ = gave_up ? kHeadWalkRetryEvery : 0; }
+
 bool PgStore::HasClaimable(const ClaimRequest& request) {
-  if (request.block_key && mode_ == PgClaimMode::kScan) {
-    const std::int64_t walked =
-        connection_.QueryInt(HeadClaimableSql(), {pg::Param::Int(kHeadWalkCap)},
-                             "look for claimable rows");
-    if (walked >= 0) return walked == 1;
-  }
-  return connection_.QueryInt(std::string("SELECT EXISTS (SELECT 1 FROM outbox o WHERE ") +
-                                  ClaimableWhere() + ")::int",
-                              {Bool(request.block_key), Bool(mode_ == PgClaimMode::kNaiveCursor)},
-                              "look for claimable rows") == 1;
+  const bool naive = mode_ == PgClaimMode::kNaiveCursor;
+  const bool walk = request.block_key && !naive && WalkHeadsNow();
+  const pg::Result result = connection_.Query(
+      HasClaimableSql(),
+      {Bool(request.block_key), Bool(naive), Bool(walk), pg::Param::Int(kHeadWalkCap)},
+      "look for claimable rows");
+  if (walk) NoteHeadsWalk(result.Int(0, 1) == 1);
+  return result.Int(0, 0) == 1;
 }
 
 SettleReport PgStore::SettleBatch(std::int64_t token, const std::vector<std::int64_t>& acked,
                                   const std::vector<FailedDelivery>& failed,
                                   const SettlePolicy& policy) {
   SettleReport report;
-  pg::Transaction txn(connection_);
+  // Only acks (the common batch): the marking UPDATE alone, its own transaction, one round trip.
+  // Failures too: one transaction around the marks and the failures' rows.
+  std::optional<pg::Transaction> txn;
+  if (!failed.empty()) txn.emplace(connection_);
   if (!acked.empty()) {
     // One statement for the batch, not one round trip per row (bench: relay on PostgreSQL 2,146
     // events/s with an UPDATE per row). The token is checked per row as before: a row another
@@ -245,7 +301,7 @@ SettleReport PgStore::SettleBatch(std::int64_t token, const std::vector<std::int
     TallyMarks(marked, acked, report);
   }
   RecordFailures(connection_, token, failed, policy, report);
-  txn.Commit();
+  if (txn) txn->Commit();
   return report;
 }
 

@@ -23,14 +23,16 @@ std::int64_t PgStore::Enqueue(pg::Transaction& txn, const OutboxEvent& event) {
       event.not_before_ms ? pg::Param::Int(*event.not_before_ms) : pg::Param::Null();
   // A delay is added to the server's clock, the one the relay compares not_before with.
   return txn.connection().QueryInt(
+      // The notify rides in the insert's statement (one round trip): the FROM runs it once.
       "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at, not_before) "
-      "VALUES($1, $2, $3, $4, COALESCE($5::bigint, "
+      "SELECT $1::text, $2::text, $3::text, $4::bytea, COALESCE($5::bigint, "
       "(extract(epoch FROM clock_timestamp()) * 1000)::bigint), COALESCE($6::bigint, "
       "CASE WHEN $7::bigint > 0 THEN (extract(epoch FROM clock_timestamp()) * 1000)::bigint "
-      "+ $7::bigint END)) RETURNING id",
+      "+ $7::bigint END) "
+      "FROM (SELECT pg_notify($8, '')) wake RETURNING id",
       {pg::Param::Text(event.event_id), pg::Param::Text(event.aggregate_id),
        pg::Param::Text(event.event_type), pg::Param::Bytes(event.payload), created_at,
-       not_before, pg::Param::Int(event.delay_ms)},
+       not_before, pg::Param::Int(event.delay_ms), pg::Param::Text(wake_channel_)},
       fmt::format("enqueue event '{}'", event.event_id));
 }
 

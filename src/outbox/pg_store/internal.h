@@ -53,6 +53,9 @@ inline OutboxRow ReadRow(const pg::Result& rows, int i) {
 // an id given twice is marked once and fenced the second time.
 void TallyMarks(const pg::Result& marked, const std::vector<std::int64_t>& acked,
                 SettleReport& report);
+// The same with the marked ids already read.
+void TallyMarks(const std::vector<std::int64_t>& marked, const std::vector<std::int64_t>& acked,
+                SettleReport& report);
 
 // "{1,2,3}": ids as one bigint[] parameter.
 pg::Param IdArray(const std::vector<std::int64_t>& ids);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -127,26 +128,41 @@ SettleReport PgStore::SettleUnderLease(std::int64_t token, const std::vector<std
                                        std::int64_t lease_ms) {
   RequirePositiveLease(lease_ms);
   SettleReport report;
-  pg::Transaction txn(connection_);
-  // The token check and the renewal in one UPDATE: it holds the lease row's lock until the
-  // commit, so no takeover (AcquireLease locks the same row) can fall between check and marks.
-  if (!ExtendLease(connection_, token, lease_ms)) {
+  // The token check, the renewal and the marks in ONE statement (one round trip, its own
+  // transaction when no failure needs recording): the lease's UPDATE holds the lease row's lock
+  // until the commit, so no takeover (AcquireLease locks the same row) can fall between check and
+  // marks, and the marks run only when it renewed (EXISTS over its RETURNING). Failures too: one
+  // transaction around it and the failures' rows.
+  std::optional<pg::Transaction> txn;
+  if (!failed.empty()) txn.emplace(connection_);
+  const pg::Result result = connection_.Query(
+      std::string("WITH lease AS (UPDATE outbox_lease "
+                  "SET until = GREATEST(until, now() + $2::bigint * interval '1 millisecond') "
+                  "WHERE id = 1 AND token = $1 RETURNING token), "
+                  "marked AS (UPDATE outbox SET published = true, published_at = ") +
+          kEpochMsNow +
+          " WHERE id = ANY($3::bigint[]) AND NOT published AND EXISTS (SELECT 1 FROM lease) "
+          "RETURNING id) "
+          "SELECT (SELECT count(*) FROM lease), m.id FROM (SELECT 1) one "
+          "LEFT JOIN marked m ON true",
+      {pg::Param::Int(token), pg::Param::Int(lease_ms), IdArray(acked)},
+      "settle a leader's batch");
+  if (result.rows() == 0 || result.Int(0, 0) == 0) {
     // Another relay took over: its term's sends stand, ours are not recorded.
     report.fenced_out = true;
     for (std::int64_t id : acked) report.fenced_ids.push_back(id);
     for (const FailedDelivery& failure : failed) report.fenced_ids.push_back(failure.id);
     report.fenced = static_cast<std::int64_t>(report.fenced_ids.size());
-    return report;  // txn's destructor rolls back: nothing written
+    return report;  // nothing was written (txn's destructor rolls back, if any)
   }
   if (!acked.empty()) {
-    const pg::Result marked = connection_.Query(
-        std::string("UPDATE outbox SET published = true, published_at = ") + kEpochMsNow +
-            " WHERE id = ANY($1::bigint[]) AND NOT published RETURNING id",
-        {IdArray(acked)}, "mark a leader's batch published");
-    TallyMarks(marked, acked, report);  // fenced: published already (by another writer)
+    std::vector<std::int64_t> marked_ids;
+    for (int i = 0; i < result.rows(); ++i)
+      if (!result.IsNull(i, 1)) marked_ids.push_back(result.Int(i, 1));
+    TallyMarks(marked_ids, acked, report);  // fenced: published already (by another writer)
   }
   RecordFailures(connection_, std::nullopt, failed, policy, report);
-  txn.Commit();
+  if (txn) txn->Commit();
   return report;
 }
 
