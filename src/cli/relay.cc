@@ -220,6 +220,11 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                     "relays send at once, and one could send again a row another has sent after "
                     "the check read the topic; use --coordination leader (the default with "
                     "--tail-check)");
+              if (!global.topic_template.empty())
+                throw CommandError(
+                    ExitCode::kExactlyOnceRefused,
+                    "relay --tail-check --topic-template: refused: the tail check reads --topic "
+                    "alone, and would send again what went to the template's topics");
               if (coordination_option->count() == 0) o->coordination = "leader";
             }
             RelayOptions relay_options;
