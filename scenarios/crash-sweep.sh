@@ -45,6 +45,14 @@
 # transaction. The purge phase and the purge.* points run only if `purge` runs on that backend:
 # exit 18 (not on PostgreSQL yet) takes them out of the sweep, and the summary line names them;
 # any other failure of that first purge fails the sweep.
+# --postgres --source wal: the relay.wal.* points only, with the WAL relay (relay --source wal,
+# docs/wal-relay.md) as the relay of the crash phase and of recovery; scenarios/pg-wal-crash-sweep.sh
+# passes it. Each cell drops the slot and its publication after the reset and creates them again
+# with a WAL relay that has nothing to send, before the loans are written (a slot streams only
+# what commits after it). No purge phase: the WAL relay marks no row, so purge (published rows
+# only) would find nothing to remove. Expects, besides every cell firing, 0 lost and 0 phantom:
+# duplicates only from the batch killed before its confirm, so at most --batch-size (7) per cell,
+# and none when the kill came before anything was produced (relay.wal.after_receive).
 # The check runs before the purge: `check` judges Kafka against the outbox table only, so a purged
 # (or archived) row's record would count as a phantom and its loan as an atomicity violation.
 # Purge never touches Kafka, so the check before it is the run's judgement of the Kafka side.
@@ -54,13 +62,19 @@
 HITS=(1 3)
 BACKEND=sqlite
 EXACTLY_ONCE=0
-usage="usage: crash-sweep.sh [--long] [--postgres] [--exactly-once]   (--long: hit counts 1 2 3 5 10; env OUTBOX_SWEEP_LONG=1)"
+SOURCE=poll
+usage="usage: crash-sweep.sh [--long] [--postgres [--source wal]] [--exactly-once]   (--long: hit counts 1 2 3 5 10; env OUTBOX_SWEEP_LONG=1)"
 [ "${OUTBOX_SWEEP_LONG:-0}" = 1 ] && HITS=(1 2 3 5 10)
 while [ $# -gt 0 ]; do
   case $1 in
     --long) HITS=(1 2 3 5 10) ;;
     --postgres) BACKEND=postgres ;;
     --exactly-once) EXACTLY_ONCE=1 ;;
+    --source)
+      [ "${2:-}" = wal ] || die "--source takes 'wal'; $usage"
+      SOURCE=wal
+      shift
+      ;;
     -h | --help) echo "$usage"; FINISHED=1; exit 0 ;;
     *) die "unknown argument '$1'; $usage" ;;
   esac
@@ -69,6 +83,11 @@ done
 
 BATCH=7
 RELAY_ARGS=(--until-empty --batch-size "$BATCH" --lease 2s --send-timeout 1s --quiet)
+if [ "$SOURCE" = wal ]; then
+  [ "$BACKEND" = postgres ] && [ "$EXACTLY_ONCE" = 0 ] ||
+    die "--source wal needs --postgres and no --exactly-once; $usage"
+  RELAY_ARGS=(--source wal --until-empty --batch-size "$BATCH" --send-timeout 1s --quiet)
+fi
 CHECK_ARGS=(check --json)
 if [ "$EXACTLY_ONCE" = 1 ]; then
   if [ -z "$EXTERNAL_BROKERS" ]; then
@@ -88,6 +107,7 @@ fi
 command -v sqlite3 >/dev/null 2>&1 || die "sqlite3 is needed (the consumer's effects)"
 if [ "$BACKEND" = postgres ]; then
   SCENARIO=pg-crash-sweep
+  [ "$SOURCE" = wal ] && SCENARIO=pg-wal-crash-sweep
   use_postgres  # every cell resets the tables of this one schema
   PG_DB=$DB
 fi
@@ -103,8 +123,13 @@ declare -A ONCE=()
 while IFS= read -r point; do ONCE[$point]=1; done < <(jq -r '.[] | select(.once) | .name' "$OUT")
 # The vfs.* points fire only under --vfs powerloss: io-error-sweep.sh and power-loss.sh sweep them.
 mapfile -t POINTS < <(printf '%s\n' "${POINTS[@]}" | grep -v '^vfs\.')
-# relay.wal.* are reached only by relay --source wal on PostgreSQL: pg-wal-chapter.sh crashes there.
-mapfile -t POINTS < <(printf '%s\n' "${POINTS[@]}" | grep -v '^relay\.wal\.')
+# relay.wal.* are reached only by relay --source wal on PostgreSQL: swept with --source wal, and
+# only they are.
+if [ "$SOURCE" = wal ]; then
+  mapfile -t POINTS < <(printf '%s\n' "${POINTS[@]}" | grep '^relay\.wal\.')
+else
+  mapfile -t POINTS < <(printf '%s\n' "${POINTS[@]}" | grep -v '^relay\.wal\.')
+fi
 # relay.txn_* are reached only by relay --exactly-once; that sweep runs the relay's points only.
 if [ "$EXACTLY_ONCE" = 1 ]; then
   mapfile -t POINTS < <(printf '%s\n' "${POINTS[@]}" | grep '^relay\.')
@@ -115,7 +140,9 @@ fi
 # themselves once it does.
 SWEEP_PURGE=1
 NOT_SWEPT=
-if [ "$BACKEND" = postgres ]; then
+if [ "$SOURCE" = wal ]; then
+  SWEEP_PURGE=0
+elif [ "$BACKEND" = postgres ]; then
   step "does purge run on PostgreSQL?"
   run reset
   expect_rc 0 "reset"
@@ -135,6 +162,15 @@ if [ -n "${OUTBOX_SWEEP_ONLY:-}" ]; then
   echo "OUTBOX_SWEEP_ONLY=$OUTBOX_SWEEP_ONLY: only ${POINTS[*]:-none}"
 fi
 echo "sweeping ${#POINTS[@]} failpoints x hits ${HITS[*]}"
+
+# wal_slot_free: drop the slot and publication of an earlier cell (the walsender of a killed WAL
+# relay lets go of its slot a moment after the kill).
+wal_slot_free() {
+  [ -n "${PG_WAL_SLOT:-}" ] || return 0
+  wait_until 10 "slot $PG_WAL_SLOT released" _wal_slot_inactive
+  psql "$PG_BASE_URL" -v ON_ERROR_STOP=1 -qc "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '$PG_WAL_SLOT'; DROP PUBLICATION IF EXISTS $PG_WAL_SLOT" >/dev/null ||
+    case_fail "could not drop slot $PG_WAL_SLOT"
+}
 
 # json_get FILE FILTER: the value jq's FILTER selects; json_count FILE FILTER: the length of the
 # array or object there.
@@ -214,6 +250,14 @@ sweep_case() {
 
   run reset
   [ "$RC" -eq 0 ] || case_fail "reset: exit $RC"
+  if [ "$SOURCE" = wal ]; then
+    # A fresh slot per cell, made before the loans: a slot streams only what commits after it.
+    wal_slot_free
+    run relay "${RELAY_ARGS[@]}"
+    [ "$RC" -eq 0 ] || case_fail "relay --source wal creating the slot: exit $RC"
+    PG_WAL_SLOT=$(sed -n 's/^\[relay\] wal: slot \([a-z0-9_]*\) (created).*/\1/p' "$OUT" | head -n 1)
+    [ -n "$PG_WAL_SLOT" ] || case_fail "the first WAL relay did not create its slot: $(cat "$OUT")"
+  fi
 
   echo "-- crash phase: OUTBOX_FAILPOINTS='$SPEC'"
   under_failpoint write write "$LOANS" --quiet
@@ -257,6 +301,11 @@ sweep_case() {
     [ "$EXACTLY_ONCE" = 0 ] || [ "$dup" = 0 ] || case_fail "check: $dup duplicated read_committed under --exactly-once"
     [ "$kind" = kill ] || [ "$(json_count "$check_out" '.undone')" = 0 ] ||
       case_fail "check: $(json_count "$check_out" '.undone') commits undone by the power cut at synchronous=$POWER_SYNC"
+    if [ "$SOURCE" = wal ]; then
+      [ "$dup" -le "$BATCH" ] || case_fail "check: $dup duplicated, more than one unconfirmed batch of $BATCH"
+      [ "$point" != relay.wal.after_receive ] || [ "$dup" = 0 ] ||
+        case_fail "check: $dup duplicated after a kill before anything was produced"
+    fi
     [ "$(json_get "$check_out" '.business_rows')" = "$LOANS" ] ||
       case_fail "check: business rows $(json_get "$check_out" '.business_rows'), expected $LOANS"
   else

@@ -23,6 +23,13 @@ struct WalProgress {
   // recycling past what is confirmed
   std::int64_t lag_bytes = 0;
   std::string wal_status;   // reserved, extended, unreserved or lost (pg_replication_slots)
+  // pg_replication_slots.safe_wal_size, bytes: how much more WAL the server may write before
+  // this slot is invalidated (wal_status lost); nullopt when max_slot_wal_keep_size is -1 (no
+  // limit) or the slot is already lost.
+  std::optional<std::int64_t> safe_wal_size_bytes;
+  // The server's max_slot_wal_keep_size, bytes; nullopt when it is -1 (the slot may keep WAL
+  // until the disk fills).
+  std::optional<std::int64_t> keep_size_bytes;
   // The outbox ids whose inserts are in the slot and not confirmed (peeked with
   // pg_logical_slot_peek_binary_changes); nullopt while the slot is active (a peek would be
   // refused: one reader per slot) or lost.
@@ -35,5 +42,21 @@ struct WalProgress {
 // ran there). The peek decodes every change since the confirmed LSN: its cost grows with the
 // relay's lag. Throws pg::PgError (server errors), pg::DecodeError (a malformed pgoutput message).
 std::optional<WalProgress> ReadWalProgress(const std::string& url, const std::string& slot = "");
+
+// The lag at which a slot is called lagging when no threshold is given and the server keeps WAL
+// without limit (max_slot_wal_keep_size -1): 1 GiB.
+inline constexpr std::int64_t kWalLagWarnUnlimitedBytes = 1LL << 30;
+
+// The lag threshold in bytes: threshold_bytes when it is above 0, else half of
+// max_slot_wal_keep_size (the server invalidates the slot once it keeps more WAL than that for
+// it; PostgreSQL 15 docs, "Replication Slots"), else kWalLagWarnUnlimitedBytes.
+std::int64_t WalLagWarnBytes(const WalProgress& wal, std::int64_t threshold_bytes);
+
+// "" when the slot is out of danger, else one sentence saying why it is in danger and what to
+// do: its lag (pg_current_wal_lsn() - confirmed_flush_lsn) is at or past
+// WalLagWarnBytes(wal, threshold_bytes), or wal_status is extended (the slot keeps more than
+// max_wal_size), unreserved (the next checkpoint may remove its WAL) or lost (invalidated).
+// Pure; no I/O.
+std::string WalSlotLagWarning(const WalProgress& wal, std::int64_t threshold_bytes);
 
 }  // namespace outbox

@@ -10,6 +10,7 @@
 
 #include "cli/command.h"
 #include "cli/duration.h"
+#include "cli/option_values.h"
 #include "cli/outage_text.h"
 #include "lab/broker/json_bytes.h"
 #include "outbox/open_store.h"
@@ -74,7 +75,10 @@ constexpr std::int64_t kHorizonThresholdMs = 60000;
 
 // Prometheus text exposition format, version 0.0.4: the families relay --http serves too.
 std::string PrometheusText(const StatusView& view) {
-  return ops::StatusMetricsText(view.status, view.lease, view.stalls, view.now_ms, view.outage);
+  std::string text =
+      ops::StatusMetricsText(view.status, view.lease, view.stalls, view.now_ms, view.outage);
+  if (view.wal) text += ops::WalSlotMetricsText(*view.wal);
+  return text;
 }
 
 }  // namespace
@@ -90,7 +94,13 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                     "PostgreSQL: name the oldest transaction holding back VACUUM's horizon once "
                     "it has been open this long",
                     0, 7LL * 24 * 3600 * 1000);
-  return {sub, [&global, json, horizon_threshold_ms]() -> ExitCode {
+  auto wal_lag_warn = std::make_shared<std::int64_t>(0);
+  sub->add_option("--wal-lag-warn", *wal_lag_warn,
+                  "PostgreSQL, relay --source wal: warn once the WAL slot lags this many bytes "
+                  "(0: half of the server's max_slot_wal_keep_size, or 1 GiB without a limit)")
+      ->check(IntegerInRange(0, std::numeric_limits<std::int64_t>::max()))
+      ->capture_default_str();
+  return {sub, [&global, json, horizon_threshold_ms, wal_lag_warn]() -> ExitCode {
             const StatusView view = ReadStatusView(global, *horizon_threshold_ms);
             const OutboxStatus& s = view.status;
             const LeaderLease& lease = view.lease;
@@ -153,6 +163,17 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                     {"confirmed_lsn", pg::FormatLsn(view.wal->confirmed)},
                     {"lag_bytes", view.wal->lag_bytes},
                     {"wal_status", view.wal->wal_status},
+                    {"safe_wal_size", view.wal->safe_wal_size_bytes
+                                          ? nlohmann::ordered_json(*view.wal->safe_wal_size_bytes)
+                                          : nlohmann::ordered_json(nullptr)},
+                    {"max_slot_wal_keep_size",
+                     view.wal->keep_size_bytes ? nlohmann::ordered_json(*view.wal->keep_size_bytes)
+                                               : nlohmann::ordered_json(nullptr)},
+                    {"lag_warn_bytes", WalLagWarnBytes(*view.wal, *wal_lag_warn)},
+                    {"warning", WalSlotLagWarning(*view.wal, *wal_lag_warn).empty()
+                                    ? nlohmann::ordered_json(nullptr)
+                                    : nlohmann::ordered_json(
+                                          WalSlotLagWarning(*view.wal, *wal_lag_warn))},
                     {"pending", view.wal->pending_ids
                                     ? nlohmann::ordered_json(view.wal->pending_ids->size())
                                     : nlohmann::ordered_json(nullptr)}};
@@ -172,7 +193,11 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
               else
                 fmt::print("[status] wal-bytes not measured: on PostgreSQL the WAL is the "
                            "server's, not a file next to --db\n");
-              if (view.wal) PrintWalProgress("status", *view.wal);
+              if (view.wal) {
+                PrintWalProgress("status", *view.wal);
+                const std::string warning = WalSlotLagWarning(*view.wal, *wal_lag_warn);
+                if (!warning.empty()) fmt::print("[status] warning: {}\n", warning);
+              }
               if (s.bad_created_at > 0)
                 fmt::print("[status] bad-created-at={} ids={}{}: created_at is not epoch ms; "
                            "left out of the oldest age\n",

@@ -103,6 +103,38 @@ std::string StatusMetricsText(const OutboxStatus& s, const LeaderLease& lease,
   return out;
 }
 
+std::string WalSlotMetricsText(const WalProgress& wal) {
+  std::string out;
+  const std::string slot = fmt::format("slot=\"{}\"", LabelValue(wal.slot));
+  const auto labelled = [&](const char* name, const char* help, const std::string& labels,
+                            double value) {
+    fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} gauge\n{}{{{}}} {}\n", name,
+                   help, name, name, labels, value);
+  };
+  labelled("outbox_wal_slot_lag_bytes",
+           "WAL written since the WAL relay's slot last confirmed (pg_current_wal_lsn() - "
+           "confirmed_flush_lsn); the server keeps it while the slot lags.",
+           slot, static_cast<double>(wal.lag_bytes));
+  labelled("outbox_wal_slot_active", "1 while a WAL relay (walsender) streams the slot, else 0.",
+           slot, wal.active ? 1.0 : 0.0);
+  labelled("outbox_wal_slot_status",
+           "1, labelled with the slot's wal_status: reserved, extended, unreserved or lost.",
+           fmt::format("{},wal_status=\"{}\"", slot,
+                       LabelValue(wal.wal_status.empty() ? "unknown" : wal.wal_status)),
+           1.0);
+  if (wal.safe_wal_size_bytes)
+    labelled("outbox_wal_slot_safe_wal_size_bytes",
+             "WAL the server may still write before it invalidates the slot "
+             "(pg_replication_slots.safe_wal_size).",
+             slot, static_cast<double>(*wal.safe_wal_size_bytes));
+  if (wal.keep_size_bytes)
+    labelled("outbox_wal_slot_keep_size_bytes",
+             "The server's max_slot_wal_keep_size: the most WAL a slot may keep before it is "
+             "invalidated.",
+             slot, static_cast<double>(*wal.keep_size_bytes));
+  return out;
+}
+
 std::string RelayMetricsText(const RelaySnapshot& r, const RelayVerdicts& v) {
   std::string out;
   const std::int64_t since = r.last_turn_steady_ms > 0 ? r.last_turn_steady_ms : r.started_steady_ms;

@@ -11,6 +11,7 @@
 #include "outbox/broker_outage.h"
 #include "outbox/relay_observer.h"
 #include "outbox/store.h"
+#include "outbox/wal_progress.h"
 
 namespace outbox::ops {
 
@@ -22,6 +23,13 @@ namespace outbox::ops {
 std::string StatusMetricsText(const OutboxStatus& status, const LeaderLease& lease,
                               const std::vector<Stall>& stalls, std::int64_t now_ms,
                               const std::optional<BrokerOutage>& outage = std::nullopt);
+
+// The WAL relay's slot families (relay --source wal), each labelled slot="NAME":
+// outbox_wal_slot_lag_bytes (pg_current_wal_lsn() - confirmed_flush_lsn), outbox_wal_slot_active
+// (1 while a walsender streams it), outbox_wal_slot_status (1, labelled with wal_status),
+// outbox_wal_slot_safe_wal_size_bytes and outbox_wal_slot_keep_size_bytes (max_slot_wal_keep_size;
+// each only when the server sets a limit and the slot is not lost). Gauges with HELP and TYPE.
+std::string WalSlotMetricsText(const WalProgress& wal);
 
 // What RelayMetricsText needs besides the snapshot, worked out by the caller at the same instant.
 struct RelayVerdicts {

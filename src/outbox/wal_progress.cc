@@ -22,7 +22,9 @@ std::optional<WalProgress> ReadWalProgress(const std::string& url, const std::st
   const pg::Result row = sql.Query(
       "SELECT active, COALESCE(active_pid, 0), COALESCE(confirmed_flush_lsn::text, ''), "
       "COALESCE(wal_status, ''), COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), "
-      "confirmed_flush_lsn), 0)::bigint FROM pg_replication_slots WHERE slot_name = $1",
+      "confirmed_flush_lsn), 0)::bigint, COALESCE(safe_wal_size, -1), "
+      "pg_size_bytes(current_setting('max_slot_wal_keep_size')) "
+      "FROM pg_replication_slots WHERE slot_name = $1",
       {pg::Param::Text(slot)}, "read the WAL relay's slot");
   if (row.rows() == 0) return std::nullopt;
   WalProgress progress;
@@ -32,6 +34,8 @@ std::optional<WalProgress> ReadWalProgress(const std::string& url, const std::st
   progress.confirmed = pg::ParseLsn(row.Text(0, 2)).value_or(0);
   progress.wal_status = row.Text(0, 3);
   progress.lag_bytes = row.Int(0, 4);
+  if (row.Int(0, 5) >= 0) progress.safe_wal_size_bytes = row.Int(0, 5);
+  if (row.Int(0, 6) >= 0) progress.keep_size_bytes = row.Int(0, 6);
   if (progress.active || progress.wal_status == "lost") return progress;
   pg::Result changes(nullptr);
   try {
@@ -71,6 +75,36 @@ std::optional<WalProgress> ReadWalProgress(const std::string& url, const std::st
   }
   progress.pending_ids = std::move(pending);
   return progress;
+}
+
+std::int64_t WalLagWarnBytes(const WalProgress& wal, std::int64_t threshold_bytes) {
+  if (threshold_bytes > 0) return threshold_bytes;
+  if (wal.keep_size_bytes && *wal.keep_size_bytes > 0) return *wal.keep_size_bytes / 2;
+  return kWalLagWarnUnlimitedBytes;
+}
+
+std::string WalSlotLagWarning(const WalProgress& wal, std::int64_t threshold_bytes) {
+  if (wal.wal_status == "lost")
+    return fmt::format("WAL slot {} is lost (invalidated past max_slot_wal_keep_size): its "
+                       "changes past confirmed LSN {} are gone; resync as docs/wal-relay.md says",
+                       wal.slot, pg::FormatLsn(wal.confirmed));
+  const std::int64_t threshold = WalLagWarnBytes(wal, threshold_bytes);
+  const bool status_bad = wal.wal_status == "extended" || wal.wal_status == "unreserved";
+  if (wal.lag_bytes < threshold && !status_bad) return "";
+  const std::string keep =
+      wal.keep_size_bytes ? fmt::format("{} bytes", *wal.keep_size_bytes) : "unlimited";
+  const std::string safe =
+      wal.safe_wal_size_bytes ? fmt::format("{} bytes", *wal.safe_wal_size_bytes) : "unlimited";
+  const std::string what =
+      wal.active ? fmt::format("the WAL relay streaming it (walsender PID {}) is behind",
+                               wal.active_pid)
+                 : "no WAL relay streams it: start `relay --source wal`, or drop the slot and "
+                   "resync as docs/wal-relay.md says";
+  return fmt::format("WAL slot {} lags {} bytes (threshold {} bytes, wal_status {}, "
+                     "max_slot_wal_keep_size {}, safe_wal_size {}): the server keeps this WAL "
+                     "and invalidates the slot past max_slot_wal_keep_size; {}",
+                     wal.slot, wal.lag_bytes, threshold,
+                     wal.wal_status.empty() ? "unknown" : wal.wal_status, keep, safe, what);
 }
 
 }  // namespace outbox

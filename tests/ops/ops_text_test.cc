@@ -106,6 +106,41 @@ TEST_CASE("The metrics text of the status and relay families passes promtool che
   CHECK(bad_output.find("_total") != std::string::npos);
 }
 
+TEST_CASE("The WAL slot families pass promtool check metrics and leave out the limits a server does not set",
+          "[ops][wal]") {
+  WalProgress wal;
+  wal.slot = "outbox_wal_outbox_lab_public";
+  wal.lag_bytes = 123456;
+  wal.wal_status = "reserved";
+  wal.safe_wal_size_bytes = 1073618944;
+  wal.keep_size_bytes = 1073741824;
+  const std::string text = WalSlotMetricsText(wal);
+  CHECK(text.find("\noutbox_wal_slot_lag_bytes{slot=\"outbox_wal_outbox_lab_public\"} 123456\n") !=
+        std::string::npos);
+  CHECK(text.find("\noutbox_wal_slot_active{slot=\"outbox_wal_outbox_lab_public\"} 0\n") !=
+        std::string::npos);
+  CHECK(text.find("\noutbox_wal_slot_status{slot=\"outbox_wal_outbox_lab_public\",wal_status=\"reserved\"} 1\n") !=
+        std::string::npos);
+  CHECK(text.find("\noutbox_wal_slot_safe_wal_size_bytes{slot=\"outbox_wal_outbox_lab_public\"} 1073618944\n") !=
+        std::string::npos);
+  CHECK(text.find("\noutbox_wal_slot_keep_size_bytes{slot=\"outbox_wal_outbox_lab_public\"} 1073741824\n") !=
+        std::string::npos);
+  std::string output;
+  CHECK(PromtoolCheck(text, output) == 0);
+  CHECK(output == "");
+  // max_slot_wal_keep_size -1: no limit, so neither limit family is printed.
+  wal.safe_wal_size_bytes.reset();
+  wal.keep_size_bytes.reset();
+  wal.active = true;
+  const std::string unlimited = WalSlotMetricsText(wal);
+  CHECK(unlimited.find("outbox_wal_slot_safe_wal_size_bytes") == std::string::npos);
+  CHECK(unlimited.find("outbox_wal_slot_keep_size_bytes") == std::string::npos);
+  CHECK(unlimited.find("\noutbox_wal_slot_active{slot=\"outbox_wal_outbox_lab_public\"} 1\n") !=
+        std::string::npos);
+  std::string unlimited_output;
+  CHECK(PromtoolCheck(unlimited, unlimited_output) == 0);
+}
+
 TEST_CASE("Healthz fails once the loop has not turned for the stall limit and says for how long",
           "[ops]") {
   CHECK(HealthStallLimitMs(10, 1000, 10000) == 25000);

@@ -384,3 +384,83 @@ TEST_CASE("A row that keeps failing for its own sake stops the WAL relay with no
 }
 
 }  // namespace outbox
+
+namespace outbox {
+
+TEST_CASE("The WAL slot lag warning fires at the threshold or on a dangerous wal_status and names the fix", "[wal]") {
+  WalProgress wal;
+  wal.slot = "s1";
+  wal.wal_status = "reserved";
+  wal.lag_bytes = 511;
+  wal.keep_size_bytes = 1024;
+  // No threshold given: half of max_slot_wal_keep_size.
+  CHECK(WalLagWarnBytes(wal, 0) == 512);
+  CHECK(WalSlotLagWarning(wal, 0) == "");
+  wal.lag_bytes = 512;
+  CHECK(WalSlotLagWarning(wal, 0) ==
+        "WAL slot s1 lags 512 bytes (threshold 512 bytes, wal_status reserved, "
+        "max_slot_wal_keep_size 1024 bytes, safe_wal_size unlimited): the server keeps this WAL "
+        "and invalidates the slot past max_slot_wal_keep_size; no WAL relay streams it: start "
+        "`relay --source wal`, or drop the slot and resync as docs/wal-relay.md says");
+  // A threshold given wins; without a server limit the default is 1 GiB.
+  CHECK(WalSlotLagWarning(wal, 513) == "");
+  wal.keep_size_bytes.reset();
+  CHECK(WalLagWarnBytes(wal, 0) == kWalLagWarnUnlimitedBytes);
+  CHECK(WalSlotLagWarning(wal, 0) == "");
+  // A slot the server is about to give up warns at any lag; an active one names its walsender.
+  wal.wal_status = "unreserved";
+  wal.active = true;
+  wal.active_pid = 42;
+  CHECK(WalSlotLagWarning(wal, 0).find("wal_status unreserved") != std::string::npos);
+  CHECK(WalSlotLagWarning(wal, 0).find("walsender PID 42) is behind") != std::string::npos);
+  wal.wal_status = "lost";
+  CHECK(WalSlotLagWarning(wal, 0).find("is lost") != std::string::npos);
+}
+
+TEST_CASE("A WAL slot with no relay lags more with each insert and warns past the threshold", "[postgres][wal]") {
+  WalSchema schema;
+  PgStore store(schema.url());
+  FakePublisher publisher;
+  {
+    WalRelay relay(schema.url(), store, publisher, {});
+    relay.Open();
+  }
+  // The relay is gone and its slot stays: each insert is WAL the slot keeps.
+  std::optional<WalProgress> before;
+  for (int i = 0; i < 100; ++i) {
+    before = ReadWalProgress(schema.url());
+    if (before && !before->active) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  REQUIRE(before.has_value());
+  REQUIRE_FALSE(before->active);
+  const std::int64_t lag0 = before->lag_bytes;
+  // scripts/postgres.sh starts the server with max_slot_wal_keep_size=1GB: safe_wal_size is set.
+  pg::Connection sql(schema.url());
+  const std::int64_t keep =
+      sql.Query("SELECT pg_size_bytes(current_setting('max_slot_wal_keep_size'))", {}, "keep")
+          .Int(0, 0);
+  if (keep >= 0) {
+    REQUIRE(before->keep_size_bytes.has_value());
+    CHECK(*before->keep_size_bytes == keep);
+    CHECK(before->safe_wal_size_bytes.has_value());
+  } else {
+    CHECK_FALSE(before->keep_size_bytes.has_value());
+  }
+  CHECK(WalSlotLagWarning(*before, 0) == "");
+  for (int i = 0; i < 20; ++i)
+    EnqueueOne(store, Event("evt-" + std::to_string(2000 + i), std::string(1000, 'x')));
+  const std::optional<WalProgress> after = ReadWalProgress(schema.url());
+  REQUIRE(after.has_value());
+  // 20 rows of 1,000-byte payloads: at least 20,000 bytes of WAL more.
+  CHECK(after->lag_bytes >= lag0 + 20000);
+  REQUIRE(after->pending_ids.has_value());
+  CHECK(after->pending_ids->size() == 20);
+  const std::string warning = WalSlotLagWarning(*after, 20000);
+  CHECK(warning.find("WAL slot " + schema.slot() + " lags " + std::to_string(after->lag_bytes) +
+                     " bytes (threshold 20000 bytes") != std::string::npos);
+  CHECK(warning.find("start `relay --source wal`") != std::string::npos);
+  CHECK(WalSlotLagWarning(*after, after->lag_bytes + 1) == "");
+}
+
+}  // namespace outbox
