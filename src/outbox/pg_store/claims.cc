@@ -107,7 +107,8 @@ WITH picked AS (
 UPDATE outbox u SET claim_token = $3, claim_owner = $4,
   claim_until = now() + $6::bigint * interval '1 millisecond', claimed_at = now()
 FROM picked WHERE u.id = picked.id
-RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_at, u.attempts
+RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_at, u.attempts,
+  u.headers
 )sql";
 }
 
@@ -148,9 +149,10 @@ claimed AS (
   UPDATE outbox u SET claim_token = $1, claim_owner = $2,
     claim_until = now() + $4::bigint * interval '1 millisecond', claimed_at = now()
   FROM picked WHERE u.id = picked.id
-  RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_at, u.attempts)
+  RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_at, u.attempts,
+    u.headers)
 SELECT c.id, c.event_id, c.aggregate_id, c.event_type, c.payload, c.created_at, c.attempts,
-       (SELECT complete FROM walk)::int
+       c.headers, (SELECT complete FROM walk)::int
 FROM (SELECT 1) one LEFT JOIN claimed c ON true
 )sql";
   return sql;
@@ -184,9 +186,9 @@ Claim PgStore::ClaimBatch(const ClaimRequest& request, PgClaimMode mode) {
          pg::Param::Int(request.limit), pg::Param::Int(request.lease_ms),
          pg::Param::Int(kHeadWalkCap)},
         "claim a batch");
-    walked = heads.rows() > 0 && heads.Int(0, 7) == 1;
+    walked = heads.rows() > 0 && heads.Int(0, 8) == 1;
     for (int i = 0; i < heads.rows(); ++i)
-      if (!heads.IsNull(i, 0)) claimed.emplace_back(ReadRow(heads, i), heads.Int(i, 6));
+      if (!heads.IsNull(i, 0)) claimed.emplace_back(ReadRow(heads, i, 7), heads.Int(i, 6));
   }
   if (!walked) {
     pg::Result rows = connection_.Query(
@@ -195,7 +197,8 @@ Claim PgStore::ClaimBatch(const ClaimRequest& request, PgClaimMode mode) {
          pg::Param::Text(request.owner), pg::Param::Int(request.limit),
          pg::Param::Int(request.lease_ms)},
         "claim a batch");
-    for (int i = 0; i < rows.rows(); ++i) claimed.emplace_back(ReadRow(rows, i), rows.Int(i, 6));
+    for (int i = 0; i < rows.rows(); ++i)
+      claimed.emplace_back(ReadRow(rows, i, 7), rows.Int(i, 6));
   }
   // RETURNING keeps no order.
   std::sort(claimed.begin(), claimed.end(),
@@ -251,11 +254,11 @@ SettleReport PgStore::SettleBatch(std::int64_t token, const std::vector<std::int
 
 std::vector<OutboxRow> PgStore::FetchUnpublished(std::int64_t after_id, std::int64_t limit) {
   const pg::Result rows = connection_.Query(
-      "SELECT id, event_id, aggregate_id, event_type, payload, created_at FROM outbox "
+      "SELECT id, event_id, aggregate_id, event_type, payload, created_at, headers FROM outbox "
       "WHERE NOT published AND id > $1 ORDER BY id LIMIT $2",
       {pg::Param::Int(after_id), pg::Param::Int(limit)}, "read unpublished rows");
   std::vector<OutboxRow> out;
-  for (int i = 0; i < rows.rows(); ++i) out.push_back(ReadRow(rows, i));
+  for (int i = 0; i < rows.rows(); ++i) out.push_back(ReadRow(rows, i, 6));
   return out;
 }
 

@@ -21,16 +21,19 @@ std::int64_t PgStore::Enqueue(pg::Transaction& txn, const OutboxEvent& event) {
       event.created_at_ms == 0 ? pg::Param::Null() : pg::Param::Int(event.created_at_ms);
   const pg::Param not_before =
       event.not_before_ms ? pg::Param::Int(*event.not_before_ms) : pg::Param::Null();
+  // Stored as given: the relay checks it when it sends the row (record_headers.h).
+  const pg::Param headers =
+      event.headers.empty() ? pg::Param::Null() : pg::Param::Text(event.headers);
   // A delay is added to the server's clock, the one the relay compares not_before with.
   return txn.connection().QueryInt(
-      "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at, not_before) "
-      "VALUES($1, $2, $3, $4, COALESCE($5::bigint, "
+      "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at, not_before, "
+      "headers) VALUES($1, $2, $3, $4, COALESCE($5::bigint, "
       "(extract(epoch FROM clock_timestamp()) * 1000)::bigint), COALESCE($6::bigint, "
       "CASE WHEN $7::bigint > 0 THEN (extract(epoch FROM clock_timestamp()) * 1000)::bigint "
-      "+ $7::bigint END)) RETURNING id",
+      "+ $7::bigint END), $8) RETURNING id",
       {pg::Param::Text(event.event_id), pg::Param::Text(event.aggregate_id),
        pg::Param::Text(event.event_type), pg::Param::Bytes(event.payload), created_at,
-       not_before, pg::Param::Int(event.delay_ms)},
+       not_before, pg::Param::Int(event.delay_ms), headers},
       fmt::format("enqueue event '{}'", event.event_id));
 }
 
