@@ -103,8 +103,8 @@ class PgStore : public OutboxStore {
   pg::Transaction BeginRead();
 
   // Inserts one outbox row inside txn (the business row's transaction: they commit or roll back
-  // together, chapter 7.1). created_at is the server's clock when event.created_at_ms is 0.
-  // event.headers is not stored on PostgreSQL yet (README). Returns the row's id (from the
+  // together, chapter 7.1). created_at is the server's clock when event.created_at_ms is 0;
+  // event.headers is stored as given (empty: NULL). Returns the row's id (from the
   // sequence: committed rows are NOT in id order). event.not_before_ms is written as it is
   // (epoch ms, compared with the server's clock); event.delay_ms > 0 writes not_before = the
   // server's clock at the INSERT + delay_ms. Throws ConfigError for a delay

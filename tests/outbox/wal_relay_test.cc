@@ -383,6 +383,37 @@ TEST_CASE("A row that keeps failing for its own sake stops the WAL relay with no
   CHECK(Keys(healthy) == std::vector<std::string>{"evt-1001"});
 }
 
+TEST_CASE("The WAL relay forwards a row's traceparent unchanged and skips a row whose headers are bad with the reason", "[postgres][wal][headers]") {
+  WalSchema schema;
+  PgStore store(schema.url());
+  FakePublisher publisher;
+  WalRelayOptions options;
+  std::vector<std::string> skipped;
+  options.on_skipped = [&](std::int64_t id, const std::string& why) {
+    skipped.push_back(std::to_string(id) + ": " + why);
+  };
+  WalRelay relay(schema.url(), store, publisher, options);
+  relay.Open();
+  const std::string traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  OutboxEvent traced = Event("evt-1001", "{}");
+  traced.headers = R"({"traceparent":")" + traceparent + R"("})";
+  EnqueueOne(store, traced);
+  OutboxEvent bad = Event("evt-1002", "{}");
+  bad.headers = R"({"traceparent":)";  // a foreign writer's invalid JSON
+  EnqueueOne(store, bad);
+  EnqueueOne(store, Event("evt-1003", "{}"));
+  CHECK(RunUntil(relay, 2) == 2);
+  CHECK(Keys(publisher) == std::vector<std::string>{"evt-1001", "evt-1003"});
+  const OutboundMessage& first = publisher.calls.front().front();
+  REQUIRE(first.headers.size() == 1);
+  CHECK(first.headers[0].name == "traceparent");
+  CHECK(first.headers[0].value == traceparent);
+  for (const auto& call : publisher.calls)
+    for (const OutboundMessage& m : call)
+      if (m.event_id == "evt-1003") CHECK(m.headers.empty());
+  CHECK(skipped == std::vector<std::string>{"2: headers column: invalid JSON: it ends after 15 bytes"});
+}
+
 }  // namespace outbox
 
 namespace outbox {

@@ -114,7 +114,8 @@ WITH picked AS (
 UPDATE outbox u SET claim_token = $3, claim_owner = $4,
   claim_until = now() + $6::bigint * interval '1 millisecond', claimed_at = now()
 FROM picked WHERE u.id = picked.id
-RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_at, u.attempts
+RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_at, u.attempts,
+  u.headers
 )sql";
 }
 
@@ -173,9 +174,10 @@ claimed AS (
   UPDATE outbox u SET claim_token = (SELECT token FROM fence), claim_owner = $6,
     claim_until = now() + $7::bigint * interval '1 millisecond', claimed_at = now()
   WHERE u.id IN (SELECT id FROM picked_heads UNION ALL SELECT id FROM picked_scan)
-  RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_at, u.attempts)
+  RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_at, u.attempts,
+    u.headers)
 SELECT c.id, c.event_id, c.aggregate_id, c.event_type, c.payload, c.created_at, c.attempts,
-       f.token, (SELECT complete IS FALSE FROM walk)::int
+       f.token, (SELECT complete IS FALSE FROM walk)::int, c.headers
 FROM fence f LEFT JOIN claimed c ON true
 )sql";
   return sql;
@@ -214,7 +216,7 @@ Claim PgStore::ClaimBatch(const ClaimRequest& request, PgClaimMode mode) {
       "claim a batch");
   std::vector<std::pair<OutboxRow, std::int64_t>> claimed;
   for (int i = 0; i < rows.rows(); ++i)
-    if (!rows.IsNull(i, 0)) claimed.emplace_back(ReadRow(rows, i), rows.Int(i, 6));
+    if (!rows.IsNull(i, 0)) claimed.emplace_back(ReadRow(rows, i, 9), rows.Int(i, 6));
   if (rows.rows() > 0) {
     claim.token = rows.Int(0, 7);
     if (walk) NoteHeadsWalk(rows.Int(0, 8) == 1);
@@ -240,7 +242,7 @@ Claim PgStore::NaiveClaim(const ClaimRequest& request) {
        pg::Param::Text(request.owner), pg::Param::Int(request.limit),
        pg::Param::Int(request.lease_ms)},
       "claim a batch");
-  for (int i = 0; i < rows.rows(); ++i) claimed.emplace_back(ReadRow(rows, i), rows.Int(i, 6));
+  for (int i = 0; i < rows.rows(); ++i) claimed.emplace_back(ReadRow(rows, i, 7), rows.Int(i, 6));
   std::sort(claimed.begin(), claimed.end(),
             [](const auto& a, const auto& b) { return a.first.id < b.first.id; });
   if (!claimed.empty()) {
@@ -307,11 +309,11 @@ SettleReport PgStore::SettleBatch(std::int64_t token, const std::vector<std::int
 
 std::vector<OutboxRow> PgStore::FetchUnpublished(std::int64_t after_id, std::int64_t limit) {
   const pg::Result rows = connection_.Query(
-      "SELECT id, event_id, aggregate_id, event_type, payload, created_at FROM outbox "
+      "SELECT id, event_id, aggregate_id, event_type, payload, created_at, headers FROM outbox "
       "WHERE NOT published AND id > $1 ORDER BY id LIMIT $2",
       {pg::Param::Int(after_id), pg::Param::Int(limit)}, "read unpublished rows");
   std::vector<OutboxRow> out;
-  for (int i = 0; i < rows.rows(); ++i) out.push_back(ReadRow(rows, i));
+  for (int i = 0; i < rows.rows(); ++i) out.push_back(ReadRow(rows, i, 6));
   return out;
 }
 

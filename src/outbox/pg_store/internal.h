@@ -38,7 +38,10 @@ inline std::string NotDelayed(const char* prefix) {
 
 inline pg::Param Bool(bool value) { return pg::Param::Text(value ? "true" : "false"); }
 
-inline OutboxRow ReadRow(const pg::Result& rows, int i) {
+// Row i of a result whose columns 0-5 are id, event_id, aggregate_id, event_type, payload,
+// created_at and whose column headers_column is headers (NULL: none). The headers are read as the
+// writer stored them; the relay parses them when it sends the row (record_headers.h).
+inline OutboxRow ReadRow(const pg::Result& rows, int i, int headers_column) {
   OutboxRow row;
   row.id = rows.Int(i, 0);
   row.event.event_id = rows.Text(i, 1);
@@ -46,6 +49,7 @@ inline OutboxRow ReadRow(const pg::Result& rows, int i) {
   row.event.event_type = rows.Text(i, 3);
   row.event.payload = rows.Bytes(i, 4);
   row.event.created_at_ms = rows.Int(i, 5);
+  if (!rows.IsNull(i, headers_column)) row.event.headers = rows.Text(i, headers_column);
   return row;
 }
 

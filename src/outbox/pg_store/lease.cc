@@ -105,7 +105,7 @@ std::vector<OutboxRow> PgStore::ReadPage(const PageRequest& request) {
   // Claims of a claims-mode relay are respected, so a leader never sends what such a relay holds.
   // A delayed row is not sent, and under block key (it is unpublished) holds back its aggregate.
   const pg::Result rows = connection_.Query(
-      "SELECT o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at "
+      "SELECT o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at, o.headers "
       "FROM outbox o WHERE NOT o.published AND o.id > $1 AND o.id <= $2 AND o.parked_at IS NULL "
       "AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now()) "
       "AND " + NotDelayed("o.") + " "
@@ -118,7 +118,7 @@ std::vector<OutboxRow> PgStore::ReadPage(const PageRequest& request) {
        Bool(request.block_key), pg::Param::Int(request.limit)},
       "read a leader's page");
   std::vector<OutboxRow> out;
-  for (int i = 0; i < rows.rows(); ++i) out.push_back(ReadRow(rows, i));
+  for (int i = 0; i < rows.rows(); ++i) out.push_back(ReadRow(rows, i, 6));
   return out;
 }
 

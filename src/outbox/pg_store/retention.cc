@@ -27,12 +27,12 @@ WITH picked AS (
 gone AS (
   DELETE FROM outbox o USING picked WHERE o.id = picked.id AND o.published
   RETURNING o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at,
-            o.published_at, o.attempts, o.last_error),
+            o.published_at, o.attempts, o.last_error, o.headers),
 kept AS (
   INSERT INTO outbox_archive(id, event_id, aggregate_id, event_type, payload, created_at,
-                             published, published_at, attempts, last_error, archived_at)
+                             published, published_at, attempts, last_error, archived_at, headers)
   SELECT id, event_id, aggregate_id, event_type, payload, created_at, true, published_at,
-         attempts, last_error, $4 FROM gone WHERE $3::boolean
+         attempts, last_error, $4, headers FROM gone WHERE $3::boolean
   RETURNING 1),
 noted AS (
   INSERT INTO outbox_purged(id, event_id, aggregate_id, purged_at)

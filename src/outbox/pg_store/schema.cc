@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS outbox (
   claim_owner TEXT,
   claim_until TIMESTAMPTZ,
   claimed_at TIMESTAMPTZ,
-  not_before BIGINT
+  not_before BIGINT,
+  headers TEXT
 );
 CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox(id) WHERE NOT published;
 CREATE INDEX IF NOT EXISTS outbox_pending_by_aggregate ON outbox(aggregate_id, id) WHERE NOT published;
@@ -62,6 +63,8 @@ INSERT INTO outbox_lease(id, owner, token, until, acquired_at)
 CREATE INDEX IF NOT EXISTS outbox_failed_by_aggregate ON outbox(aggregate_id, id)
   WHERE NOT published AND attempts > 0;
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS not_before BIGINT;
+ALTER TABLE outbox ADD COLUMN IF NOT EXISTS headers TEXT;
+ALTER TABLE outbox_archive ADD COLUMN IF NOT EXISTS headers TEXT;
 )sql";
 
 // not_before (delayed publish, OutboxEvent::not_before_ms): epoch ms, compared with the server's
@@ -70,6 +73,13 @@ ALTER TABLE outbox ADD COLUMN IF NOT EXISTS not_before BIGINT;
 // database created before the column gets it from the ALTER above, which Migrate runs because
 // SchemaCurrent looks for the column; a nullable column without a default rewrites no row. An
 // older database's outbox_archive does not get it: a purge archives named columns, not this one.
+
+// headers (the application's record headers, OutboxEvent::headers, SQLite's schema 4 column): a
+// JSON object of string values as the writer gave it, nullable, with no CHECK: a foreign writer's
+// bad value must never fail its INSERT; the relay parses it when it sends the row and parks a bad
+// one with the reason (record_headers.h). TEXT, not jsonb: jsonb would refuse bad JSON at the
+// INSERT and reorder the object's keys, and the headers are sent in the writer's order. An older
+// database gets it from the ALTERs above, on outbox and on outbox_archive (a purge archives it).
 
 // outbox_lease (relay --coordination leader, PgStore::AcquireLease): one row from the start, so
 // every lease operation is an UPDATE of row 1, whose row lock serializes a takeover with the
@@ -89,7 +99,11 @@ bool PgStore::SchemaCurrent() {
              "AND to_regclass('outbox_purged') IS NOT NULL "
              "AND to_regclass('outbox_broker') IS NOT NULL "
              "AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('outbox') "
-             "AND attname = 'not_before' AND NOT attisdropped))::int",
+             "AND attname = 'not_before' AND NOT attisdropped) "
+             "AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('outbox') "
+             "AND attname = 'headers' AND NOT attisdropped) "
+             "AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('outbox_archive') "
+             "AND attname = 'headers' AND NOT attisdropped))::int",
              {}, "read the outbox schema") == 1;
 }
 
