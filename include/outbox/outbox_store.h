@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -121,6 +122,16 @@ class OutboxStore {
 
   // Rows not yet published and not parked.
   virtual std::int64_t PendingCount() = 0;
+
+  // Runs reads (HasClaimable, WaitingCount, ReadPage, ...) so that every "now" they compare
+  // against is ONE instant. A caller asking "nothing claimable, and nothing waiting?" in two reads
+  // needs it: at two instants, a row whose backoff ends in between is neither claimable at the
+  // first nor waiting at the second, and looks gone (relay --until-empty would stop with it
+  // pending). The SQLite Store takes every now from the caller's now_ms, so it just calls reads;
+  // PgStore runs them in one transaction, where now() is the transaction's start (PostgreSQL docs,
+  // "Current Date/Time": now() "returns the start time of the current transaction"). reads' own
+  // exceptions pass through; PgStore also throws pg::PgError when BEGIN or COMMIT fails.
+  virtual void ReadAtOneInstant(const std::function<void()>& reads) { reads(); }
 
   // Rows waiting on a backoff (not under a claim) at now_ms, and when the first is due.
   virtual BackoffWait Backoffs(std::int64_t now_ms) = 0;

@@ -195,6 +195,8 @@ class PgStore : public OutboxStore {
   // Each throws pg::PgError.
   std::int64_t WaitingCount(std::int64_t now_ms) override;
   std::int64_t PendingCount() override;
+  // One READ COMMITTED transaction around reads: now() is its start for every statement in it.
+  void ReadAtOneInstant(const std::function<void()>& reads) override;
   BackoffWait Backoffs(std::int64_t now_ms) override;
   std::vector<ClaimOwner> ClaimOwners(std::int64_t now_ms) override;
   std::int64_t ReleaseClaimsOf(const std::string& owner, std::int64_t up_to_token) override;

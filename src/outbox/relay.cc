@@ -205,9 +205,13 @@ bool Relay::CanOnlyWaitForever() {
   const std::int64_t now = Now();
   // The rows an outage left pending wait on the brokers: time will send them.
   if (outage_.active() && outage_.retry_at_ms > now) return false;
-  const bool sendable =
-      leader_mode() ? Sendable(0, now) : store_.HasClaimable(MakeClaimRequest(0, now));
-  return !sendable && store_.WaitingCount(now) == 0;
+  bool sendable = false;
+  std::int64_t waiting = 0;
+  store_.ReadAtOneInstant([&] {  // PostgreSQL reads its own clock: one transaction, one now()
+    sendable = leader_mode() ? Sendable(0, now) : store_.HasClaimable(MakeClaimRequest(0, now));
+    if (!sendable) waiting = store_.WaitingCount(now);
+  });
+  return !sendable && waiting == 0;
 }
 
 BatchReport Relay::RunBatch() {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <latch>
 #include <memory>
@@ -741,6 +742,34 @@ TEST_CASE("PostgreSQL status counts pending claimed parked and published rows on
   CHECK(store.ReleaseClaimsOf("relay-b", owners[0].max_token - 1) == 0);  // not seen: kept
   CHECK(store.ReleaseClaimsOf("relay-b", owners[0].max_token) == 1);
   CHECK(store.ClaimOwners(0).empty());
+}
+
+// CI stop 31: relay --until-empty on PostgreSQL stopped with 2 rows pending in backoff. It asked
+// "claimable?" and "waiting?" in two statements, each with its own now(); a backoff ending between
+// them made the rows neither. ReadAtOneInstant answers both at one now().
+TEST_CASE("PostgreSQL ReadAtOneInstant judges a backoff ending between two reads at one now()", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  EnqueueOne(store, Event("evt-1001"));
+  SettlePolicy short_backoff;
+  short_backoff.backoff_base_ms = 300;
+  const Claim claim = store.ClaimBatch(Request("relay-a", 1));
+  REQUIRE(claim.rows.size() == 1);
+  store.SettleBatch(claim.token, {}, {{claim.rows[0].id, "broker said no", false}}, short_backoff);
+
+  bool claimable = true;
+  std::int64_t waiting = -1;
+  store.ReadAtOneInstant([&] {
+    claimable = store.HasClaimable(Request("relay-a"));
+    // Past the backoff's end on the wall clock, still before it on the transaction's now().
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    waiting = store.WaitingCount(0);
+  });
+  CHECK_FALSE(claimable);
+  CHECK(waiting == 1);
+  // Outside the scope each read has its own now(): the backoff is over.
+  CHECK(store.WaitingCount(0) == 0);
+  CHECK(store.HasClaimable(Request("relay-a")));
 }
 
 TEST_CASE("PostgreSQL fetch and mark serve the chapter's per-row relay in id order", "[postgres]") {

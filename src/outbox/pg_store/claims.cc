@@ -325,6 +325,12 @@ bool PgStore::MarkPublished(std::int64_t id) {
              .Affected() == 1;
 }
 
+void PgStore::ReadAtOneInstant(const std::function<void()>& reads) {
+  pg::Transaction txn(connection_);
+  reads();
+  txn.Commit();
+}
+
 std::int64_t PgStore::WaitingCount(std::int64_t /*now_ms*/) {
   return connection_.QueryInt(
       "SELECT COUNT(*) FROM outbox WHERE NOT published AND parked_at IS NULL "
