@@ -417,6 +417,7 @@ case "${1:-}" in
     if [ "$kafka_kind" = real ] && [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
       KAFKA_BOOTSTRAP_SERVERS=$(ensure_real_kafka) || exit "$kRunShFailed"
       export KAFKA_BOOTSTRAP_SERVERS
+      say "OUTBOX_KAFKA=real: the chapter on Apache Kafka $("$repo/scripts/kafka.sh" version | sed 's/^Kafka version: //') at $KAFKA_BOOTSTRAP_SERVERS (a topic of its own)"
     fi
     OUTBOX_PG_URL=$(ensure_postgres) || exit "$kRunShFailed"
     export OUTBOX_PG_URL
