@@ -646,9 +646,10 @@ while read -r n victim pid trigger; do
     fail "kill $n paused at relay.after_ack_before_mark but its last phase is '$how'"
 done <"$KILLED"
 printf '  %-37s %5s %8s %6s %6s\n' window line instant pause all
-for w in "writer starting (no phase yet)" "writer before commit" "writer after commit" \
-  "relay idle" "relay after claim" "relay after produce" "relay between ack and mark" \
-  "relay after mark" "relay settle half applied" ${SOURCE_ARGS[0]:+"relay streaming (no phases)" "relay between ack and confirm"}; do
+WINDOWS=("relay idle" "relay after claim" "relay after produce" "relay between ack and mark"
+  "relay after mark" "relay settle half applied")
+[ "$SOURCE" = wal ] && WINDOWS=("relay streaming (no phases)" "relay between ack and confirm")
+for w in "writer starting (no phase yet)" "writer before commit" "writer after commit" "${WINDOWS[@]}"; do
   printf '  window %-30s %5d %8d %6d %6d\n' "$w" "${COUNT["$w|line"]:-0}" "${COUNT["$w|instant"]:-0}" \
     "${COUNT["$w|pause"]:-0}" "${COUNT["$w|all"]:-0}"
 done
