@@ -36,7 +36,7 @@ die() {
 usage() {
   cat <<EOF
 Usage: ./run.sh [-Doutbox.db=PATH] [OutboxLab] SUBCOMMAND [ARGS...]
-       ./run.sh demo | demo-exactly-once | report-screenshot | stop-broker | broker-status | broker-addr [DB] | --help
+       ./run.sh demo | demo-exactly-once | demo-wal | report-screenshot | stop-broker | broker-status | broker-addr [DB] | --help
 
 Builds build/outbox-lab if needed (first use also runs scripts/install-deps.sh; build output
 goes to $state/build.log and is shown only on failure, a "CMake Error" line in it counting as
@@ -63,6 +63,10 @@ run.sh starts or stops any broker for it.
                           the chapter's two kills with relay --exactly-once (Kafka
                           transactions) on real Kafka, read at both isolation levels
                           (scenarios/exactly-once-chapter.sh; docs/exactly-once.md)
+  ./run.sh demo-wal       the chapter's two kills with the log-based relay (relay --source wal)
+                          on PostgreSQL: no published flag, no mark write, the duplicates from
+                          the ack -> LSN-confirm window, commit order (scenarios/pg-wal-chapter.sh;
+                          scripts/postgres.sh's server; docs/wal-relay.md)
   ./run.sh report-screenshot [PNG]
                           the demo's report opened in headless Chromium and checked
                           (scenarios/report-browser.sh); its screenshot goes to PNG, default
@@ -325,7 +329,7 @@ closest_own_command() {
       return d[la, lb]
     }
     BEGIN {
-      n = split("demo demo-exactly-once report-screenshot stop-broker broker-status broker-addr", names, " ")
+      n = split("demo demo-exactly-once demo-wal report-screenshot stop-broker broker-status broker-addr", names, " ")
       allowed = int(length(typed) / 3); if (allowed < 1) allowed = 1
       best = ""; bestd = allowed + 1
       for (k = 1; k <= n; k++) { dd = dist(typed, names[k]); if (dd < bestd) { best = names[k]; bestd = dd } }
@@ -404,6 +408,21 @@ case "${1:-}" in
       export KAFKA_BOOTSTRAP_SERVERS
     fi
     exec bash "$repo/scenarios/exactly-once-chapter.sh"
+    ;;
+  demo-wal)
+    # PostgreSQL always: the WAL relay reads a logical replication slot.
+    build
+    export OUTBOX_LAB_BIN=$bin
+    ensure_state_dir
+    if [ "$kafka_kind" = real ] && [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
+      KAFKA_BOOTSTRAP_SERVERS=$(ensure_real_kafka) || exit "$kRunShFailed"
+      export KAFKA_BOOTSTRAP_SERVERS
+      say "OUTBOX_KAFKA=real: the chapter on Apache Kafka $("$repo/scripts/kafka.sh" version | sed 's/^Kafka version: //') at $KAFKA_BOOTSTRAP_SERVERS (a topic of its own)"
+    fi
+    OUTBOX_PG_URL=$(ensure_postgres) || exit "$kRunShFailed"
+    export OUTBOX_PG_URL
+    say "demo-wal: the chapter with relay --source wal on $OUTBOX_PG_URL (a schema of its own, dropped at the end)"
+    exec bash "$repo/scenarios/pg-wal-chapter.sh"
     ;;
   report-screenshot)
     build

@@ -53,9 +53,19 @@
 #          read_committed with --exactly-once and expects duplicated=0 besides lost=0: a relay
 #          killed between the commit and the mark leaves ids its successor's recovery marks, and
 #          one killed before the commit leaves a transaction that read_committed never sees.
+# --source wal: the relay is the WAL relay (relay --source wal, docs/wal-relay.md) on PostgreSQL
+#          (OUTBOX_PG_URL, a schema of its own; skipped, exit 77, without it; scenarios/
+#          pg-wal-kill-soak.sh): one relay, no power cuts, no --exactly-once. Its kill line is
+#          `[relay] wal: batch`, a pause kill stands at relay.wal.after_ack_before_confirm (the
+#          batch acknowledged, its LSN not confirmed), and a relay restarts once the killed one's
+#          walsender has let go of the slot. The WAL relay records no phases, so a relay kill's
+#          window is told by its trigger: a pause kill is between ack and confirm. Expects: every
+#          kill lands, at least one between ack and confirm, check --history valid with 0 lost and
+#          0 phantom, duplicated > 0, and every duplicated id one that a killed WAL relay had sent
+#          (the records sent after its last confirm are streamed and sent again).
 # Usage:   kill-soak.sh [--seed S] [--kills K] [--events E] [--relays 1|2] [--instant-share P]
-#          [--pause-share P] [--power-cut-every K] [--exactly-once] [--until-fail N]
-#          [--schedule-only]
+#          [--pause-share P] [--power-cut-every K] [--exactly-once] [--source wal]
+#          [--until-fail N] [--schedule-only]
 #          (env OUTBOX_SOAK_SEED, _KILLS, _EVENTS, _RELAYS). --schedule-only prints the schedule
 #          and exits.
 #          Default seed: a new one per run, printed first. The long run:
@@ -75,9 +85,11 @@ UNTIL_FAIL=
 SCHEDULE_ONLY=
 CUT_EVERY=0
 EXACTLY_ONCE=0
+SOURCE=poll
+SOURCE_ARGS=()
 BATCH=10
 WRITER_PACE_MS=${OUTBOX_SOAK_WRITER_PACE_MS:-2}
-usage="usage: kill-soak.sh [--seed S] [--kills K] [--events E] [--relays 1|2] [--instant-share P] [--pause-share P] [--power-cut-every K] [--exactly-once] [--until-fail N] [--schedule-only]"
+usage="usage: kill-soak.sh [--seed S] [--kills K] [--events E] [--relays 1|2] [--instant-share P] [--pause-share P] [--power-cut-every K] [--exactly-once] [--source wal] [--until-fail N] [--schedule-only]"
 while [ $# -gt 0 ]; do
   case $1 in
     --seed) SEED=${2:-} ; shift ;;
@@ -90,6 +102,10 @@ while [ $# -gt 0 ]; do
     --power-cut-every) CUT_EVERY=${2:-} ; shift ;;
     --schedule-only) SCHEDULE_ONLY=1 ;;
     --exactly-once) EXACTLY_ONCE=1 ;;
+    --source)
+      [ "${2:-}" = wal ] || die "--source takes 'wal'; $usage"
+      SOURCE=wal
+      shift ;;
     -h | --help) echo "$usage"; FINISHED=1; exit 0 ;;
     *) die "unknown argument '$1'; $usage" ;;
   esac
@@ -106,6 +122,13 @@ done
 CUT_ARGS=()
 [ "$CUT_EVERY" -eq 0 ] || CUT_ARGS=(--power-cut-every "$CUT_EVERY")
 [ "$EXACTLY_ONCE" = 0 ] || CUT_ARGS+=(--exactly-once)
+if [ "$SOURCE" = wal ]; then
+  [ "$RELAYS" -eq 1 ] && [ "$CUT_EVERY" -eq 0 ] && [ "$EXACTLY_ONCE" = 0 ] ||
+    die "--source wal runs one WAL relay (a slot has one reader), without power cuts (PostgreSQL) or --exactly-once; $usage"
+  CUT_ARGS+=(--source wal)
+  SOURCE_ARGS=(--source wal)
+  SCENARIO=pg-wal-kill-soak
+fi
 if [ "$EXACTLY_ONCE" = 1 ]; then
   [ "$RELAYS" -eq 1 ] || die "--exactly-once runs one relay (leader mode): --relays 2 would need claims, which it refuses"
   if [ -z "$SCHEDULE_ONLY" ] && [ -z "$EXTERNAL_BROKERS" ]; then
@@ -198,11 +221,13 @@ for ((i = 0; i < KILLS; i++)); do
   esac
 done
 SCHEDULE=$TMP/schedule.txt
+PAUSE_POINT=relay.after_ack_before_mark
+[ "$SOURCE" = wal ] && PAUSE_POINT=relay.wal.after_ack_before_confirm
 for ((i = 0; i < KILLS; i++)); do
   case ${TRIGGER[i]} in
     line) what="right after its own line #${AT[i]}" ;;
     instant) what="${DELAY_US[i]} us after its own line #${AT[i]}" ;;
-    pause) what="standing at relay.after_ack_before_mark (pause after ${DELAY_US[i]} passes)" ;;
+    pause) what="standing at $PAUSE_POINT (pause after ${DELAY_US[i]} passes)" ;;
   esac
   printf '  kill %d: %s, %s: %s\n' $((i + 1)) "${VICTIM[i]}" "${TRIGGER[i]}" "$what"
 done >"$SCHEDULE"
@@ -212,12 +237,13 @@ cat "$SCHEDULE"
 if [ -n "$SCHEDULE_ONLY" ]; then FINISHED=1; exit 0; fi
 # The same seed must replay the same schedule: draw it again in a fresh bash and compare.
 if ! diff -q <(bash "$0" --seed "$SEED" --kills "$KILLS" --events "$EVENTS" --relays "$RELAYS" \
-  --instant-share "$INSTANT_SHARE" --pause-share "$PAUSE_SHARE" --schedule-only 2>&1 |
+  --instant-share "$INSTANT_SHARE" --pause-share "$PAUSE_SHARE" "${SOURCE_ARGS[@]}" --schedule-only 2>&1 |
   sed -n 's/^  kill /  kill /p') "$SCHEDULE" >/dev/null; then
   fail "seed $SEED drew a different schedule in a second bash: it would not replay"
   finish
 fi
 
+[ "$SOURCE" = wal ] && use_postgres
 start_broker
 lab_args
 RESULTS=$TMP/results.txt  # one line per kill or problem, appended by the supervisors
@@ -282,7 +308,7 @@ supervise() {
     mkfifo "$fifo" || { echo "FAIL $name: mkfifo $fifo" >>"$RESULTS"; return; }
     echo "--- $name start: ${args[*]} (kill $((i + 1)): $trigger)" >>"$log"
     wanted=$pattern
-    [ "$trigger" = pause ] && { wanted='[failpoint] relay.after_ack_before_mark PAUSE'; k=1; }
+    [ "$trigger" = pause ] && { wanted="[failpoint] $PAUSE_POINT PAUSE"; k=1; }
     # A simple command with &: $! is env, which execs stdbuf, which execs the lab: the lab's PID.
     if [ "$trigger" = pause ]; then
       env "${envs[@]}" stdbuf -oL "$LAB_BIN" "${LAB_ARGS[@]}" "${args[@]}" </dev/null >"$fifo" 2>&1 &
@@ -382,6 +408,8 @@ RELAY_ARGS=(relay --batch-size "$BATCH" --lease 2s --send-timeout 1s --idle-max 
 # Two relays compete for rows only in claims mode; in leader mode one would stand by, and a pause
 # kill aimed at it would wait for an ack it never gets. One relay runs the default, leader mode.
 [ "$RELAYS" -eq 1 ] || RELAY_ARGS+=(--coordination claims)
+# The WAL relay: no lease, no pipeline (a batch is confirmed before the next is read).
+[ "$SOURCE" = wal ] && RELAY_ARGS=(relay --source wal --batch-size "$BATCH" --send-timeout 1s --idle-max 200ms)
 # Transactions: a killed relay's open one is aborted by its successor's init_transactions (the same
 # transactional.id); 10 s bounds it should a relay not come back.
 EOS_ARGS=()
@@ -404,6 +432,11 @@ _process_args() {
       return 1
     fi
     args=(write --verbose "$missing")  # its [write] txn lines are the kill points
+  elif [ "$SOURCE" = wal ] && ! wait_until 10 "" _wal_slot_inactive >/dev/null 2>&1; then
+    # A killed WAL relay's walsender lets go of the slot a moment after the kill; a relay started
+    # before that is refused (exit 24).
+    echo "FAIL $1: the slot $PG_WAL_SLOT still active 10 s after the last relay ended" >>"$RESULTS"
+    return 1
   elif [ "${2:-}" = final ]; then
     args=("${RELAY_ARGS[@]}" --until-empty --quiet)
   else
@@ -411,7 +444,7 @@ _process_args() {
     if [ "${TRIGGER[$3]}" = pause ]; then
       local skip=${DELAY_US[$3]} passes=''
       [ "$skip" -eq 0 ] || passes="$skip*off->"
-      envs=("OUTBOX_FAILPOINTS=relay.after_ack_before_mark=${passes}pause")
+      envs=("OUTBOX_FAILPOINTS=$PAUSE_POINT=${passes}pause")
     fi
   fi
   return 0
@@ -439,6 +472,14 @@ if [ "$EXACTLY_ONCE" = 1 ]; then
   done
   expect_rc 0 "relay --exactly-once on the empty outbox"
 fi
+if [ "$SOURCE" = wal ]; then
+  step "the WAL relay creates its slot on the empty outbox (a slot streams what commits after it)"
+  run relay --source wal --until-empty
+  expect_rc 0 "relay --source wal --until-empty on the empty outbox"
+  PG_WAL_SLOT=$(sed -n 's/^\[relay\] wal: slot \([a-z0-9_]*\) (created).*/\1/p' "$OUT" | head -n 1)
+  [ -n "$PG_WAL_SLOT" ] || die "the first WAL relay did not create its slot: $(cat "$OUT")"
+  wait_until 10 "the slot released" _wal_slot_inactive
+fi
 SOAK_START=$(_now_us)
 SUPS=()
 if [ "$CUT_EVERY" -gt 0 ]; then
@@ -446,10 +487,12 @@ if [ "$CUT_EVERY" -gt 0 ]; then
   CUTTER=$!
   PIDS+=("$CUTTER")
 fi
+RELAY_LINE='[relay] batch'
+[ "$SOURCE" = wal ] && RELAY_LINE='[relay] wal: batch'
 supervise writer '[write] txn' 2>>"$TMP/supervise.err" &
 SUPS+=($!)
 for ((r = 1; r <= RELAYS; r++)); do
-  supervise "relay$r" '[relay] batch' 2>>"$TMP/supervise.err" &
+  supervise "relay$r" "$RELAY_LINE" 2>>"$TMP/supervise.err" &
   SUPS+=($!)
 done
 PIDS+=("${SUPS[@]}")
@@ -475,9 +518,16 @@ if [ "$CUT_EVERY" -gt 0 ]; then
     "power cuts that ran (power-cut exit 0)"
 fi
 
-step "drain: relay --until-empty (after the lease of a killed relay's claim runs out)"
-run relay --until-empty --batch-size "$BATCH" --lease 2s --send-timeout 1s --quiet "${EOS_ARGS[@]}"
-expect_rc 0 "final relay --until-empty"
+if [ "$SOURCE" = wal ]; then
+  step "drain: relay --source wal --until-empty (once the slot is free)"
+  wait_until 10 "the slot released" _wal_slot_inactive
+  run relay --source wal --until-empty --batch-size "$BATCH" --send-timeout 1s --quiet
+  expect_rc 0 "final relay --source wal --until-empty"
+else
+  step "drain: relay --until-empty (after the lease of a killed relay's claim runs out)"
+  run relay --until-empty --batch-size "$BATCH" --lease 2s --send-timeout 1s --quiet "${EOS_ARGS[@]}"
+  expect_rc 0 "final relay --until-empty"
+fi
 
 CHECK_EOS=()
 EXPECT_EOS=
@@ -486,7 +536,12 @@ if [ "$EXACTLY_ONCE" = 1 ]; then
   EXPECT_EOS=,duplicated=0
 fi
 step "check: nothing lost, nothing phantom${EXPECT_EOS:+, nothing duplicated (read_committed)}"
-run check --json --history "$HISTORY" --synchronous-used full "${CHECK_EOS[@]}" --expect "valid=1,business_rows=$EVENTS,outbox_rows=$EVENTS,lost=0,phantom=0,atomicity=0,lost_after_mark=0,stuck=0,undone=0,undone_phantom=0$EXPECT_EOS"
+if [ "$SOURCE" = wal ]; then
+  # PostgreSQL: no power cut, so no --synchronous-used; the slot tells check what is published.
+  run check --json --history "$HISTORY" --expect "valid=1,business_rows=$EVENTS,outbox_rows=$EVENTS,lost=0,phantom=0,atomicity=0,stuck=0"
+else
+  run check --json --history "$HISTORY" --synchronous-used full "${CHECK_EOS[@]}" --expect "valid=1,business_rows=$EVENTS,outbox_rows=$EVENTS,lost=0,phantom=0,atomicity=0,lost_after_mark=0,stuck=0,undone=0,undone_phantom=0$EXPECT_EOS"
+fi
 expect_rc 0 "check --expect (valid, nothing lost, phantom or undone)"
 [ "$(jq -r '.corrupt // "" | tostring' "$OUT")" = "" ] || fail "check found corruption: $(jq -c .corrupt "$OUT")"
 CHECK_JSON=$TMP/check.json
@@ -538,8 +593,14 @@ DUPS=$(jq -c '.duplicated | keys' "$CHECK_JSON")
 #     transaction, so its acknowledged and unmarked rows were re-sent (duplicated) all or none:
 #     all = it had not committed (between ack and mark), none = it had (after mark).
 window() {
-  local victim=$1 pid=$2 last txn rows dup
+  local victim=$1 pid=$2 trigger=${3:-} last txn rows dup
   last=$(jq -r --arg p "$pid" '.[$p].last // "none"' "$VICTIMS")
+  # The WAL relay records no phases: its pause kills stood between ack and confirm.
+  if [ "$SOURCE" = wal ] && [ "$victim" != writer ]; then
+    if [ "$trigger" = pause ]; then echo "relay between ack and confirm|paused at $PAUSE_POINT"
+    else echo "relay streaming (no phases)|$trigger"; fi
+    return
+  fi
   case $victim:$last in
     writer:begin)
       txn=$(jq -r --arg p "$pid" '.[$p].open_txn // ""' "$VICTIMS")
@@ -571,28 +632,51 @@ window() {
 declare -A COUNT=()
 ACK_MARK_ROWS=()   # rows the ack-mark kills left acknowledged and unmarked
 while read -r n victim pid trigger; do
-  IFS='|' read -r w how < <(window "$victim" "$pid")
+  IFS='|' read -r w how < <(window "$victim" "$pid" "$trigger")
   COUNT["$w|$trigger"]=$((${COUNT["$w|$trigger"]:-0} + 1))
   COUNT["$w|all"]=$((${COUNT["$w|all"]:-0} + 1))
   left=$(jq -r --arg p "$pid" '(.[$p].acked_unmarked // []) | length' "$VICTIMS")
   echo "  kill $n: $victim pid $pid, $trigger -> last phase $how: $w (acked and unmarked: $left)"
-  if [ "$w" = "relay between ack and mark" ]; then
+  if [ "$w" = "relay between ack and mark" ] || [ "$w" = "relay between ack and confirm" ]; then
     mapfile -t -O "${#ACK_MARK_ROWS[@]}" ACK_MARK_ROWS < <(jq -r --arg p "$pid" '.[$p].acked_unmarked[]' "$VICTIMS")
   fi
   [ "$w" != "relay settle half applied" ] ||
     fail "kill $n: a settle is one transaction, yet only part of the rows it left acknowledged and unmarked were re-sent ($how)"
-  [ "$trigger" != pause ] || [ "$how" = acked ] ||
+  [ "$trigger" != pause ] || [ "$how" = acked ] || [ "$SOURCE" = wal ] ||
     fail "kill $n paused at relay.after_ack_before_mark but its last phase is '$how'"
 done <"$KILLED"
 printf '  %-37s %5s %8s %6s %6s\n' window line instant pause all
-for w in "writer starting (no phase yet)" "writer before commit" "writer after commit" \
-  "relay idle" "relay after claim" "relay after produce" "relay between ack and mark" \
-  "relay after mark" "relay settle half applied"; do
+WINDOWS=("relay idle" "relay after claim" "relay after produce" "relay between ack and mark"
+  "relay after mark" "relay settle half applied")
+[ "$SOURCE" = wal ] && WINDOWS=("relay streaming (no phases)" "relay between ack and confirm")
+for w in "writer starting (no phase yet)" "writer before commit" "writer after commit" "${WINDOWS[@]}"; do
   printf '  window %-30s %5d %8d %6d %6d\n' "$w" "${COUNT["$w|line"]:-0}" "${COUNT["$w|instant"]:-0}" \
     "${COUNT["$w|pause"]:-0}" "${COUNT["$w|all"]:-0}"
 done
-ACK_MARK_KILLS=${COUNT["relay between ack and mark|all"]:-0}
+ACK_MARK_KILLS=$((${COUNT["relay between ack and mark|all"]:-0} + ${COUNT["relay between ack and confirm|all"]:-0}))
 [ "$ACK_MARK_KILLS" -ge 1 ] || fail "no kill landed between ack and mark (seed $SEED)"
+
+if [ "$SOURCE" = wal ]; then
+  step "duplicates: only ids a killed WAL relay had sent (streamed again after its last confirm)"
+  # The WAL relay writes no mark, so its history cannot say which of a victim's acknowledged
+  # records were confirmed: every duplicate must be among the ids the killed relays sent, and the
+  # ack-confirm kills left a batch acknowledged and unconfirmed, so there is at least one.
+  jq -n -r --argjson v "$(cat "$VICTIMS")" --argjson dup "$DUPS" --slurpfile sent_by <(
+    jq -R -s -c --argjson killed "$KILLED_PIDS" '[split("\n")[] | fromjson? | select(.f == "send" and .type == "invoke" and (.process as $p | $killed | index($p))) | .value] | unique' "$HISTORY") '
+    $sent_by[0] as $s
+    | "duplicated \($dup | length): sent by a killed WAL relay \($dup - ($dup - $s) | length), unexplained \($dup - $s | length)",
+      "unexplained: \($dup - $s | .[:10] | join(" "))"' >"$TMP/dups.txt"
+  cat "$TMP/dups.txt"
+  DUP_COUNT=$(jq 'length' <<<"$DUPS")
+  [ "$DUP_COUNT" -gt 0 ] || fail "duplicated=0: the ack-confirm kill left nothing to send again (seed $SEED)"
+  grep -q 'unexplained 0$' "$TMP/dups.txt" || fail "duplicates no killed WAL relay sent: $(sed -n 's/^unexplained: //p' "$TMP/dups.txt")"
+  ACK_MARK_UNIQUE=$(printf '%s\n' "${ACK_MARK_ROWS[@]}" | sort -u | grep -c .)
+  echo "ack-confirm kills: $ACK_MARK_KILLS, rows the paused relays had acknowledged: $ACK_MARK_UNIQUE"
+  echo "seed $SEED: $KILLS kills (writer ${KILLS_OF[writer]}, relay1 ${KILLS_OF[relay1]}) over $EVENTS events in ${SOAK_S}s, --source wal; ack-confirm kills $ACK_MARK_KILLS;" \
+    "$(jq -r '"lost=\(.lost | length) duplicated=\(.duplicated | length) phantom=\(.phantom | length)"' "$CHECK_JSON")"
+  [ "${#FAILURES[@]}" -eq 0 ] || echo "failing seed $SEED; replay: $REPLAY"
+  finish
+fi
 
 if [ "$EXACTLY_ONCE" = 1 ]; then
   # What at-least-once would have duplicated: the rows the killed relays left committed and

@@ -128,8 +128,10 @@ class WalRelay {
   // Makes sure the publication (FOR TABLE outbox, of the current schema) and the slot (pgoutput)
   // exist, creating what is missing, then starts streaming from the slot's confirmed position.
   // Call again after a connection loss: the server re-sends every unconfirmed transaction.
-  // Throws WalRelayError kWalLevel (wal_level is not logical), kSlotActive (another process
-  // streams the slot: SQLSTATE 55006), kSlotLost (the publication exists but the slot does not,
+  // A slot held by an ordinary backend (verify, check or status peeking at its pending changes,
+  // for one statement) is waited for, up to 5 s in steps of 20 ms.
+  // Throws WalRelayError kWalLevel (wal_level is not logical), kSlotActive (a walsender, another
+  // WAL relay, streams the slot, or a peek held it past those 5 s: SQLSTATE 55006), kSlotLost (the publication exists but the slot does not,
   // or the slot's wal_status is lost), kSlotMismatch; pg::PgError for anything else the server
   // says (connection_lost() when it is down).
   WalOpenReport Open();

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "cli/publishing.h"
 #include "cli/stop_signal.h"
+#include "lab/broker/json_bytes.h"
 #include "lab/chapter/recording_publisher.h"
 #include "outbox/kafka/kafka_publisher.h"
 #include "outbox/open_store.h"
@@ -22,7 +24,27 @@ ExitCode ForWalError(const WalRelayError& e) {
                                                        : ExitCode::kWalRefused;
 }
 
-void PrintOpen(const WalOpenReport& open, bool reconnect) {
+// One JSON object per line (--json), as the polling relay's "report" lines; flushed.
+void PrintJson(const nlohmann::ordered_json& line) {
+  fmt::print("{}\n", lab::DumpJson(line));
+  std::fflush(stdout);
+}
+
+void PrintOpen(const WalOpenReport& open, bool reconnect, bool json) {
+  if (json) {
+    PrintJson({{"report", "wal-open"},
+               {"reconnect", reconnect},
+               {"slot", open.slot},
+               {"created_slot", open.created_slot},
+               {"publication", open.publication},
+               {"created_publication", open.created_publication},
+               {"confirmed", pg::FormatLsn(open.confirmed)},
+               {"walsender_pid", open.walsender_pid},
+               {"unpublished_at_creation", open.created_slot
+                                               ? nlohmann::ordered_json(open.unpublished_at_creation)
+                                               : nlohmann::ordered_json(nullptr)}});
+    return;
+  }
   fmt::print("[relay] wal: {}slot {}{}, publication {}{}, streaming from LSN {} (walsender PID "
              "{})\n",
              reconnect ? "reconnected: " : "", open.slot, open.created_slot ? " (created)" : "",
@@ -46,10 +68,10 @@ ExitCode RunWalRelay(const GlobalOptions& global, const RelayCliOptions& o, bool
                                    "postgresql:// --db)",
                                    global.db));
   if (o.exactly_once || o.tail_check || !o.coordination.empty() || o.pg_claim != "scan" ||
-      o.json || http || !o.transactional_id.empty())
+      http || !o.transactional_id.empty())
     throw CommandError(ExitCode::kUsage,
                        "relay --source wal: --exactly-once, --tail-check, --coordination, "
-                       "--pg-claim, --json and --http apply to the polling relay only (a slot has "
+                       "--pg-claim and --http apply to the polling relay only (a slot has "
                        "one reader: nothing to coordinate)");
   // The WAL relay builds records from the decoded insert alone (OnInsert): routing and the
   // CloudEvents headers are built by RouteRow from a claimed OutboxRow in the polling relay.
@@ -82,11 +104,22 @@ ExitCode RunWalRelay(const GlobalOptions& global, const RelayCliOptions& o, bool
   options.backoff_base_ms = std::max<std::int64_t>(o.backoff_base_ms, 1);
   options.backoff_max_ms = std::max(o.backoff_max_ms, options.backoff_base_ms);
   options.stop_requested = [&stop]() { return stop.Received(); };
-  options.on_skipped = [](std::int64_t id, const std::string& why) {
+  const bool json = o.json;
+  options.on_skipped = [json](std::int64_t id, const std::string& why) {
+    if (json) {
+      PrintJson({{"report", "wal-skipped"}, {"outbox_id", id}, {"reason", why}});
+      return;
+    }
     fmt::print("[relay] wal: outbox id {} not sent: {} (the WAL relay cannot park a row)\n", id, why);
     std::fflush(stdout);
   };
-  options.on_retry = [](std::int64_t failed, const std::string& error, std::int64_t retry_in_ms) {
+  options.on_retry = [json](std::int64_t failed, const std::string& error,
+                           std::int64_t retry_in_ms) {
+    if (json) {
+      PrintJson({{"report", "wal-retry"}, {"failed", failed}, {"error", error},
+                 {"retry_in_ms", retry_in_ms}});
+      return;
+    }
     fmt::print("[relay] wal: {} deliveries failed ({}); sending them again in {} ms, nothing "
                "confirmed meanwhile\n",
                failed, error, retry_in_ms);
@@ -98,7 +131,7 @@ ExitCode RunWalRelay(const GlobalOptions& global, const RelayCliOptions& o, bool
   bool stopped = false;
   const auto open_stream = [&](bool reconnect) {
     try {
-      PrintOpen(relay.Open(), reconnect);
+      PrintOpen(relay.Open(), reconnect, json);
     } catch (const WalRelayError& e) {
       throw CommandError(ForWalError(e), e.what());
     }
@@ -122,9 +155,14 @@ ExitCode RunWalRelay(const GlobalOptions& global, const RelayCliOptions& o, bool
       // everything unconfirmed is streamed again after the reconnect.
       std::int64_t wait_ms = options.backoff_base_ms;
       for (int attempt = 1;; ++attempt) {
-        fmt::print("[relay] wal: stream lost ({}); reconnect attempt {} in {} ms\n", e.what(),
-                   attempt, wait_ms);
-        std::fflush(stdout);
+        if (json)
+          PrintJson({{"report", "wal-reconnect"}, {"error", e.what()}, {"attempt", attempt},
+                     {"retry_in_ms", wait_ms}});
+        else {
+          fmt::print("[relay] wal: stream lost ({}); reconnect attempt {} in {} ms\n", e.what(),
+                     attempt, wait_ms);
+          std::fflush(stdout);
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
         if (stop.Received()) {
           stopped = true;
@@ -149,7 +187,11 @@ ExitCode RunWalRelay(const GlobalOptions& global, const RelayCliOptions& o, bool
     transactions += batch.transactions;
     records += batch.records;
     skipped += batch.skipped;
-    if (!batch.idle && !o.quiet) {
+    if (!batch.idle && !o.quiet && json) {
+      PrintJson({{"report", "batch"}, {"transactions", batch.transactions},
+                 {"records", batch.records}, {"skipped", batch.skipped},
+                 {"confirmed", pg::FormatLsn(batch.confirmed)}});
+    } else if (!batch.idle && !o.quiet) {
       fmt::print("[relay] wal: batch transactions={} records={} confirmed={}\n",
                  batch.transactions, batch.records, pg::FormatLsn(batch.confirmed));
       std::fflush(stdout);
@@ -158,6 +200,13 @@ ExitCode RunWalRelay(const GlobalOptions& global, const RelayCliOptions& o, bool
       noted = NoteBrokerIncarnation(publisher.handle(), *store, 2000);
     if (o.once) break;
     if (o.until_empty && relay.CaughtUp()) break;
+  }
+  if (json) {
+    PrintJson({{"report", "final"}, {"source", "wal"}, {"stopped", stopped},
+               {"batches", batches}, {"transactions", transactions}, {"records", records},
+               {"skipped", skipped}, {"reconnects", reconnects},
+               {"confirmed", pg::FormatLsn(relay.confirmed())}});
+    return ExitCode::kOk;
   }
   fmt::print("[relay] wal {} batches={} transactions={} records={} skipped={} reconnects={} "
              "confirmed={}\n",

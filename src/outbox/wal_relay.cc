@@ -33,6 +33,21 @@ std::string QuoteIdentifier(const std::string& name) {
   return quoted + "\"";
 }
 
+// verify, check and status peek at an inactive slot (pg_logical_slot_peek_binary_changes),
+// which holds it for that one statement. A relay starting meanwhile waits this long for it, in
+// steps of kPeekStep, before it calls the slot busy. A walsender is another WAL relay: no wait.
+constexpr int kPeekSteps = 250;
+constexpr std::chrono::milliseconds kPeekStep{20};
+
+// True when a walsender (a WAL relay's stream) holds the slot; false when nothing does, or an
+// ordinary backend does (a peek).
+bool HeldByWalsender(pg::Connection& sql, const std::string& slot) {
+  return sql.QueryInt("SELECT count(*) FROM pg_replication_slots s JOIN pg_stat_activity a ON "
+                      "a.pid = s.active_pid WHERE s.slot_name = $1 AND a.backend_type = "
+                      "'walsender'",
+                      {pg::Param::Text(slot)}, "look for the slot's walsender") > 0;
+}
+
 pg::Lsn QueryLsn(pg::Connection& sql, const std::string& query, const std::string& what) {
   const pg::Result result = sql.Query(query, {}, what);
   if (result.rows() == 0 || result.IsNull(0, 0)) return 0;
@@ -125,10 +140,19 @@ WalOpenReport WalRelay::Open() {
              "add the outbox to the publication");
   }
 
-  const pg::Result slot = sql.Query(
-      "SELECT plugin, database, COALESCE(wal_status, ''), active, COALESCE(active_pid, 0), "
-      "COALESCE(confirmed_flush_lsn::text, '') FROM pg_replication_slots WHERE slot_name = $1",
-      {pg::Param::Text(slot_)}, "look for the replication slot");
+  const auto read_slot = [&sql, this]() {
+    return sql.Query(
+        "SELECT plugin, database, COALESCE(wal_status, ''), active, COALESCE(active_pid, 0), "
+        "COALESCE(confirmed_flush_lsn::text, '') FROM pg_replication_slots WHERE slot_name = $1",
+        {pg::Param::Text(slot_)}, "look for the replication slot");
+  };
+  pg::Result slot = read_slot();
+  for (int step = 0; step < kPeekSteps && slot.rows() > 0 && slot.Text(0, 3) == "t" &&
+                     !HeldByWalsender(sql, slot_);
+       ++step) {
+    std::this_thread::sleep_for(kPeekStep);
+    slot = read_slot();
+  }
   if (slot.rows() == 0) {
     if (publication_exists)
       throw WalRelayError(
@@ -184,21 +208,30 @@ WalOpenReport WalRelay::Open() {
   confirmed_ = report.confirmed;
   wal_at_open_ = report.wal_at_open;
 
-  stream_ = std::make_unique<pg::ReplicationStream>(url_);
-  try {
-    stream_->Start(slot_, slot_);
-  } catch (const pg::PgError& e) {
-    if (e.sqlstate() == "55006")  // object_in_use: "replication slot ... is active for PID n"
-      throw WalRelayError(WalRelayError::Kind::kSlotActive,
-                          fmt::format("relay --source wal: refused: {}: another WAL relay streams "
-                                      "it, and a slot has one reader at a time",
-                                      e.what()));
-    if (e.sqlstate() == "42704")
-      throw WalRelayError(WalRelayError::Kind::kSlotLost,
-                          fmt::format("relay --source wal: {} (dropped while this relay started); "
-                                      "resync as docs/wal-relay.md says",
-                                      e.what()));
-    throw;
+  for (int step = 0;; ++step) {
+    stream_ = std::make_unique<pg::ReplicationStream>(url_);
+    try {
+      stream_->Start(slot_, slot_);
+      break;
+    } catch (const pg::PgError& e) {
+      // object_in_use: "replication slot ... is active for PID n". A peek that took the slot
+      // after the look above is waited out; another walsender is not.
+      if (e.sqlstate() == "55006" && step < kPeekSteps && !HeldByWalsender(sql, slot_)) {
+        std::this_thread::sleep_for(kPeekStep);
+        continue;
+      }
+      if (e.sqlstate() == "55006")
+        throw WalRelayError(WalRelayError::Kind::kSlotActive,
+                            fmt::format("relay --source wal: refused: {}: another WAL relay streams "
+                                        "it, and a slot has one reader at a time",
+                                        e.what()));
+      if (e.sqlstate() == "42704")
+        throw WalRelayError(WalRelayError::Kind::kSlotLost,
+                            fmt::format("relay --source wal: {} (dropped while this relay started); "
+                                        "resync as docs/wal-relay.md says",
+                                        e.what()));
+      throw;
+    }
   }
   report.walsender_pid = stream_->backend_pid();
   run_id_ = store_.RunId();

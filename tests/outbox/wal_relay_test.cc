@@ -2,6 +2,7 @@
 // scripts/postgres.sh): a slot and a publication per test schema, dropped at the end.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -190,6 +191,60 @@ TEST_CASE("A second WAL relay on the same slot is refused in one line naming the
     CHECK(message.find("is active for PID " + std::to_string(open.walsender_pid)) != std::string::npos);
     CHECK(message.find('\n') == std::string::npos);
   }
+}
+
+TEST_CASE("A WAL relay that starts while status peeks at its slot waits for the peek instead of being refused", "[postgres][wal]") {
+  WalSchema schema;
+  PgStore store(schema.url());
+  FakePublisher publisher;
+  pg::Connection sql(schema.url());
+  // No walsender holds the slot (a closed relay's exits a moment after its stream closed).
+  const auto wait_no_walsender = [&sql, &schema]() {
+    for (int i = 0; i < 200; ++i) {
+      if (sql.QueryInt("SELECT count(*) FROM pg_replication_slots s JOIN pg_stat_activity a ON "
+                       "a.pid = s.active_pid WHERE s.slot_name = $1 AND a.backend_type = "
+                       "'walsender'",
+                       {pg::Param::Text(schema.slot())}, "slot's walsender") == 0)
+        return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    FAIL("the slot's walsender did not exit within 5 s");
+  };
+  { WalRelay(schema.url(), store, publisher, {}).Open(); }  // creates the slot
+  wait_no_walsender();
+  // Pending inserts, so that each peek decodes for a while and holds the slot meanwhile.
+  sql.Exec("INSERT INTO outbox(event_id, aggregate_id, event_type, payload) SELECT 'evt-'||i, "
+           "'L-'||i, 'LoanCreated', convert_to('{}', 'UTF8') FROM generate_series(1, 5000) i",
+           "insert 5000 rows");
+  std::atomic<bool> stop{false};
+  std::atomic<int> peeks{0};
+  std::thread peeker([&]() {
+    // What verify, check and status do: a peek whenever no WAL relay streams the slot.
+    while (!stop) {
+      try {
+        const std::optional<WalProgress> progress = ReadWalProgress(schema.url());
+        if (progress && progress->pending_ids) ++peeks;
+      } catch (const std::exception&) {
+        // The relay took the slot between the look and the peek: the peek's own refusal.
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  int opened = 0;
+  for (int i = 0; i < 8; ++i) {
+    try {
+      WalRelay relay(schema.url(), store, publisher, {});
+      relay.Open();
+      ++opened;
+    } catch (const WalRelayError& e) {
+      UNSCOPED_INFO("attempt " << i << ": " << e.what());
+    }
+    wait_no_walsender();
+  }
+  stop = true;
+  peeker.join();
+  CHECK(peeks > 0);
+  CHECK(opened == 8);
 }
 
 TEST_CASE("A dropped slot whose publication remains is a clear error with the resync", "[postgres][wal]") {
