@@ -273,9 +273,8 @@ int Connection::OnBusy(void* state, int count) noexcept {
   return 1;
 }
 
-void Connection::EnableWriterTurns(const std::string& turn_file, int yield_max_us) noexcept {
+void Connection::EnableWriterTurns(const std::string& turn_file) noexcept {
   if (!busy_ || busy_->turn_fd >= 0) return;
-  busy_->yield_max_us = std::max(yield_max_us, 0);
   int fd = ::open(turn_file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) fd = ::open(turn_file.c_str(), O_RDONLY | O_CLOEXEC);
   busy_->turn_fd = fd;  // -1: no turns
@@ -284,7 +283,7 @@ void Connection::EnableWriterTurns(const std::string& turn_file, int yield_max_u
 void Connection::YieldToWaiters() noexcept {
   if (!busy_ || busy_->turn_fd < 0) return;
   busy_->may_announce = true;
-  const std::int64_t until_us = SteadyMicros() + busy_->yield_max_us;
+  const std::int64_t until_us = SteadyMicros() + kTurnYieldMaxUs;
   // LOCK_EX succeeds only when no connection holds LOCK_SH: no one announced a wait.
   while (flock(busy_->turn_fd, LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK || SteadyMicros() >= until_us) return;

@@ -55,17 +55,6 @@ class Statement {
   std::string sql_;
 };
 
-// The longest sleep between two tries for a lock, in microseconds (the first
-// tries come sooner: 20, 50, 100, 200 us). A try is two fcntl(2) calls, so
-// waiting out a 5 s lock costs about 10,000 tries.
-inline constexpr int kBusyRetryMaxUs = 500;
-// How long a connection starting a write transaction lets an announced waiter
-// go first, at most, in microseconds: a few of the waiter's retries on a loaded
-// machine, and the most a waiter that is stopped (SIGSTOP) costs each writer.
-inline constexpr int kTurnYieldMaxUs = 3000;
-// An announced waiter's sleep between tries, in microseconds.
-inline constexpr int kAnnouncedRetryUs = 50;
-
 class Connection {
  public:
   // Opens path with sqlite3_open_v2 flags. Throws DbError when SQLite refuses
@@ -103,13 +92,9 @@ class Connection {
   // fcntl(2): closing a descriptor would drop SQLite's own fcntl locks, never
   // a flock; the kernel drops a killed process's flock. When the file cannot be
   // opened (a read-only directory) turns are off and the busy timeout still holds.
-  // yield_max_us bounds each yield (microseconds); the store keeps kTurnYieldMaxUs,
-  // a test that asserts who goes first passes more, so that a waiter the scheduler
-  // leaves asleep for a few ms on a loaded machine still gets its turn.
-  void EnableWriterTurns(const std::string& turn_file,
-                         int yield_max_us = kTurnYieldMaxUs) noexcept;
+  void EnableWriterTurns(const std::string& turn_file) noexcept;
   // Called by Transaction before BEGIN IMMEDIATE: waits (sleeping 20 us at a
-  // time, at most the yield bound) while another connection announces a wait,
+  // time, at most kTurnYieldMaxUs) while another connection announces a wait,
   // then lets this connection's busy waits announce themselves.
   void YieldToWaiters() noexcept;
   // Called by Transaction after BEGIN IMMEDIATE: withdraws this connection's
@@ -133,7 +118,6 @@ class Connection {
     int timeout_ms = 0;
     std::int64_t started_us = 0;  // steady clock, at the first retry of the current wait
     int turn_fd = -1;             // the turn file (EnableWriterTurns), owned; -1: none
-    int yield_max_us = kTurnYieldMaxUs;  // YieldToWaiters' bound (EnableWriterTurns)
     bool announced = false;       // this connection holds LOCK_SH on turn_fd: it waits
     bool may_announce = false;    // in Transaction's BEGIN IMMEDIATE (only it ends the announcement)
   };
@@ -144,6 +128,17 @@ class Connection {
   // Closed before busy_ is freed (members are destroyed in reverse order).
   std::unique_ptr<sqlite3, ConnectionDeleter> db_;
 };
+
+// The longest sleep between two tries for a lock, in microseconds (the first
+// tries come sooner: 20, 50, 100, 200 us). A try is two fcntl(2) calls, so
+// waiting out a 5 s lock costs about 10,000 tries.
+inline constexpr int kBusyRetryMaxUs = 500;
+// How long a connection starting a write transaction lets an announced waiter
+// go first, at most, in microseconds: a few of the waiter's retries on a loaded
+// machine, and the most a waiter that is stopped (SIGSTOP) costs each writer.
+inline constexpr int kTurnYieldMaxUs = 3000;
+// An announced waiter's sleep between tries, in microseconds.
+inline constexpr int kAnnouncedRetryUs = 50;
 
 // A scoped write transaction. BEGIN IMMEDIATE takes the write lock up front,
 // so a busy database fails here (after the busy timeout) and not at COMMIT
