@@ -6,8 +6,10 @@
 #          batch 4 was read and produced before). relay-b, a standby started while relay-a holds,
 #          polls the lease. Then kill -9 of relay-a by its PID.
 # Expects: relay-b stood by for relay-a (token 1) and, once relay-a's lease lapsed, took it over
-#          with token 2 within lease + 1 s of the kill (measured from the kill to the start of
-#          its term, which its lease line gives: until_ms - 3,000); relay-b exits 0 having marked
+#          with token 2 within lease + 2 s of the kill (measured from the kill to the start of
+#          its term, which its lease line gives: until_ms - 3,000): a standby polls at most every
+#          --idle-max (1 s), and one more second covers a loaded CI machine's scheduling, while a
+#          standby that waited a second lease (6 s) still fails; relay-b exits 0 having marked
 #          the 2,000 rows relay-a left, nothing fenced; check: valid, 0 lost, every event on the
 #          topic, duplicates exactly the rows in flight at the kill (rows 1001..R with R the
 #          records on the topic then, at most the two batches of the pipeline: <= 1,000).
@@ -65,7 +67,7 @@ wait_for 30 "$pid_b" "relay-b's standby line" _has_line '"report":"wait","on":"l
   die "relay-b never said it stands by for relay-a"
 expect_no_line '"report":"lease"' "$log_b"
 
-step "kill -9 the leader; the standby takes over within the lease + 1 s"
+step "kill -9 the leader; the standby takes over within the lease + 2 s"
 kill_ms=$(($(_now_us) / 1000))
 kill9 "$pid_a"
 wait_for $((LEASE_MS / 1000 + 10)) "$pid_b" "relay-b's takeover line" \
@@ -74,8 +76,8 @@ wait_for $((LEASE_MS / 1000 + 10)) "$pid_b" "relay-b's takeover line" \
 took_ms=$(json_lines "$log_b" | jq -r 'select(.report == "lease" and .event == "acquired") | .until_ms' | head -n 1)
 took_ms=$((took_ms - LEASE_MS))
 echo "relay-b's term began $((took_ms - kill_ms)) ms after the kill (lease ${LEASE_MS} ms)"
-[ $((took_ms - kill_ms)) -le $((LEASE_MS + 1000)) ] ||
-  fail "takeover $((took_ms - kill_ms)) ms after the kill, more than lease + 1 s"
+[ $((took_ms - kill_ms)) -le $((LEASE_MS + 2000)) ] ||
+  fail "takeover $((took_ms - kill_ms)) ms after the kill, more than lease + 2 s"
 expect_eq 1 "$(json_lines "$log_b" | jq -c 'select(.report == "lease" and .event == "acquired" and .previous_owner == "relay-a" and .previous_token == 1)' | grep -c .)" \
   "relay-b's takeover lines naming relay-a's term 1"
 wait_exit "$pid_b" 60 "relay-b"

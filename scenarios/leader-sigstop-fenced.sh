@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 8, leader mode — the leader frozen past its lease (SIGSTOP), then thawed (SIGCONT).
 # Injects: relay-a, `relay --coordination leader --until-empty --batch-size 500 --pipeline 1
-#          --lease 2s --send-timeout 1s`, stands at the failpoint relay.after_ack_before_mark=
+#          --lease 8s --send-timeout 1s`, stands at the failpoint relay.after_ack_before_mark=
 #          1*pause->off: its first batch (rows 1..500) is acked and not settled. kill -STOP
 #          freezes it there. relay-b, `relay --coordination leader` (runs until SIGTERM), starts
 #          as a standby; once relay-a's lease has run out it takes over and sends everything.
@@ -13,6 +13,9 @@
 #          check: valid, 0 lost, exactly rows 1..500 twice (sent by both leaders), every mark after
 #          an ack (check --history), relay-a's 500 marks recorded as fenced.
 # No sleep: relay-b's takeover line is the proof that relay-a's lease ran out while it was stopped.
+# relay-a's lease is 8 s: relay-b must start and see it live (its standby line) before it runs
+# out, and relay-a, frozen, renews it no more: with 2 s, as little as 1 s was left at the SIGSTOP
+# (a leader renews once half is left), and relay-b's start on a loaded machine took longer.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -32,7 +35,7 @@ step "relay-a leads and pauses after its first batch's acks; SIGSTOP freezes it 
 echo "(OUTBOX_FAILPOINTS='relay.after_ack_before_mark=1*pause->off')"
 export OUTBOX_FAILPOINTS='relay.after_ack_before_mark=1*pause->off'
 start_bg relay-a --history "$HISTORY" relay --coordination leader --until-empty --batch-size "$BATCH" \
-  --pipeline 1 --lease 2s --send-timeout 1s --owner relay-a --json
+  --pipeline 1 --lease 8s --send-timeout 1s --owner relay-a --json
 pid_a=$BG_PID log_a=$BG_LOG
 unset OUTBOX_FAILPOINTS
 wait_paused "$pid_a" "$log_a" relay.after_ack_before_mark

@@ -134,7 +134,7 @@ req unpark -X POST -H "Authorization: Bearer $TOKEN" \
   -d '{"filter":{"aggregate":"L-9001","error":"too large"},"max":5}' "http://127.0.0.1:$PORT/parked/unpark"
 expect_eq 200 "$CODE" "unpark status"
 expect_eq 'oncall 1' "$(jq -r '"\(.by) \(.unparked)"' "$TMP/unpark.body")" "unpark (by unparked)"
-wait_for 5 "$RELAY_PID" "the unpark log line" _has_line "^\[relay\] http: unpark by 'oncall': 1 rows unparked (ids 11)" "$RELAY_LOG"
+wait_for 15 "$RELAY_PID" "the unpark log line" _has_line "^\[relay\] http: unpark by 'oncall': 1 rows unparked (ids 11)" "$RELAY_LOG"
 # Still too large for the producer: parked again at its one attempt.
 wait_for 20 "$RELAY_PID" "the poison row parked again" _metric_is outbox_relay_parked_rows_total 2
 
@@ -143,7 +143,7 @@ broker_ctl down
 wait_for 15 "$RELAY_PID" "/readyz 503 with the broker down" _status_is /readyz 503
 req readyz-down "http://127.0.0.1:$PORT/readyz"
 expect_line '^broker unreachable: ' "$TMP/readyz-down.body"
-wait_for 5 "$RELAY_PID" "outbox_relay_ready 0" _metric_is outbox_relay_ready 0
+wait_for 15 "$RELAY_PID" "outbox_relay_ready 0" _metric_is outbox_relay_ready 0
 req healthz-down "http://127.0.0.1:$PORT/healthz"
 expect_eq 200 "$CODE" "/healthz with the broker down (the loop still turns)"
 broker_ctl up

@@ -48,8 +48,13 @@ struct StatusView {
 
 StatusView ReadStatusView(const GlobalOptions& global, std::int64_t horizon_threshold_ms) {
   auto store = OpenStore(global.db, OpenMode::kReadOnly, global.MakeStoreOptions());
+  // The lease before the instant the view is judged at: ReadLease returns the end a relay wrote
+  // (SQLite) or moves the server's time left into the store's clock as it reads it (PostgreSQL).
+  // With now_ms read first, a renewal between the two reads, or the round trips of the reads in
+  // between, showed more time left than the lease has (lease-left-ms above the relay's --lease).
+  const LeaderLease lease = store->ReadLease();
   const std::int64_t now_ms = store->clock().EpochMs();
-  StatusView view{store->Status(now_ms), store->ClaimOwners(now_ms), store->ReadLease(), now_ms,
+  StatusView view{store->Status(now_ms), store->ClaimOwners(now_ms), lease, now_ms,
                   store->WalSizeBytes(), store->backend()};
   if (view.status.parked > 0) view.stalls = store->Stalls(10);
   view.outage = store->ReadOutage();

@@ -63,9 +63,10 @@ struct OpsServer::State {
   StatusRead ReadStatus() {
     StatusRead r;
     r.error = WithReader([&r](OutboxStore& store) {
+      // The lease first, then the instant it is judged at (cli/status.cc says why).
+      r.lease = store.ReadLease();
       r.now_ms = store.clock().EpochMs();
       r.status = store.Status(r.now_ms);
-      r.lease = store.ReadLease();
       if (r.status.parked > 0) r.stalls = store.Stalls(10);
       r.outage = store.ReadOutage();
     });

@@ -751,18 +751,23 @@ TEST_CASE("PostgreSQL ReadAtOneInstant judges a backoff ending between two reads
   Schema schema;
   PgStore store(schema.url());
   EnqueueOne(store, Event("evt-1001"));
+  // 1 s of backoff: the first read must come before its end, which takes two round trips here,
+  // and a loaded CI machine has made single round trips take hundreds of ms.
+  constexpr int kBackoffMs = 1000;
   SettlePolicy short_backoff;
-  short_backoff.backoff_base_ms = 300;
+  short_backoff.backoff_base_ms = kBackoffMs;
   const Claim claim = store.ClaimBatch(Request("relay-a", 1));
   REQUIRE(claim.rows.size() == 1);
+  const auto settled = std::chrono::steady_clock::now();
   store.SettleBatch(claim.token, {}, {{claim.rows[0].id, "broker said no", false}}, short_backoff);
 
   bool claimable = true;
   std::int64_t waiting = -1;
   store.ReadAtOneInstant([&] {
     claimable = store.HasClaimable(Request("relay-a"));
-    // Past the backoff's end on the wall clock, still before it on the transaction's now().
-    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    // Past the backoff's end on the wall clock (measured from before the settle, so surely past
+    // the server's next_attempt_at), still before it on the transaction's now().
+    std::this_thread::sleep_until(settled + std::chrono::milliseconds(kBackoffMs + 300));
     waiting = store.WaitingCount(0);
   });
   CHECK_FALSE(claimable);

@@ -19,6 +19,12 @@
 namespace outbox {
 namespace {
 
+// Polls for what the server does on its own time (a walsender letting go of its slot, a status
+// update reaching confirmed_flush_lsn) end as soon as it is done; their bound is only for a
+// failing test: 400 tries, 8 to 20 s. 100 tries (2 to 5 s) left little room on the loaded 2-core
+// CI machine, where every PostgreSQL test and scenario shares one server.
+constexpr int kPollTries = 400;
+
 using testing::FakePublisher;
 
 // A schema with the outbox tables, and the WAL relay's slot and publication dropped at the end
@@ -35,7 +41,7 @@ class WalSchema : public testing::PgSchema {
     try {
       pg::Connection sql(url());
       // The walsender of a closed stream exits a moment later: wait for the slot to be free.
-      for (int i = 0; i < 100; ++i) {
+      for (int i = 0; i < kPollTries; ++i) {
         if (sql.Query("SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active",
                       {pg::Param::Text(slot_)}, "slot active")
                 .rows() == 0)
@@ -107,7 +113,7 @@ TEST_CASE("The WAL relay publishes committed outbox inserts in commit order with
   // The standby status update moves the slot's confirmed_flush_lsn to the last commit's end.
   pg::Connection sql(schema.url());
   std::string confirmed;
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0; i < kPollTries; ++i) {
     confirmed = sql.Query("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
                           {pg::Param::Text(schema.slot())}, "slot")
                     .Text(0, 0);
@@ -148,7 +154,7 @@ TEST_CASE("A WAL relay that stops between the ack and the confirm gets the same 
   }
   // Opens a new relay once the last stream's walsender has let go of the slot.
   const auto open_when_free = [&](WalRelay& relay) {
-    for (int i = 0; i < 100; ++i) {
+    for (int i = 0; i < kPollTries; ++i) {
       try {
         return relay.Open();
       } catch (const WalRelayError& e) {
@@ -169,7 +175,7 @@ TEST_CASE("A WAL relay that stops between the ack and the confirm gets the same 
   FakePublisher publisher;
   WalRelay third(schema.url(), store, publisher, {});
   open_when_free(third);
-  for (int i = 0; i < 10 && !third.CaughtUp(); ++i) third.RunBatch();
+  for (int i = 0; i < 40 && !third.CaughtUp(); ++i) third.RunBatch();  // ends once caught up
   CHECK(third.CaughtUp());
   CHECK(publisher.calls.empty());
 }
@@ -296,7 +302,7 @@ TEST_CASE("A terminated walsender breaks the stream with a connection-lost error
   REQUIRE(lost);
   EnqueueOne(store, Event("evt-1001", "{}"));
   WalOpenReport again;
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0; i < kPollTries; ++i) {
     try {
       again = relay.Open();
       break;
@@ -332,7 +338,7 @@ TEST_CASE("The WAL relay's progress names the inserts still pending in an inacti
   EnqueueOne(store, Event("evt-1002", "{}"));
   EnqueueOne(store, Event("evt-1003", "{}"));
   std::optional<WalProgress> stopped;
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0; i < kPollTries; ++i) {
     stopped = ReadWalProgress(schema.url());
     if (stopped && !stopped->active) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -381,7 +387,7 @@ TEST_CASE("A stop at each WAL relay failpoint loses nothing and re-sends only th
     }
     FakePublisher second_publisher;
     WalRelay restarted(schema.url(), store, second_publisher, options);
-    for (int i = 0; i < 100; ++i) {
+    for (int i = 0; i < kPollTries; ++i) {
       try {
         restarted.Open();
         break;
@@ -426,7 +432,7 @@ TEST_CASE("A row that keeps failing for its own sake stops the WAL relay with no
   // Nothing was confirmed past it: a restarted relay is streamed the row again.
   FakePublisher healthy;
   WalRelay restarted(schema.url(), store, healthy, {});
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0; i < kPollTries; ++i) {
     try {
       restarted.Open();
       break;
@@ -513,7 +519,7 @@ TEST_CASE("A WAL slot with no relay lags more with each insert and warns past th
   }
   // The relay is gone and its slot stays: each insert is WAL the slot keeps.
   std::optional<WalProgress> before;
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0; i < kPollTries; ++i) {
     before = ReadWalProgress(schema.url());
     if (before && !before->active) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
