@@ -9,7 +9,8 @@
 #          19 (producer fatal) without marking anything; read_committed sees 5 records and
 #          0 duplicates (check --exactly-once valid); read_uncommitted sees A's aborted 3 too (8).
 # Kafka: $KAFKA_BOOTSTRAP_SERVERS when set, else a one-node Kafka 4.3.0 of this scenario's own on
-# port 40492 (OUTBOX_KAFKA_ZOMBIE_PORT). ctest: scenario.exactly-once-zombie (label real-kafka).
+# port 40592 (OUTBOX_KAFKA_ZOMBIE_PORT; not 40492, the controller port of exactly-once-chapter's
+# cluster on 40392, which ctest may run at the same time). ctest: scenario.exactly-once-zombie (label real-kafka).
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -17,7 +18,7 @@ if [ -n "$EXTERNAL_BROKERS" ]; then
   start_broker
 else
   KAFKA=$REPO_DIR/scripts/kafka.sh
-  export OUTBOX_KAFKA_DIR=$TMP/kafka OUTBOX_KAFKA_PORT=${OUTBOX_KAFKA_ZOMBIE_PORT:-40492}
+  export OUTBOX_KAFKA_DIR=$TMP/kafka OUTBOX_KAFKA_PORT=${OUTBOX_KAFKA_ZOMBIE_PORT:-40592}
   command -v java >/dev/null 2>&1 || die "Java is not installed: run scripts/install-deps.sh --with-kafka"
   step "start a one-node Kafka 4.3.0 of this scenario's own"
   echo "\$ scripts/kafka.sh start"

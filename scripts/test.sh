@@ -17,6 +17,20 @@ OUTBOX_PG_URL=$(scripts/postgres.sh start)
 export OUTBOX_PG_URL
 echo "test.sh: PostgreSQL at $OUTBOX_PG_URL"
 
+# The real-Kafka scenarios listen on fixed loopback ports (39092-40699: a cluster on port P takes
+# P.. for its brokers and P+100.. for its controllers; see each scenario's OUTBOX_KAFKA_*_PORT),
+# as do the extra PostgreSQL servers of the pg-* scenarios (55432-55499). The embedded broker and
+# every client socket take ephemeral ports from net.ipv4.ip_local_port_range (32768-60999 on
+# Debian), so one of them may sit on a fixed port by chance and a scenario's server then cannot
+# start. As root (CI), keep those blocks out of ephemeral use until the next boot
+# (net.ipv4.ip_local_reserved_ports, Linux's ip-sysctl docs); otherwise say that a clash can happen.
+reserved=39000-40999,55432-55499
+if [ "$(id -u)" -eq 0 ] && { echo "$reserved" >/proc/sys/net/ipv4/ip_local_reserved_ports; } 2>/dev/null; then
+  echo "test.sh: ports $reserved reserved from ephemeral use (net.ipv4.ip_local_reserved_ports)"
+else
+  echo "test.sh: not root: ports $reserved stay open to ephemeral use; a real-Kafka scenario may rarely fail to bind one" >&2
+fi
+
 report=build/catch-direct.xml
 if ! build/tests/outbox_tests -w NoTests -r xml -o "$report"; then
   echo "test.sh: the Catch2 binary run directly failed; see $report" >&2
