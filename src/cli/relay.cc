@@ -286,6 +286,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             publisher_options.delivery_timeout_ms = static_cast<int>(o->delivery_timeout_ms);
             publisher_options.properties = ProducerProperties(global);
             publisher_options.run_id = store.RunId();
+            publisher_options.linger_ms = kafka::kBatchLingerMs;
             std::unique_ptr<kafka::KafkaPublisher> plain_publisher;
             std::unique_ptr<kafka::TransactionalPublisher> txn_publisher;
             if (o->exactly_once) {
