@@ -195,6 +195,7 @@ class PgStore : public OutboxStore {
   // Each throws pg::PgError.
   std::int64_t WaitingCount(std::int64_t now_ms) override;
   std::int64_t PendingCount() override;
+  std::int64_t ParkedCount() override;
   // One READ COMMITTED transaction around reads: now() is its start for every statement in it.
   void ReadAtOneInstant(const std::function<void()>& reads) override;
   BackoffWait Backoffs(std::int64_t now_ms) override;

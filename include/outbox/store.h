@@ -279,6 +279,10 @@ class Store : public OutboxStore {
   // Rows not yet published and not parked (claimable, claimed or in backoff).
   std::int64_t PendingCount();
 
+  // Rows not yet published and parked, by the partial index outbox_unpublished (the rows left
+  // to send), not by a scan of the table. Throws DbError.
+  std::int64_t ParkedCount() override;
+
   // The rows that wait on a backoff at now_ms (epoch ms) and not under a
   // claim, and when the first is due. Read only. Throws DbError.
   BackoffWait Backoffs(std::int64_t now_ms);

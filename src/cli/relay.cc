@@ -286,6 +286,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             publisher_options.delivery_timeout_ms = static_cast<int>(o->delivery_timeout_ms);
             publisher_options.properties = ProducerProperties(global);
             publisher_options.run_id = store.RunId();
+            publisher_options.linger_ms = kafka::kBatchLingerMs;
             std::unique_ptr<kafka::KafkaPublisher> plain_publisher;
             std::unique_ptr<kafka::TransactionalPublisher> txn_publisher;
             if (o->exactly_once) {
@@ -513,7 +514,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
               return ExitCode::kOk;
             }
             relay.Resign();  // a clean stop: a standby takes over now, not after the lease
-            const std::int64_t parked_left = store.Status(store.clock().EpochMs()).parked;
+            const std::int64_t parked_left = store.ParkedCount();
             // --until-empty ended with rows that only an unpark can move: say which, and do
             // not exit 0 (a CI gate must not pass with work left).
             const bool until_empty = loop_options.mode == LoopMode::kUntilEmpty && !report.stopped;

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <iterator>
+#include <stdexcept>
 #include <thread>
 
 #include "outbox/error.h"
@@ -222,10 +223,32 @@ std::int64_t Connection::QueryInt64(std::string_view sql) {
 }
 
 Connection& Connection::operator=(Connection&& other) noexcept {
+  kept_ = std::move(other.kept_);  // this connection's own statements are finalized first
   db_ = std::move(other.db_);
   busy_ = std::move(other.busy_);
   path_ = std::move(other.path_);
   return *this;
+}
+
+ReusedStatement::ReusedStatement(Statement& statement, bool& in_use) noexcept
+    : statement_(&statement), in_use_(&in_use) {
+  *in_use_ = true;
+}
+
+ReusedStatement::~ReusedStatement() {
+  statement_->Reset();
+  *in_use_ = false;
+}
+
+ReusedStatement Connection::Reuse(const std::string& sql) {
+  auto found = kept_.find(sql);
+  if (found == kept_.end())
+    found = kept_.emplace(sql, std::make_unique<Kept>(Statement(db_.get(), sql))).first;
+  Kept& kept = *found->second;
+  if (kept.in_use)
+    throw std::logic_error(fmt::format("Connection::Reuse: '{}' is already in use", sql));
+  kept.statement.Reset();
+  return ReusedStatement(kept.statement, kept.in_use);
 }
 
 void Connection::SetBusyTimeout(int timeout_ms) {

@@ -882,6 +882,20 @@ TEST_CASE("PostgreSQL parked lists parked rows first then failing rows with atte
   }
 }
 
+TEST_CASE("PostgreSQL ParkedCount counts the unpublished parked rows as Status does", "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  OutboxStore& outbox = store;  // through the interface the relay uses
+  for (const char* id : {"evt-1001", "evt-1002", "evt-1003", "evt-1004", "evt-1005"})
+    EnqueueOne(store, Event(id));
+  CHECK(outbox.ParkedCount() == 0);
+  SettleAll(store, {1}, {2, 3, 4}, "Broker: Message size too large", /*park=*/true);
+  CHECK(outbox.ParkedCount() == 3);
+  CHECK(outbox.ParkedCount() == store.Status(0).parked);
+  REQUIRE(outbox.Unpark(3));
+  CHECK(outbox.ParkedCount() == 2);
+}
+
 TEST_CASE("PostgreSQL unpark makes one parked row claimable with attempts reset and unpark all counts the rest", "[postgres]") {
   Schema schema;
   PgStore store(schema.url());

@@ -346,6 +346,21 @@ TEST_CASE("SettleBatch handles acked and retried and parked rows of one batch to
   CHECK(IntColumn(f.store, "parked_at", 4) == now);
 }
 
+TEST_CASE("ParkedCount counts the unpublished parked rows as Status does and not the rest",
+          "[store]") {
+  StoreFixture f;
+  EnqueueRange(f.store, 1, 6);
+  CHECK(f.store.ParkedCount() == 0);
+  REQUIRE(f.FailOnce({1, 2, 3}, kNowMs, ParkOnFirstFailure()).parked == 3);
+  REQUIRE(f.FailOnce({6}, kNowMs, SettlePolicy{}, 5).retried == 1);  // in backoff, not parked
+  f.Publish({4}, kNowMs);
+  CHECK(f.store.ParkedCount() == 3);
+  CHECK(f.store.ParkedCount() == f.store.Status(kNowMs).parked);
+  REQUIRE(f.store.Unpark(2));
+  CHECK(f.store.ParkedCount() == 2);
+  CHECK(f.store.ParkedCount() == f.store.Status(kNowMs).parked);
+}
+
 TEST_CASE("Unpark makes one parked row claimable again with attempts reset and UnparkAll unparks "
           "every parked row",
           "[store]") {

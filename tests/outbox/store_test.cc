@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -476,3 +477,41 @@ TEST_CASE("Store opens in WAL mode with the requested synchronous level", "[stor
   REQUIRE(mode.Step());
   REQUIRE(mode.ColumnText(0) == "wal");
 }
+
+namespace {
+
+TEST_CASE("Connection Reuse lends one kept statement reset each time and refuses a second lease of "
+          "the same text",
+          "[store]") {
+  outbox::testing::TempDir dir;
+  outbox::sqlite::Connection connection(dir.File("reuse.db"),
+                                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  connection.Exec("CREATE TABLE t (v INTEGER); INSERT INTO t VALUES (1), (2), (3)");
+  const std::string sql = "SELECT v FROM t WHERE v >= ?1 ORDER BY v";
+  const outbox::sqlite::Statement* first = nullptr;
+  {
+    auto select = connection.Reuse(sql);
+    first = &*select;
+    select->Bind(1, std::int64_t{2});
+    REQUIRE(select->Step());
+    CHECK(select->ColumnInt64(0) == 2);
+    // Still lent: a nested use of the same text would reset the rows read above.
+    CHECK_THROWS_AS(connection.Reuse(sql), std::logic_error);
+  }  // the lease ends mid-read: the statement is reset, its read snapshot released
+  int busy = 0;
+  for (sqlite3_stmt* s = sqlite3_next_stmt(connection.get(), nullptr); s;
+       s = sqlite3_next_stmt(connection.get(), s))
+    busy += sqlite3_stmt_busy(s);
+  CHECK(busy == 0);
+  connection.Exec("INSERT INTO t VALUES (4)");
+  auto again = connection.Reuse(sql);
+  CHECK(&*again == first);  // the same prepared statement, not a new one
+  // Bindings were cleared: ?1 is NULL and v >= NULL matches no row.
+  CHECK_FALSE(again->Step());
+  again->Reset();
+  again->Bind(1, std::int64_t{4});
+  REQUIRE(again->Step());
+  CHECK(again->ColumnInt64(0) == 4);
+}
+
+}  // namespace

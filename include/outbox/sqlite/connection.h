@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 namespace outbox::sqlite {
 
@@ -55,6 +56,26 @@ class Statement {
   std::string sql_;
 };
 
+// A statement kept by its Connection (Connection::Reuse) and lent to one caller at a time. It
+// comes reset with no bindings; when the lease ends it is reset again, so a read it stepped does
+// not keep its snapshot open (https://www.sqlite.org/c3ref/reset.html). Valid while its
+// Connection lives and is not moved from.
+class ReusedStatement {
+ public:
+  ReusedStatement(const ReusedStatement&) = delete;
+  ReusedStatement& operator=(const ReusedStatement&) = delete;
+  ~ReusedStatement();
+
+  Statement& operator*() noexcept { return *statement_; }
+  Statement* operator->() noexcept { return statement_; }
+
+ private:
+  friend class Connection;
+  ReusedStatement(Statement& statement, bool& in_use) noexcept;
+  Statement* statement_;
+  bool* in_use_;
+};
+
 class Connection {
  public:
   // Opens path with sqlite3_open_v2 flags. Throws DbError when SQLite refuses
@@ -70,6 +91,14 @@ class Connection {
   // Executes one or more statements without results. Throws DbError.
   void Exec(std::string_view sql);
   Statement Prepare(std::string_view sql) { return Statement(db_.get(), sql); }
+  // The statement for sql, prepared on this connection the first time and kept until the
+  // connection closes, instead of sqlite3_prepare_v2 on every call (about 1 M instructions per
+  // 1,000 events relayed, where the relay's page read, mark and lease renewal ran once per batch).
+  // SQLite prepares it again by itself after a schema change (sqlite3_prepare_v2, "the
+  // statement will be automatically recompiled"). One lease per sql at a time: throws
+  // std::logic_error when the same sql is still lent out (a nested use would reset the other's
+  // rows). Throws DbError on a bad statement.
+  ReusedStatement Reuse(const std::string& sql);
   // Runs a query that yields one integer (e.g. COUNT(*)). Throws DbError.
   std::int64_t QueryInt64(std::string_view sql);
   // How long a statement waits for another connection's lock before it fails
@@ -127,6 +156,14 @@ class Connection {
   std::unique_ptr<BusyWait> busy_ = std::make_unique<BusyWait>();
   // Closed before busy_ is freed (members are destroyed in reverse order).
   std::unique_ptr<sqlite3, ConnectionDeleter> db_;
+  // Reuse's statements, finalized before db_ closes (declared after it). On the heap, so a
+  // lent statement survives the map's growth.
+  struct Kept {
+    explicit Kept(Statement s) : statement(std::move(s)) {}
+    Statement statement;
+    bool in_use = false;
+  };
+  std::unordered_map<std::string, std::unique_ptr<Kept>> kept_;
 };
 
 // The longest sleep between two tries for a lock, in microseconds (the first

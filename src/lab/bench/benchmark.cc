@@ -128,7 +128,10 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
   result.relay_over_raw = result.relay_over_raw_spread.median;
 
   {
-    kafka::KafkaPublisher publisher(PublisherOptions(options, result.brokers, result.topic));
+    kafka::KafkaPublisherOptions publisher_options =
+        PublisherOptions(options, result.brokers, result.topic);
+    publisher_options.linger_ms = kafka::kBatchLingerMs;  // as relay's own
+    kafka::KafkaPublisher publisher(publisher_options);
     WarmUp(publisher);
     for (const Workload workload :
          {Workload::kOwnAggregate, Workload::kFiftyAggregates, Workload::kZipf}) {

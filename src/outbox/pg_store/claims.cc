@@ -343,6 +343,12 @@ std::int64_t PgStore::PendingCount() {
                               {}, "count pending rows");
 }
 
+std::int64_t PgStore::ParkedCount() {
+  return connection_.QueryInt(
+      "SELECT COUNT(*) FROM outbox WHERE NOT published AND parked_at IS NOT NULL", {},
+      "count parked rows");
+}
+
 std::vector<ClaimOwner> PgStore::ClaimOwners(std::int64_t /*now_ms*/) {
   const pg::Result rows = connection_.Query(
       "SELECT claim_owner, COUNT(*), "

@@ -101,6 +101,11 @@ std::int64_t Store::PendingCount() {
       "SELECT COUNT(*) FROM outbox WHERE published = 0 AND parked_at IS NULL");
 }
 
+std::int64_t Store::ParkedCount() {
+  return connection_.QueryInt64(
+      "SELECT COUNT(*) FROM outbox WHERE published = 0 AND parked_at IS NOT NULL");
+}
+
 Claim Store::ClaimBatch(const ClaimRequest& request) {
   return Phrased(fmt::format("claim a batch of up to {} rows for {}", request.limit, request.owner), path(), [&] {
     Claim claim;

@@ -102,17 +102,19 @@ static const std::string& SendableWhere() {
 }
 
 std::vector<OutboxRow> Store::ReadPage(const PageRequest& request) {
-  auto select = connection_.Prepare(fmt::format(
+  static const std::string sql = fmt::format(
       "SELECT o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at, o.headers "
       "FROM outbox o WHERE {} ORDER BY o.id LIMIT ?5",
-      SendableWhere()));
-  select.Bind(1, request.after_id)
+      SendableWhere());
+  auto select = connection_.Reuse(sql);  // prepared once per connection: a leader reads per batch
+  select->Bind(1, request.after_id)
       .Bind(2, request.up_to_id > 0 ? request.up_to_id : std::numeric_limits<std::int64_t>::max())
       .Bind(3, request.now_ms)
       .Bind(4, static_cast<std::int64_t>(request.block_key ? 1 : 0))
       .Bind(5, request.limit);
   std::vector<OutboxRow> rows;
-  while (select.Step()) rows.push_back(ReadOutboxRow(select, 6));
+  rows.reserve(static_cast<std::size_t>(std::clamp<std::int64_t>(request.limit, 0, 4096)));
+  while (select->Step()) rows.push_back(ReadOutboxRow(*select, 6));
   return rows;
 }
 
@@ -132,16 +134,21 @@ void MarkAckedUnderLease(sqlite::Connection& connection, const std::vector<std::
   std::unordered_set<std::int64_t> marked;  // filled only once a run fell short
   bool all_marked = true;
   std::vector<std::int64_t> returned;
-  auto run = connection.Prepare(
-      "UPDATE outbox SET published = 1, published_at = ?3 "
-      "WHERE id BETWEEN ?1 AND ?2 AND published = 0 RETURNING id");
+  // OR FAIL, not the default ABORT: an ABORT of a statement that writes many rows needs a
+  // statement journal to undo its own rows (https://www.sqlite.org/lang_conflict.html), which
+  // SQLite spilled past 64 KiB to a temporary file opened, written (~200 pwrite64) and unlinked
+  // once per batch. Nothing is lost: any error throws and the settle's transaction rolls back.
+  static const std::string sql =
+      "UPDATE OR FAIL outbox SET published = 1, published_at = ?3 "
+      "WHERE id BETWEEN ?1 AND ?2 AND published = 0 RETURNING id";
+  auto run = connection.Reuse(sql);
   for (std::size_t begin = 0; begin < sorted.size();) {
     std::size_t end = begin + 1;
     while (end < sorted.size() && sorted[end] == sorted[end - 1] + 1) ++end;
     returned.clear();
-    run.Reset();
-    run.Bind(1, sorted[begin]).Bind(2, sorted[end - 1]).Bind(3, now_ms);
-    while (run.Step()) returned.push_back(run.ColumnInt64(0));
+    run->Reset();
+    run->Bind(1, sorted[begin]).Bind(2, sorted[end - 1]).Bind(3, now_ms);
+    while (run->Step()) returned.push_back(run->ColumnInt64(0));
     if (all_marked && returned.size() != end - begin) {
       all_marked = false;  // from here on, row by row: the runs so far were whole
       marked.insert(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(begin));
@@ -178,9 +185,9 @@ SettleReport Store::SettleUnderLease(std::int64_t token, const std::vector<std::
                  path(), [&] {
     SettleReport report;
     sqlite::Transaction txn(connection_);
-    auto renew = connection_.Prepare(
-        "UPDATE outbox_lease SET until_ms = MAX(until_ms, ?2 + ?3) WHERE id = 1 AND token = ?1");
-    renew.Bind(1, token).Bind(2, now_ms).Bind(3, lease_ms).Run();
+    static const std::string renew_sql =
+        "UPDATE outbox_lease SET until_ms = MAX(until_ms, ?2 + ?3) WHERE id = 1 AND token = ?1";
+    connection_.Reuse(renew_sql)->Bind(1, token).Bind(2, now_ms).Bind(3, lease_ms).Run();
     if (connection_.Changes() != 1) {
       // Another relay took over: its term's sends stand, ours are not recorded.
       report.fenced_out = true;

@@ -15,11 +15,16 @@ namespace outbox {
 using namespace sqlite_store;  // this folder's shared helpers (internal.h)
 
 std::string Store::RunId() {
-  if (connection_.QueryInt64(
-          "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='outbox_run'") == 0)
-    return {};
-  auto select = connection_.Prepare("SELECT run_id FROM outbox_run WHERE id = 1");
-  return select.Step() ? select.ColumnText(0) : std::string();
+  // Asked once per batch by the relay: both statements are kept (Connection::Reuse).
+  static const std::string has_table =
+      "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='outbox_run'";
+  {
+    auto count = connection_.Reuse(has_table);
+    if (!count->Step() || count->ColumnInt64(0) == 0) return {};
+  }
+  static const std::string read = "SELECT run_id FROM outbox_run WHERE id = 1";
+  auto select = connection_.Reuse(read);
+  return select->Step() ? select->ColumnText(0) : std::string();
 }
 
 void Store::NoteBrokerIncarnation(const std::string& incarnation) {

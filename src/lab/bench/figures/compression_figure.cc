@@ -51,6 +51,7 @@ Round DrainOnce(const BenchmarkOptions& options, const TempDir& dir, const std::
 
   TxBytes tx;
   kafka::KafkaPublisherOptions publisher_options = PublisherOptions(options, brokers, topic);
+  publisher_options.linger_ms = kafka::kBatchLingerMs;  // the relay's, as relay sets it
   publisher_options.properties.push_back({"compression.type", codec});
   publisher_options.properties.push_back(
       {"statistics.interval.ms", std::to_string(kStatisticsIntervalMs)});

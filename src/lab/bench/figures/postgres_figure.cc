@@ -117,7 +117,9 @@ RelayFigures MeasurePgRelays(const BenchmarkOptions& options, pg::Connection& ad
   PopulatePg(relay_store, options.events);
 
   kafka::KafkaPublisher chapter_publisher(PublisherOptions(options, brokers, topic));
-  kafka::KafkaPublisher relay_publisher(PublisherOptions(options, brokers, topic));
+  kafka::KafkaPublisherOptions relay_publisher_options = PublisherOptions(options, brokers, topic);
+  relay_publisher_options.linger_ms = kafka::kBatchLingerMs;  // as relay's own
+  kafka::KafkaPublisher relay_publisher(relay_publisher_options);
   WarmUp(chapter_publisher);
   WarmUp(relay_publisher);
   RelayOptions relay_options;

@@ -169,7 +169,9 @@ RelayFigures MeasureRelays(const BenchmarkOptions& options, const TempDir& dir,
   Populate(*relay_store, 1, options.events, /*published=*/false);
 
   kafka::KafkaPublisher chapter_publisher(PublisherOptions(options, brokers, topic));
-  kafka::KafkaPublisher relay_publisher(PublisherOptions(options, brokers, topic));
+  kafka::KafkaPublisherOptions relay_publisher_options = PublisherOptions(options, brokers, topic);
+  relay_publisher_options.linger_ms = kafka::kBatchLingerMs;  // as relay's own
+  kafka::KafkaPublisher relay_publisher(relay_publisher_options);
   WarmUp(chapter_publisher);
   WarmUp(relay_publisher);
   RelayOptions relay_options;
