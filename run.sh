@@ -300,6 +300,19 @@ ensure_postgres() {
     die "scripts/postgres.sh start failed (exit $?); scripts/install-deps.sh installs postgresql-15"
 }
 
+# What every demo does first: build, point the scenario at the binary, make the state directory,
+# and when $1 is real, start scripts/kafka.sh's Kafka unless KAFKA_BOOTSTRAP_SERVERS names one.
+prepare_demo() {
+  build
+  export OUTBOX_LAB_BIN=$bin
+  ensure_state_dir
+  if [ "$1" = real ] && [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
+    KAFKA_BOOTSTRAP_SERVERS=$(ensure_real_kafka) || exit "$kRunShFailed"
+    export KAFKA_BOOTSTRAP_SERVERS
+    say "OUTBOX_KAFKA=real: the chapter on Apache Kafka $("$repo/scripts/kafka.sh" version | sed 's/^Kafka version: //') at $KAFKA_BOOTSTRAP_SERVERS (a topic of its own)"
+  fi
+}
+
 # True when URL $1 names the throwaway server's address (127.0.0.1 or localhost, its port).
 is_throwaway_postgres() {
   local port=${OUTBOX_PG_PORT:-55432}
@@ -382,14 +395,7 @@ case "${1:-}" in
     exit 3
     ;;
   demo)
-    build
-    export OUTBOX_LAB_BIN=$bin
-    ensure_state_dir
-    if [ "$kafka_kind" = real ] && [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
-      KAFKA_BOOTSTRAP_SERVERS=$(ensure_real_kafka) || exit "$kRunShFailed"
-      export KAFKA_BOOTSTRAP_SERVERS
-      say "OUTBOX_KAFKA=real: the chapter on Apache Kafka $("$repo/scripts/kafka.sh" version | sed 's/^Kafka version: //') at $KAFKA_BOOTSTRAP_SERVERS (a topic of its own)"
-    fi
+    prepare_demo "$kafka_kind"
     if [ "$backend" = postgres ]; then
       OUTBOX_PG_URL=$(ensure_postgres) || exit "$kRunShFailed"
       export OUTBOX_PG_URL
@@ -400,25 +406,12 @@ case "${1:-}" in
     ;;
   demo-exactly-once)
     # Real Kafka always: the embedded broker writes no transaction markers (docs/exactly-once.md).
-    build
-    export OUTBOX_LAB_BIN=$bin
-    ensure_state_dir
-    if [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
-      KAFKA_BOOTSTRAP_SERVERS=$(ensure_real_kafka) || exit "$kRunShFailed"
-      export KAFKA_BOOTSTRAP_SERVERS
-    fi
+    prepare_demo real
     exec bash "$repo/scenarios/exactly-once-chapter.sh"
     ;;
   demo-wal)
     # PostgreSQL always: the WAL relay reads a logical replication slot.
-    build
-    export OUTBOX_LAB_BIN=$bin
-    ensure_state_dir
-    if [ "$kafka_kind" = real ] && [ -z "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
-      KAFKA_BOOTSTRAP_SERVERS=$(ensure_real_kafka) || exit "$kRunShFailed"
-      export KAFKA_BOOTSTRAP_SERVERS
-      say "OUTBOX_KAFKA=real: the chapter on Apache Kafka $("$repo/scripts/kafka.sh" version | sed 's/^Kafka version: //') at $KAFKA_BOOTSTRAP_SERVERS (a topic of its own)"
-    fi
+    prepare_demo "$kafka_kind"
     OUTBOX_PG_URL=$(ensure_postgres) || exit "$kRunShFailed"
     export OUTBOX_PG_URL
     say "demo-wal: the chapter with relay --source wal on $OUTBOX_PG_URL (a schema of its own, dropped at the end)"
