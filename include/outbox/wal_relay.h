@@ -145,8 +145,9 @@ class WalRelay {
   WalBatchReport RunBatch();
 
   // True when every change up to the WAL position at Open is confirmed and nothing is received
-  // and unconfirmed: the server's keepalive says it decoded up to wal_at_open or had nothing more
-  // to send twice in a row. For relay --until-empty.
+  // and unconfirmed: a keepalive said the walsender read up to wal_at_open (its wal_end), and the
+  // confirmed position reached it. For relay --until-empty. Repeated keepalives with one wal_end
+  // are no proof: a stalled walsender answers every waiting question at once, from where it is.
   bool CaughtUp() const;
 
   pg::Lsn confirmed() const noexcept { return confirmed_; }
@@ -181,8 +182,6 @@ class WalRelay {
   std::vector<Transaction> ready_;    // committed, not yet confirmed
   pg::Lsn confirmed_ = 0;
   pg::Lsn wal_at_open_ = 0;
-  pg::Lsn last_idle_end_ = 0;          // wal_end of the last keepalive while idle
-  int idle_same_end_ = 0;              // idle keepalives in a row with that same wal_end
   pg::Lsn keepalive_end_ = 0;          // the last keepalive's wal_end
   std::int64_t skipped_in_batch_ = 0;
   bool batch_failed_ = false;          // a batch threw between receive and confirm: Open again  // rows on_skipped reported during this batch

@@ -91,8 +91,6 @@ WalOpenReport WalRelay::Open() {
   open_.reset();
   ready_.clear();
   relations_.clear();
-  idle_same_end_ = 0;
-  last_idle_end_ = 0;
   keepalive_end_ = 0;
   sql_ = std::make_unique<pg::Connection>(url_);
   pg::Connection& sql = *sql_;
@@ -443,8 +441,6 @@ WalBatchReport WalRelay::RunBatch() {
         // Nothing received and unconfirmed: everything the server decoded up to wal_end is
         // confirmed (no outbox insert commits before it), so the slot does not pin that WAL.
         if (message.wal_end > confirmed_) confirmed_ = message.wal_end;
-        idle_same_end_ = message.wal_end == last_idle_end_ ? idle_same_end_ + 1 : 0;
-        last_idle_end_ = message.wal_end;
         stream_->SendStatus(confirmed_, false);
       } else if (message.reply_requested) {
         stream_->SendStatus(confirmed_, false);
@@ -460,7 +456,6 @@ WalBatchReport WalRelay::RunBatch() {
     report.confirmed = confirmed_;
     return report;
   }
-  idle_same_end_ = 0;
   // From here until the confirm, an exception leaves this batch unconfirmed: streaming on would
   // confirm past it with the next batch (a loss), so only Open may go on.
   batch_failed_ = true;
@@ -483,7 +478,12 @@ WalBatchReport WalRelay::RunBatch() {
 
 bool WalRelay::CaughtUp() const {
   if (open_ || !ready_.empty()) return false;
-  return (keepalive_end_ >= wal_at_open_ && confirmed_ >= wal_at_open_) || idle_same_end_ >= 1;
+  // A keepalive's wal_end is how far the walsender has read, and it sends every commit it read
+  // before the keepalive. Only that proves a catch-up. Two idle keepalives with one wal_end do
+  // not: a walsender stalled across two idle batches answers both questions at once, from where
+  // it stalled. pg_current_wal_lsn() at Open is the end of a record or lies inside one: the
+  // walsender reads past it once the server has flushed that record, which it does on its own.
+  return keepalive_end_ >= wal_at_open_ && confirmed_ >= wal_at_open_;
 }
 
 }  // namespace outbox

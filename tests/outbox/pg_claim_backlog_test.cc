@@ -46,14 +46,24 @@ TEST_CASE("PostgreSQL block key claim behind 100000 stalled rows claims the free
            "ANALYZE outbox",
            "fill a stalled backlog");
   CHECK(store.HasClaimable(BlockKeyRequest(100)));
-  const auto start = std::chrono::steady_clock::now();
-  const Claim claim = store.ClaimBatch(BlockKeyRequest(100));
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::steady_clock::now() - start)
-                      .count();
-  CHECK(Ids(claim) == std::vector<std::int64_t>{100001});
-  // The id-order scan took 1.4 s here (a probe per stalled row); the walk a few ms.
-  CHECK(ms < 500);
+  // The id-order scan took 1.4 s here (a probe per stalled row); the walk a few ms. The fastest of
+  // up to 5 claims (each released before the next) must take under 500 ms: one claim timed alone
+  // also measured whatever descheduled the thread on a loaded machine, while the scan is slow
+  // every time.
+  std::int64_t fastest_ms = -1;
+  Claim claim;
+  for (int i = 0; i < 5 && !(fastest_ms >= 0 && fastest_ms < 500); ++i) {
+    if (i > 0) REQUIRE(store.ReleaseClaimsOf("relay-a", claim.token) == 1);
+    const auto start = std::chrono::steady_clock::now();
+    claim = store.ClaimBatch(BlockKeyRequest(100));
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+    CHECK(Ids(claim) == std::vector<std::int64_t>{100001});
+    if (fastest_ms < 0 || ms < fastest_ms) fastest_ms = ms;
+  }
+  INFO("the fastest claim took " << fastest_ms << " ms");
+  CHECK(fastest_ms < 500);
   // Claimed now: nothing else can go.
   CHECK_FALSE(store.HasClaimable(BlockKeyRequest(100)));
   CHECK(store.ClaimBatch(BlockKeyRequest(100)).rows.empty());

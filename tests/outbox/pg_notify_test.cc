@@ -163,8 +163,15 @@ TEST_CASE("NotifyWatcher ignores another schema's outbox and forgets what it was
   EnqueueOne(their_store, "elsewhere");
   CHECK(watcher.Wait(300) == Wake::kTimeout);
   EnqueueOne(our_store, "e1");
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let it arrive, then forget it
-  watcher.ForgetWakeups();
+  // Let it arrive, then forget it: the server delivers a notification on its own time (a fixed
+  // 200 ms sleep was too short on a loaded machine, and the Wait below then got it). ForgetWakeups
+  // reads and drops what has arrived; the 10 s bound only ends a failing test.
+  const auto deadline = SteadyClock::now() + std::chrono::seconds(10);
+  while (watcher.notifications() == 0 && SteadyClock::now() < deadline) {
+    watcher.ForgetWakeups();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(watcher.notifications() == 1);
   CHECK(watcher.Wait(200) == Wake::kTimeout);
   CHECK(watcher.notifications() == 1);
 }

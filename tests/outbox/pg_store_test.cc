@@ -751,27 +751,46 @@ TEST_CASE("PostgreSQL ReadAtOneInstant judges a backoff ending between two reads
   Schema schema;
   PgStore store(schema.url());
   EnqueueOne(store, Event("evt-1001"));
-  // 1 s of backoff: the first read must come before its end, which takes two round trips here,
-  // and a loaded CI machine has made single round trips take hundreds of ms.
-  constexpr int kBackoffMs = 1000;
+  // The first read must come before the backoff's end, which takes two round trips here, and a
+  // loaded CI machine has made single round trips take hundreds of ms. So a round whose first
+  // read ended after the backoff's end proves nothing and the next round tries again: the
+  // backoff doubles with each failed attempt (1, 2, 4, 8 s; the fifth attempt would park the
+  // row). A round judges only when its first read surely saw an instant before the end.
   SettlePolicy short_backoff;
-  short_backoff.backoff_base_ms = kBackoffMs;
-  const Claim claim = store.ClaimBatch(Request("relay-a", 1));
-  REQUIRE(claim.rows.size() == 1);
-  const auto settled = std::chrono::steady_clock::now();
-  store.SettleBatch(claim.token, {}, {{claim.rows[0].id, "broker said no", false}}, short_backoff);
+  short_backoff.backoff_base_ms = 1000;
+  bool judged = false;
+  for (int attempt = 1; attempt < short_backoff.max_attempts && !judged; ++attempt) {
+    const std::int64_t backoff_ms = BackoffMs(attempt, short_backoff);
+    const Claim claim = store.ClaimBatch(Request("relay-a", 1));
+    REQUIRE(claim.rows.size() == 1);
+    // next_attempt_at is the server's now() during the settle plus the backoff: after
+    // before_settle + backoff, and before after_settle + backoff.
+    const auto before_settle = std::chrono::steady_clock::now();
+    store.SettleBatch(claim.token, {}, {{claim.rows[0].id, "broker said no", false}}, short_backoff);
+    const auto after_settle = std::chrono::steady_clock::now();
 
-  bool claimable = true;
-  std::int64_t waiting = -1;
-  store.ReadAtOneInstant([&] {
-    claimable = store.HasClaimable(Request("relay-a"));
-    // Past the backoff's end on the wall clock (measured from before the settle, so surely past
-    // the server's next_attempt_at), still before it on the transaction's now().
-    std::this_thread::sleep_until(settled + std::chrono::milliseconds(kBackoffMs + 300));
-    waiting = store.WaitingCount(0);
-  });
-  CHECK_FALSE(claimable);
-  CHECK(waiting == 1);
+    bool claimable = true;
+    std::int64_t waiting = -1;
+    std::chrono::steady_clock::time_point first_read_done;
+    store.ReadAtOneInstant([&] {
+      claimable = store.HasClaimable(Request("relay-a"));
+      first_read_done = std::chrono::steady_clock::now();
+      // Past the backoff's end on the wall clock, still before it on the transaction's now().
+      std::this_thread::sleep_until(after_settle + std::chrono::milliseconds(backoff_ms + 100));
+      waiting = store.WaitingCount(0);
+    });
+    INFO("attempt " << attempt << ": first read done "
+                    << std::chrono::duration_cast<std::chrono::milliseconds>(first_read_done -
+                                                                            before_settle)
+                           .count()
+                    << " ms after the settle began, backoff " << backoff_ms << " ms");
+    // The transaction's now() is no later than the first read's return.
+    if (first_read_done >= before_settle + std::chrono::milliseconds(backoff_ms)) continue;
+    judged = true;
+    CHECK_FALSE(claimable);
+    CHECK(waiting == 1);
+  }
+  REQUIRE(judged);
   // Outside the scope each read has its own now(): the backoff is over.
   CHECK(store.WaitingCount(0) == 0);
   CHECK(store.HasClaimable(Request("relay-a")));

@@ -2,6 +2,8 @@
 // scripts/postgres.sh): a slot and a publication per test schema, dropped at the end.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
@@ -553,6 +555,73 @@ TEST_CASE("A WAL slot with no relay lags more with each insert and warns past th
                      " bytes (threshold 20000 bytes") != std::string::npos);
   CHECK(warning.find("start `relay --source wal`") != std::string::npos);
   CHECK(WalSlotLagWarning(*after, after->lag_bytes + 1) == "");
+}
+
+}  // namespace outbox
+
+namespace outbox {
+
+// relay --source wal --until-empty stops when CaughtUp. A walsender answers a status update that
+// asks for a reply only between WAL records, and answers every one waiting at once. Stalled for
+// two of the relay's idle batches (stopped here with SIGSTOP; descheduled on a loaded machine, or
+// blocked reading WAL from a slow disk), it then sent two keepalives with one wal_end though it
+// had not read past it, and CaughtUp took that for "had nothing more to send": the relay stopped
+// before the outbox rows committed before it started (3 of 3 runs: 0 of 5 records sent).
+TEST_CASE("A WAL relay run until caught up does not stop early after its walsender stalls", "[postgres][wal]") {
+  WalSchema schema;
+  PgStore store(schema.url());
+  {
+    FakePublisher publisher;
+    WalRelay creator(schema.url(), store, publisher, {});
+    creator.Open();  // creates the slot: what follows is in its stream
+  }
+  pg::Connection sql(schema.url());
+  // 300,000 rows of a table outside the publication before the outbox rows: the walsender reads
+  // their WAL for a while, so it is still reading it when it is stopped below.
+  sql.Exec("CREATE TABLE filler(id int, pad text); INSERT INTO filler SELECT g, repeat('x', 20) "
+           "FROM generate_series(1, 300000) g",
+           "fill a table outside the publication");
+  for (int i = 0; i < 5; ++i) EnqueueOne(store, Event("evt-" + std::to_string(1001 + i), "{}"));
+
+  FakePublisher publisher;
+  WalRelayOptions options;
+  options.wait_ms = 20;
+  WalRelay relay(schema.url(), store, publisher, options);
+  WalOpenReport open;
+  for (int i = 0; i < kPollTries; ++i) {  // the creator's walsender lets go of the slot first
+    try {
+      open = relay.Open();
+      break;
+    } catch (const WalRelayError& e) {
+      if (e.kind() != WalRelayError::Kind::kSlotActive) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  REQUIRE(open.walsender_pid > 0);
+  {
+    // The test runs as root or as the server's user (scripts/postgres.sh): it may signal it.
+    REQUIRE(kill(open.walsender_pid, SIGSTOP) == 0);
+    struct Continue {
+      int pid;
+      ~Continue() { kill(pid, SIGCONT); }
+    } resume{open.walsender_pid};
+    // Two idle batches, each asking for a reply that waits in the stopped walsender's socket.
+    for (int i = 0; i < 2; ++i) CHECK(relay.RunBatch().idle);
+    CHECK_FALSE(relay.CaughtUp());
+  }
+  // The bound only ends a failing test: the relay catches up in about a second here.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  std::int64_t records = 0;
+  int batches = 0;
+  while (!relay.CaughtUp() && std::chrono::steady_clock::now() < deadline) {
+    records += relay.RunBatch().records;
+    ++batches;
+  }
+  INFO(batches << " batches after the walsender went on");
+  CHECK(relay.CaughtUp());
+  CHECK(records == 5);
+  CHECK(Keys(publisher) ==
+        std::vector<std::string>{"evt-1001", "evt-1002", "evt-1003", "evt-1004", "evt-1005"});
 }
 
 }  // namespace outbox
