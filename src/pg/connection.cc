@@ -122,6 +122,36 @@ Result Connection::Query(std::string_view sql, const std::vector<Param>& params,
   return result;
 }
 
+Result Connection::QueryPrepared(const std::string& sql, const std::vector<Param>& params,
+                                 std::string_view what) {
+  auto found = prepared_.find(sql);
+  if (found == prepared_.end()) {
+    const std::string name = fmt::format("outbox_{}", prepared_.size() + 1);
+    // Parameter types are left to the server, as in Query.
+    Result prepared(PQprepare(conn_.get(), name.c_str(), sql.c_str(),
+                              static_cast<int>(params.size()), nullptr));
+    if (PQresultStatus(prepared.get()) != PGRES_COMMAND_OK)
+      ThrowResultError(conn_.get(), prepared.get(), what);
+    found = prepared_.emplace(sql, name).first;
+  }
+  std::vector<const char*> values;
+  std::vector<int> lengths;
+  std::vector<int> formats;
+  values.reserve(params.size());
+  for (const Param& param : params) {
+    values.push_back(param.value ? param.value->data() : nullptr);
+    lengths.push_back(param.value ? static_cast<int>(param.value->size()) : 0);
+    formats.push_back(param.binary ? 1 : 0);
+  }
+  Result result(PQexecPrepared(conn_.get(), found->second.c_str(), static_cast<int>(params.size()),
+                               values.data(), lengths.data(), formats.data(), 0));
+  const auto status = PQresultStatus(result.get());
+  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+    ThrowResultError(conn_.get(), result.get(), what);
+  }
+  return result;
+}
+
 std::int64_t Connection::QueryInt(std::string_view sql, const std::vector<Param>& params,
                                   std::string_view what) {
   Result result = Query(sql, params, what);

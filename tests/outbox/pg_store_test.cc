@@ -1049,3 +1049,32 @@ TEST_CASE("PostgreSQL keeps the broker incarnations noted by publishers once eac
   store.ResetSchema();
   CHECK(store.BrokerIncarnations().empty());
 }
+
+TEST_CASE("PostgreSQL QueryPrepared prepares a statement once per connection and runs it again after its table is dropped and created",
+          "[postgres]") {
+  Schema schema;
+  pg::Connection connection(schema.url());
+  connection.Exec("CREATE TABLE prepared_t (v INTEGER NOT NULL); INSERT INTO prepared_t VALUES (1), (2)",
+                  "create a table");
+  const std::string sum = "SELECT COALESCE(sum(v), 0) FROM prepared_t WHERE v >= $1";
+  const auto prepared_count = [&connection] {
+    return connection.QueryInt("SELECT count(*) FROM pg_prepared_statements", {},
+                               "count the prepared statements");
+  };
+  CHECK(connection.QueryPrepared(sum, {pg::Param::Int(0)}, "sum").Int(0, 0) == 3);
+  CHECK(connection.QueryPrepared(sum, {pg::Param::Int(2)}, "sum").Int(0, 0) == 2);
+  CHECK(prepared_count() == 1);
+  // A statement that fails to prepare throws and is not remembered.
+  CHECK_THROWS_AS(connection.QueryPrepared("SELECT nope FROM prepared_t", {}, "bad"), pg::PgError);
+  CHECK(prepared_count() == 1);
+  // What reset does to the outbox's tables: the server analyses the statement again.
+  connection.Exec("DROP TABLE prepared_t; CREATE TABLE prepared_t (v INTEGER NOT NULL); "
+                  "INSERT INTO prepared_t VALUES (5)",
+                  "create the table again");
+  CHECK(connection.QueryPrepared(sum, {pg::Param::Int(0)}, "sum").Int(0, 0) == 5);
+  CHECK(prepared_count() == 1);
+  // A new connection prepares its own.
+  pg::Connection other(schema.url());
+  CHECK(other.QueryPrepared(sum, {pg::Param::Int(6)}, "sum").Int(0, 0) == 0);
+  CHECK(other.QueryInt("SELECT count(*) FROM pg_prepared_statements", {}, "count") == 1);
+}

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "outbox/error.h"
@@ -92,6 +93,18 @@ class Connection {
   // Runs one statement with parameters. `what` names the operation for the error message
   // ("claim a batch"). Throws PgError on any error the server reports.
   Result Query(std::string_view sql, const std::vector<Param>& params, std::string_view what);
+  // The same as Query, but the statement is parsed and prepared once per connection (PQprepare,
+  // a named statement "outbox_N") and each later call with the same sql only binds and runs it
+  // (PQexecPrepared): no parse, analysis or planning per call. For the relay's statements that
+  // run once per batch. After five runs the server may keep one generic plan for every later
+  // run when it costs no more than the custom ones
+  // (https://www.postgresql.org/docs/15/sql-prepare.html, plan_cache_mode). A table dropped and
+  // created again (reset) is analysed again at the next run, by the server. Throws PgError, from
+  // the prepare too; a failed prepare is not remembered, so the next call prepares again. Not for
+  // a pooler that hands one client several server sessions (PgBouncer's transaction mode before
+  // 1.21 keeps no named statements).
+  Result QueryPrepared(const std::string& sql, const std::vector<Param>& params,
+                       std::string_view what);
   // One integer from the first column of the first row. Throws PgError when there is no row.
   std::int64_t QueryInt(std::string_view sql, const std::vector<Param>& params, std::string_view what);
 
@@ -102,6 +115,7 @@ class Connection {
  private:
   std::string display_url_;
   std::unique_ptr<PGconn, ConnDeleter> conn_;
+  std::unordered_map<std::string, std::string> prepared_;  // sql -> its statement's name
 };
 
 // A scoped transaction: BEGIN (READ COMMITTED, PostgreSQL's default, or REPEATABLE READ), COMMIT on Commit(),

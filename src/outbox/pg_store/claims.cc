@@ -208,7 +208,7 @@ Claim PgStore::ClaimBatch(const ClaimRequest& request, PgClaimMode mode) {
   Claim claim;
   if (mode == PgClaimMode::kNaiveCursor) return NaiveClaim(request);
   const bool walk = request.block_key && WalkHeadsNow();
-  const pg::Result rows = connection_.Query(
+  const pg::Result rows = connection_.QueryPrepared(
       OneStatementClaimSql(),
       {Bool(request.block_key), Bool(false), Bool(walk), pg::Param::Int(request.limit),
        pg::Param::Int(kHeadWalkCap), pg::Param::Text(request.owner),
@@ -274,7 +274,7 @@ void PgStore::NoteHeadsWalk(bool gave_up) { heads_walk_skips_ = gave_up ? kHeadW
 bool PgStore::HasClaimable(const ClaimRequest& request) {
   const bool naive = mode_ == PgClaimMode::kNaiveCursor;
   const bool walk = request.block_key && !naive && WalkHeadsNow();
-  const pg::Result result = connection_.Query(
+  const pg::Result result = connection_.QueryPrepared(
       HasClaimableSql(),
       {Bool(request.block_key), Bool(naive), Bool(walk), pg::Param::Int(kHeadWalkCap)},
       "look for claimable rows");
@@ -294,11 +294,12 @@ SettleReport PgStore::SettleBatch(std::int64_t token, const std::vector<std::int
     // One statement for the batch, not one round trip per row (bench: relay on PostgreSQL 2,146
     // events/s with an UPDATE per row). The token is checked per row as before: a row another
     // relay took over carries its token, stays unmarked here and is reported fenced.
-    const pg::Result marked = connection_.Query(
+    static const std::string sql =
         std::string("UPDATE outbox SET published = true, published_at = ") + kEpochMsNow +
-            ", claim_token = NULL, claim_owner = NULL, claim_until = NULL "
-            "WHERE id = ANY($1::bigint[]) AND claim_token = $2 AND NOT published RETURNING id",
-        {IdArray(acked), pg::Param::Int(token)}, "mark a claimed batch published");
+        ", claim_token = NULL, claim_owner = NULL, claim_until = NULL "
+        "WHERE id = ANY($1::bigint[]) AND claim_token = $2 AND NOT published RETURNING id";
+    const pg::Result marked = connection_.QueryPrepared(
+        sql, {IdArray(acked), pg::Param::Int(token)}, "mark a claimed batch published");
     // Fenced: claimed by another relay since, or published already.
     TallyMarks(marked, acked, report);
   }

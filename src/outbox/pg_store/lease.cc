@@ -104,14 +104,17 @@ bool PgStore::ReleaseLease(std::int64_t token) {
 std::vector<OutboxRow> PgStore::ReadPage(const PageRequest& request) {
   // Claims of a claims-mode relay are respected, so a leader never sends what such a relay holds.
   // A delayed row is not sent, and under block key (it is unpublished) holds back its aggregate.
-  const pg::Result rows = connection_.Query(
+  static const std::string sql =
       "SELECT o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at, o.headers "
       "FROM outbox o WHERE NOT o.published AND o.id > $1 AND o.id <= $2 AND o.parked_at IS NULL "
       "AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now()) "
       "AND " + NotDelayed("o.") + " "
       "AND (NOT $3::boolean OR NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = "
       "o.aggregate_id AND e.id < o.id AND NOT e.published)) "
-      "ORDER BY o.id LIMIT $4",
+      "ORDER BY o.id LIMIT $4";
+  // Prepared once per connection: one page and one look behind the cursor per batch.
+  const pg::Result rows = connection_.QueryPrepared(
+      sql,
       {pg::Param::Int(request.after_id),
        pg::Param::Int(request.up_to_id > 0 ? request.up_to_id
                                            : std::numeric_limits<std::int64_t>::max()),
@@ -135,17 +138,18 @@ SettleReport PgStore::SettleUnderLease(std::int64_t token, const std::vector<std
   // transaction around it and the failures' rows.
   std::optional<pg::Transaction> txn;
   if (!failed.empty()) txn.emplace(connection_);
-  const pg::Result result = connection_.Query(
+  static const std::string sql =
       std::string("WITH lease AS (UPDATE outbox_lease "
                   "SET until = GREATEST(until, now() + $2::bigint * interval '1 millisecond') "
                   "WHERE id = 1 AND token = $1 RETURNING token), "
                   "marked AS (UPDATE outbox SET published = true, published_at = ") +
-          kEpochMsNow +
-          " WHERE id = ANY($3::bigint[]) AND NOT published AND EXISTS (SELECT 1 FROM lease) "
-          "RETURNING id) "
-          "SELECT (SELECT count(*) FROM lease), m.id FROM (SELECT 1) one "
-          "LEFT JOIN marked m ON true",
-      {pg::Param::Int(token), pg::Param::Int(lease_ms), IdArray(acked)},
+      kEpochMsNow +
+      " WHERE id = ANY($3::bigint[]) AND NOT published AND EXISTS (SELECT 1 FROM lease) "
+      "RETURNING id) "
+      "SELECT (SELECT count(*) FROM lease), m.id FROM (SELECT 1) one "
+      "LEFT JOIN marked m ON true";
+  const pg::Result result = connection_.QueryPrepared(
+      sql, {pg::Param::Int(token), pg::Param::Int(lease_ms), IdArray(acked)},
       "settle a leader's batch");
   if (result.rows() == 0 || result.Int(0, 0) == 0) {
     // Another relay took over: its term's sends stand, ours are not recorded.

@@ -15,7 +15,9 @@ namespace outbox {
 using namespace pg_store;  // this folder's shared helpers (internal.h)
 
 std::string PgStore::RunId() {
-  const pg::Result run = connection_.Query("SELECT run_id FROM outbox_run LIMIT 1", {}, "read the run id");
+  // Read once per batch by the relay: prepared once per connection.
+  static const std::string sql = "SELECT run_id FROM outbox_run LIMIT 1";
+  const pg::Result run = connection_.QueryPrepared(sql, {}, "read the run id");
   return run.rows() == 0 ? std::string() : run.Text(0, 0);
 }
 
