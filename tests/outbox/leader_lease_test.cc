@@ -591,3 +591,26 @@ TEST_CASE("SettleUnderLease marks a batch of consecutive ids all at once", "[sto
   CHECK(report.fenced == 0);
   CHECK(f.store.Count().unpublished == 0);
 }
+
+TEST_CASE("SettleUnderLease settles again when a run falls short and records each failure once",
+          "[store]") {
+  LeaderFixture f;
+  EnqueueRange(f.store, 1, 5);
+  REQUIRE(f.store.AcquireLease("relay-a", kLeaseMs, kNowMs).acquired);
+  REQUIRE(f.store.MarkPublished(Ids{2}) == 1);  // the run 1-3 falls short: the first try rolls back
+  SettlePolicy policy;
+  policy.backoff_base_ms = 100;
+
+  // Row 4's failure is recorded after the mark: only the second try's may stay.
+  const SettleReport report =
+      f.store.SettleUnderLease(1, {1, 2, 3}, {{4, "timed out"}}, policy, kNowMs + 5, kLeaseMs);
+
+  CHECK(report.marked_ids == Ids{1, 3});
+  CHECK(report.fenced_ids == Ids{2});
+  CHECK(report.retried == 1);
+  CHECK(IntColumn(f.store, "attempts", 4) == 1);
+  CHECK(IntColumn(f.store, "next_attempt_at", 4) == kNowMs + 5 + 100);
+  CHECK_FALSE(IsPublished(f.store, 4));
+  CHECK_FALSE(IsPublished(f.store, 5));
+  CHECK(IntColumn(f.store, "published_at", 1) == kNowMs + 5);
+}
