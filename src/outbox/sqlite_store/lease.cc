@@ -239,8 +239,12 @@ bool MarkAckedUnderLease(sqlite::Connection& connection, const std::vector<std::
   // statement journal to undo its own rows (https://www.sqlite.org/lang_conflict.html), which
   // SQLite spilled past 64 KiB to a temporary file opened, written (~200 pwrite64) and unlinked
   // once per batch. Nothing is lost: any error throws and the settle's transaction rolls back.
+  // NOT INDEXED: the run's rows by their rowid range, in one pass. Through outbox_unpublished,
+  // an index the UPDATE itself changes, SQLite first collects the rowids in an ephemeral table
+  // and updates in a second pass (about 1,700 instructions a row more); the range holds exactly
+  // the run's rows, so the index saves no reads.
   static const std::string plain_sql =
-      "UPDATE OR FAIL outbox SET published = 1, published_at = ?3 "
+      "UPDATE OR FAIL outbox NOT INDEXED SET published = 1, published_at = ?3 "
       "WHERE id BETWEEN ?1 AND ?2 AND published = 0";
   static const std::string returning_sql = plain_sql + " RETURNING id";
   auto run = connection.Reuse(with_returning ? returning_sql : plain_sql);
