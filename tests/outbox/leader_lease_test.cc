@@ -653,7 +653,8 @@ namespace {
 Ids ExpectedPage(const std::vector<std::string>& aggregates, const std::vector<RowState>& states,
                  std::int64_t after_id, std::int64_t limit) {
   Ids page;
-  for (std::size_t i = 0; i < states.size() && static_cast<std::int64_t>(page.size()) < limit; ++i) {
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    if (static_cast<std::int64_t>(page.size()) == limit) break;
     const auto id = static_cast<std::int64_t>(i) + 1;
     if (id <= after_id) continue;
     if (states[i] != RowState::kPending && states[i] != RowState::kFailedDue) continue;
@@ -675,9 +676,9 @@ TEST_CASE("ReadPage decides the hold-back once per page only when every unpublis
   // ids leave more than 8 gaps) or a random part of them (a row below the cursor not in flight:
   // the per-row path).
   std::mt19937 random(20261202);
-  const std::vector<RowState> kStates = {RowState::kPending, RowState::kPublished, RowState::kParked,
-                                         RowState::kBackoff, RowState::kFailedDue, RowState::kDelayed,
-                                         RowState::kClaimed};
+  const std::vector<RowState> kStates = {
+      RowState::kPending,   RowState::kPublished, RowState::kParked, RowState::kBackoff,
+      RowState::kFailedDue, RowState::kDelayed,   RowState::kClaimed};
   int once = 0;
   int per_row = 0;
   for (int round = 0; round < 400; ++round) {
@@ -693,7 +694,9 @@ TEST_CASE("ReadPage decides the hold-back once per page only when every unpublis
     for (int i = 1; i <= 40; ++i) {
       // Mostly published or pending, as in a drain; now and then a failed or held row.
       const unsigned pick = random() % 20;
-      states.push_back(pick < 8 ? RowState::kPublished : pick < 14 ? RowState::kPending : kStates[pick % 7]);
+      states.push_back(pick < 8    ? RowState::kPublished
+                       : pick < 14 ? RowState::kPending
+                                   : kStates[pick % 7]);
       SetState(f.store, i, states.back());
     }
     const std::int64_t after_id = random() % 41;
@@ -732,8 +735,8 @@ TEST_CASE("ReadPage holds back an aggregate behind an earlier parked or backing-
                            RowState::kDelayed, RowState::kClaimed, RowState::kPending}) {
     LeaderFixture f;
     // Rows 1-3 were a batch (row 2 on L-a); row 4 on L-a comes after row 2; row 5 on L-b.
-    EnqueueAll(f.store, {EventOn(1, "L-x"), EventOn(2, "L-a"), EventOn(3, "L-y"), EventOn(4, "L-a"),
-                         EventOn(5, "L-b")});
+    EnqueueAll(f.store, {EventOn(1, "L-x"), EventOn(2, "L-a"), EventOn(3, "L-y"),
+                         EventOn(4, "L-a"), EventOn(5, "L-b")});
     SetState(f.store, 1, RowState::kPublished);
     SetState(f.store, 3, RowState::kPublished);
     SetState(f.store, 2, earlier);
