@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace outbox {
 
@@ -27,6 +29,13 @@ struct LeaseAcquisition {
   LeaderLease previous;  // before it: whose term ended (owner "" and token 0 for the first)
 };
 
+// A row a leader has in flight (sent, not yet settled): its id and its aggregate, a view that
+// must outlive the ReadPage call it is passed to (PageRequest::in_flight).
+struct InFlightRow {
+  std::int64_t id = 0;
+  std::string_view aggregate_id;
+};
+
 // A leader's page (Store::ReadPage).
 struct PageRequest {
   std::int64_t after_id = 0;  // keyset cursor: rows with id > after_id
@@ -36,6 +45,13 @@ struct PageRequest {
   // Only each aggregate's oldest unpublished row (FailureMode::kBlockKey in
   // leader mode), as ClaimRequest::block_key.
   bool block_key = true;
+  // Under block_key, on SQLite: the rows the caller has in flight, any order (the relay's
+  // sent and unsettled rows). When every unpublished row at or below after_id is one of them,
+  // Store::ReadPage holds aggregates back once per page instead of once per row (same rows);
+  // otherwise it checks each row. An entry with another aggregate than its row's is a bug of the
+  // caller's that can reorder that aggregate; an entry for a row not in flight only holds back
+  // more. Ignored by PgStore.
+  std::vector<InFlightRow> in_flight;
 };
 
 }  // namespace outbox

@@ -372,8 +372,15 @@ class Store : public OutboxStore {
   // is published. The caller skips the rows it has in flight. A later row of
   // an aggregate in flight is not sent: if the earlier row then failed for
   // good, the later one, already acked, would precede its retry in the topic.
-  // Read only: writes nothing onto rows. Throws DbError.
+  // Read only: writes nothing onto rows. Throws DbError. When every unpublished
+  // row at or below after_id is in request.in_flight (one index probe per gap
+  // between their runs of ids), the hold-back is decided once for the page, in
+  // one snapshot: the aggregates of those rows and of every unpublished row read
+  // past after_id hold back their later rows; otherwise one probe per row.
   std::vector<OutboxRow> ReadPage(const PageRequest& request);
+  // How many ReadPage calls decided the hold-back once for the page (for tests
+  // and the profile).
+  std::int64_t pages_held_back_once() const noexcept { return pages_held_back_once_; }
 
   // Settles a leader's batch in ONE transaction, only while token is the
   // lease's token: marks every acked id that is still unpublished
@@ -459,12 +466,15 @@ class Store : public OutboxStore {
   void MigrateToV4();
   void MigrateToV5();
   void MigrateToV6();
+  // ReadPage with block_key checked in SQL, one probe per row.
+  std::vector<OutboxRow> ReadPagePerRow(const PageRequest& request);
 
   SystemClock system_clock_;  // used when StoreOptions::clock is null
   Clock* clock_;              // not owned
   MarkMethod mark_;           // StoreOptions::mark
   sqlite::Connection connection_;
   bool immutable_ = false;
+  std::int64_t pages_held_back_once_ = 0;  // ReadPage
 };
 
 }  // namespace outbox

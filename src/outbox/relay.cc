@@ -265,12 +265,20 @@ Claim Relay::ReadNext() {
   const auto limit = static_cast<std::size_t>(options_.batch_size);
   if (cursor_ > 0 && Sendable(cursor_)) cursor_ = 0;  // a row behind the cursor goes first
   bool new_pass = cursor_ == 0;
+  std::vector<InFlightRow> in_flight;  // for ReadPage's hold-back once per page
+  if (options_.on_failure == FailureMode::kBlockKey) {
+    in_flight.reserve(in_flight_ids_.size());
+    for (const InFlightBatch& batch : in_flight_)
+      for (const OutboxRow& row : batch.claim.rows)
+        in_flight.push_back({row.id, row.event.aggregate_id});
+  }
   for (;;) {
     PageRequest request;
     request.after_id = cursor_;
     request.limit = options_.batch_size;
     request.now_ms = Now();
     request.block_key = options_.on_failure == FailureMode::kBlockKey;
+    request.in_flight = in_flight;
     const std::vector<OutboxRow> rows = store_.ReadPage(request);
     for (const OutboxRow& row : rows) {
       cursor_ = row.id;

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -590,4 +591,176 @@ TEST_CASE("SettleUnderLease marks a batch of consecutive ids all at once", "[sto
   CHECK(report.marked_ids == acked);
   CHECK(report.fenced == 0);
   CHECK(f.store.Count().unpublished == 0);
+}
+
+TEST_CASE("SettleUnderLease settles again when a run falls short and records each failure once",
+          "[store]") {
+  LeaderFixture f;
+  EnqueueRange(f.store, 1, 5);
+  REQUIRE(f.store.AcquireLease("relay-a", kLeaseMs, kNowMs).acquired);
+  REQUIRE(f.store.MarkPublished(Ids{2}) == 1);  // the run 1-3 falls short: the first try rolls back
+  SettlePolicy policy;
+  policy.backoff_base_ms = 100;
+
+  // Row 4's failure is recorded after the mark: only the second try's may stay.
+  const SettleReport report =
+      f.store.SettleUnderLease(1, {1, 2, 3}, {{4, "timed out"}}, policy, kNowMs + 5, kLeaseMs);
+
+  CHECK(report.marked_ids == Ids{1, 3});
+  CHECK(report.fenced_ids == Ids{2});
+  CHECK(report.retried == 1);
+  CHECK(IntColumn(f.store, "attempts", 4) == 1);
+  CHECK(IntColumn(f.store, "next_attempt_at", 4) == kNowMs + 5 + 100);
+  CHECK_FALSE(IsPublished(f.store, 4));
+  CHECK_FALSE(IsPublished(f.store, 5));
+  CHECK(IntColumn(f.store, "published_at", 1) == kNowMs + 5);
+}
+
+namespace {
+
+// One row's state for the hold-back model below.
+enum class RowState { kPending, kPublished, kParked, kBackoff, kFailedDue, kDelayed, kClaimed };
+
+// Puts row id in state (raw SQL, as another relay, an operator or a writer would leave it).
+void SetState(Store& store, std::int64_t id, RowState state) {
+  const std::int64_t later = kNowMs + 60'000;
+  std::string sql;
+  switch (state) {
+    case RowState::kPending: return;
+    case RowState::kPublished: sql = "published = 1, published_at = 1"; break;
+    case RowState::kParked: sql = "attempts = 3, parked_at = 1, last_error = 'x'"; break;
+    case RowState::kBackoff:
+      sql = "attempts = 1, next_attempt_at = " + std::to_string(later);
+      break;
+    case RowState::kFailedDue: sql = "attempts = 2, next_attempt_at = 1"; break;
+    case RowState::kDelayed: sql = "not_before = " + std::to_string(later); break;
+    case RowState::kClaimed:
+      sql = "claim_token = 7, claim_owner = 'other', claim_until = " + std::to_string(later);
+      break;
+  }
+  auto txn = store.BeginWrite();
+  txn.connection().Exec("UPDATE outbox SET " + sql + " WHERE id = " + std::to_string(id));
+  txn.Commit();
+}
+
+}  // namespace
+
+namespace {
+
+// The rows ReadPage must return, from the rule itself: in id order past after_id, each row that
+// is pending or failed and due, with no earlier row of its aggregate unpublished (any state but
+// published, in flight included), at most limit.
+Ids ExpectedPage(const std::vector<std::string>& aggregates, const std::vector<RowState>& states,
+                 std::int64_t after_id, std::int64_t limit) {
+  Ids page;
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    if (static_cast<std::int64_t>(page.size()) == limit) break;
+    const auto id = static_cast<std::int64_t>(i) + 1;
+    if (id <= after_id) continue;
+    if (states[i] != RowState::kPending && states[i] != RowState::kFailedDue) continue;
+    bool held = false;
+    for (std::size_t j = 0; j < i; ++j)
+      held = held || (aggregates[j] == aggregates[i] && states[j] != RowState::kPublished);
+    if (!held) page.push_back(id);
+  }
+  return page;
+}
+
+}  // namespace
+
+TEST_CASE("ReadPage decides the hold-back once per page only when every unpublished row below "
+          "the cursor is in flight and returns the rows of the per-row rule",
+          "[store][ordering]") {
+  // 400 random tables of 40 rows on 5 aggregates, each row in one state; the rows in flight are
+  // either every unpublished row up to the cursor (the once-per-page path, unless their runs of
+  // ids leave more than 8 gaps) or a random part of them (a row below the cursor not in flight:
+  // the per-row path).
+  std::mt19937 random(20261202);
+  const std::vector<RowState> kStates = {
+      RowState::kPending,   RowState::kPublished, RowState::kParked, RowState::kBackoff,
+      RowState::kFailedDue, RowState::kDelayed,   RowState::kClaimed};
+  int once = 0;
+  int per_row = 0;
+  for (int round = 0; round < 400; ++round) {
+    LeaderFixture f;
+    std::vector<std::string> aggregates;
+    std::vector<outbox::OutboxEvent> events;
+    for (int i = 1; i <= 40; ++i) {
+      aggregates.push_back("L-" + std::to_string(random() % 5));
+      events.push_back(EventOn(i, aggregates.back()));
+    }
+    EnqueueAll(f.store, events);
+    std::vector<RowState> states;
+    for (int i = 1; i <= 40; ++i) {
+      // Mostly published or pending, as in a drain; now and then a failed or held row.
+      const unsigned pick = random() % 20;
+      states.push_back(pick < 8    ? RowState::kPublished
+                       : pick < 14 ? RowState::kPending
+                                   : kStates[pick % 7]);
+      SetState(f.store, i, states.back());
+    }
+    const std::int64_t after_id = random() % 41;
+    const bool all_in_flight = round % 2 == 0;
+    PageRequest request;
+    request.after_id = after_id;
+    request.limit = 1 + random() % 12;
+    request.now_ms = f.clock.EpochMs();
+    bool some_left_out = false;
+    for (std::int64_t id = 1; id <= 40; ++id) {
+      if (states[id - 1] == RowState::kPublished) continue;
+      const bool below = id <= after_id;
+      if (below && !all_in_flight && random() % 2 == 0) {
+        some_left_out = true;
+        continue;
+      }
+      // Rows past the cursor join the rows in flight at random too: the page reads past them.
+      if (below || random() % 3 == 0) request.in_flight.push_back({id, aggregates[id - 1]});
+    }
+    const std::int64_t before = f.store.pages_held_back_once();
+    const Ids page = IdsOf(f.store.ReadPage(request));
+    const bool was_once = f.store.pages_held_back_once() == before + 1;
+    INFO("round " << round << ", after id " << after_id << ", limit " << request.limit);
+    CHECK(page == ExpectedPage(aggregates, states, after_id, request.limit));
+    CHECK_FALSE((was_once && some_left_out));  // a row left out below the cursor: per row
+    (was_once ? once : per_row) += 1;
+  }
+  CHECK(once >= 150);
+  CHECK(per_row >= 50);
+}
+
+TEST_CASE("ReadPage holds back an aggregate behind an earlier parked or backing-off or failed or "
+          "in-flight row below the cursor",
+          "[store][ordering]") {
+  for (RowState earlier : {RowState::kParked, RowState::kBackoff, RowState::kFailedDue,
+                           RowState::kDelayed, RowState::kClaimed, RowState::kPending}) {
+    LeaderFixture f;
+    // Rows 1-3 were a batch (row 2 on L-a); row 4 on L-a comes after row 2; row 5 on L-b.
+    EnqueueAll(f.store, {EventOn(1, "L-x"), EventOn(2, "L-a"), EventOn(3, "L-y"),
+                         EventOn(4, "L-a"), EventOn(5, "L-b")});
+    SetState(f.store, 1, RowState::kPublished);
+    SetState(f.store, 3, RowState::kPublished);
+    SetState(f.store, 2, earlier);
+    PageRequest request;
+    request.after_id = 3;
+    request.now_ms = f.clock.EpochMs();
+    INFO("row 2 in state " << static_cast<int>(earlier));
+
+    // Row 2 not in flight: found below the cursor, each row checked in SQL.
+    std::int64_t before = f.store.pages_held_back_once();
+    CHECK(IdsOf(f.store.ReadPage(request)) == Ids{5});
+    CHECK(f.store.pages_held_back_once() == before);
+
+    // Row 2 in flight (pending: the relay sent it): held back once for the page, same rows.
+    if (earlier == RowState::kPending) {
+      request.in_flight = {{2, "L-a"}};
+      before = f.store.pages_held_back_once();
+      CHECK(IdsOf(f.store.ReadPage(request)) == Ids{5});
+      CHECK(f.store.pages_held_back_once() == before + 1);
+      // Once row 2 is published nothing holds row 4 back.
+      SetState(f.store, 2, RowState::kPublished);
+      request.in_flight.clear();
+      CHECK(IdsOf(f.store.ReadPage(request)) == Ids{4, 5});
+      CHECK(f.store.pages_held_back_once() == before + 2);
+    }
+  }
 }

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "outbox/error.h"
@@ -101,7 +103,82 @@ static const std::string& SendableWhere() {
   return where;
 }
 
-std::vector<OutboxRow> Store::ReadPage(const PageRequest& request) {
+namespace {
+
+// ReadPage checks at most this many gaps between the runs of ids in flight for other
+// unpublished rows; past it, it checks each row (ReadPagePerRow).
+constexpr std::size_t kMaxPageGaps = 8;
+
+// True when every unpublished row with id <= after_id is one of in_flight's: one index probe of
+// outbox_unpublished per gap between the runs of consecutive ids in flight (a leader's batches
+// are pages of consecutive ids, so with one batch in flight that is one probe). False past
+// kMaxPageGaps gaps.
+bool OnlyInFlightAtOrBelow(sqlite::Connection& connection, std::int64_t after_id,
+                           const std::vector<InFlightRow>& in_flight) {
+  if (after_id <= 0) return true;
+  std::vector<std::int64_t> ids;
+  ids.reserve(in_flight.size());
+  for (const InFlightRow& row : in_flight)
+    if (row.id <= after_id) ids.push_back(row.id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::vector<std::pair<std::int64_t, std::int64_t>> gaps;  // (after, up to] of each gap
+  std::int64_t covered = 0;
+  for (std::size_t i = 0; i < ids.size();) {
+    std::size_t j = i + 1;
+    while (j < ids.size() && ids[j] == ids[j - 1] + 1) ++j;
+    if (ids[i] - 1 > covered) gaps.emplace_back(covered, ids[i] - 1);
+    covered = ids[j - 1];
+    i = j;
+  }
+  if (covered < after_id) gaps.emplace_back(covered, after_id);
+  if (gaps.size() > kMaxPageGaps) return false;
+  static const std::string sql =
+      "SELECT 1 FROM outbox WHERE published = 0 AND id > ?1 AND id <= ?2 LIMIT 1";
+  auto probe = connection.Reuse(sql);
+  for (const auto& [after, up_to] : gaps) {
+    probe->Reset();
+    probe->Bind(1, after).Bind(2, up_to);
+    if (probe->Step()) return false;
+  }
+  return true;
+}
+
+// A read transaction around ReadPage's probes and page, with kept BEGIN and COMMIT statements
+// (sqlite::ReadTransaction runs BEGIN and ROLLBACK through sqlite3_exec, prepared each time:
+// about 90,000 instructions a page). Inside a caller's transaction (ReadAtOneInstant), nothing:
+// that one is the snapshot.
+class PageSnapshot {
+ public:
+  explicit PageSnapshot(sqlite::Connection& connection) : connection_(connection) {
+    if (sqlite3_get_autocommit(connection_.get()) == 0) return;
+    static const std::string begin = "BEGIN";
+    connection_.Reuse(begin)->Run();
+    open_ = true;
+  }
+  PageSnapshot(const PageSnapshot&) = delete;
+  PageSnapshot& operator=(const PageSnapshot&) = delete;
+  ~PageSnapshot() {
+    if (!open_) return;
+    static const std::string commit = "COMMIT";  // a read: nothing to write, the snapshot ends
+    try {
+      connection_.Reuse(commit)->Run();
+    } catch (...) {
+      sqlite3_exec(connection_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+    }
+  }
+
+ private:
+  sqlite::Connection& connection_;
+  bool open_ = false;
+};
+
+}  // namespace
+
+// The page with the hold-back of block_key in SQL, row by row: for each candidate row, a probe
+// of outbox_pending_by_aggregate for an earlier unpublished row of its aggregate (about 3,500
+// instructions a row).
+std::vector<OutboxRow> Store::ReadPagePerRow(const PageRequest& request) {
   static const std::string sql = fmt::format(
       "SELECT o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at, o.headers "
       "FROM outbox o WHERE {} ORDER BY o.id LIMIT ?5",
@@ -118,16 +195,67 @@ std::vector<OutboxRow> Store::ReadPage(const PageRequest& request) {
   return rows;
 }
 
+std::vector<OutboxRow> Store::ReadPage(const PageRequest& request) {
+  if (!request.block_key || request.limit <= 0) return ReadPagePerRow(request);
+  // One snapshot for the look below the cursor and the page: a row published = 0 again (or
+  // written) in between would otherwise go unseen by both. Inside a caller's transaction
+  // (ReadAtOneInstant), that one.
+  PageSnapshot snapshot(connection_);
+  if (!OnlyInFlightAtOrBelow(connection_, request.after_id, request.in_flight))
+    return ReadPagePerRow(request);
+  // Every unpublished row below the page is in flight: the aggregates held back at the page's
+  // start are theirs. Past it, every unpublished row read (sendable or not: parked, in backoff,
+  // delayed, claimed) holds back the later rows of its aggregate, as the per-row look at earlier
+  // unpublished rows (SendableRowsWhere) does. The rows are read in id order until the page is
+  // full, no LIMIT: held-back and unsendable rows do not count. The sendable test is a CASE
+  // WHEN, not a bare AND of the conditions: SQLite evaluates a boolean result column whole
+  // (about 3,400 instructions a row more here), a CASE WHEN's condition as a jump, as in WHERE.
+  std::unordered_set<std::string> held;
+  held.reserve(request.in_flight.size() +
+               static_cast<std::size_t>(std::clamp<std::int64_t>(request.limit, 0, 4096)));
+  for (const InFlightRow& row : request.in_flight)
+    if (row.id <= request.after_id) held.emplace(row.aggregate_id);
+  static const std::string sql = fmt::format(
+      "SELECT o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at, o.headers, "
+      "CASE WHEN o.parked_at IS NULL AND {} AND {} AND NOT {} THEN 1 ELSE 0 END "
+      "FROM outbox o WHERE o.published = 0 AND o.id > ?1 AND o.id <= ?2 ORDER BY o.id",
+      Due("o.", 3), Unclaimed("o.", 3), Delayed("o.", 3));
+  auto select = connection_.Reuse(sql);
+  select->Bind(1, request.after_id)
+      .Bind(2, request.up_to_id > 0 ? request.up_to_id : std::numeric_limits<std::int64_t>::max())
+      .Bind(3, request.now_ms);
+  std::vector<OutboxRow> rows;
+  rows.reserve(static_cast<std::size_t>(std::clamp<std::int64_t>(request.limit, 0, 4096)));
+  ++pages_held_back_once_;
+  while (static_cast<std::int64_t>(rows.size()) < request.limit && select->Step()) {
+    const bool sendable = select->ColumnInt64(7) != 0;
+    if (sendable) {
+      OutboxRow row = ReadOutboxRow(*select, 6);
+      if (held.insert(row.event.aggregate_id).second) rows.push_back(std::move(row));
+    } else {
+      held.insert(select->ColumnText(2));
+    }
+  }
+  return rows;
+}
+
 namespace {
 
 // SettleUnderLease's mark, in its transaction: each acked id still unpublished is marked at
 // now_ms (report.marked_ids), any other counted fenced (report.fenced_ids), in acked's order.
 // One UPDATE per run of consecutive ids in acked (a run [first, last] holds exactly last -
 // first + 1 acked ids, so the BETWEEN touches no row outside acked): a leader's batch is
-// usually one run, 1,000 rows in one statement instead of 1,000 statements. RETURNING says
-// which rows a run marked when it marked fewer than its length (some were already published).
-void MarkAckedUnderLease(sqlite::Connection& connection, const std::vector<std::int64_t>& acked,
-                         std::int64_t now_ms, SettleReport& report) {
+// usually one run, 1,000 rows in one statement instead of 1,000 statements.
+//
+// with_returning false (the first try): the UPDATE has no RETURNING, and each run must mark
+// every row of it (sqlite3_changes, the rows it changed, equals its length); the first run that
+// marks fewer returns false at once, and the caller rolls the transaction back and settles again
+// with with_returning true, where RETURNING says which rows each run marked. A leader's runs are
+// whole unless another relay published some of the rows (a term it lost), so the second try is
+// rare; RETURNING costs about 4,000 instructions per row (SQLite collects the returned rows in an
+// ephemeral table before the first is stepped), a quarter of the mark.
+bool MarkAckedUnderLease(sqlite::Connection& connection, const std::vector<std::int64_t>& acked,
+                         std::int64_t now_ms, bool with_returning, SettleReport& report) {
   std::vector<std::int64_t> sorted = acked;
   std::sort(sorted.begin(), sorted.end());
   sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
@@ -138,16 +266,27 @@ void MarkAckedUnderLease(sqlite::Connection& connection, const std::vector<std::
   // statement journal to undo its own rows (https://www.sqlite.org/lang_conflict.html), which
   // SQLite spilled past 64 KiB to a temporary file opened, written (~200 pwrite64) and unlinked
   // once per batch. Nothing is lost: any error throws and the settle's transaction rolls back.
-  static const std::string sql =
-      "UPDATE OR FAIL outbox SET published = 1, published_at = ?3 "
-      "WHERE id BETWEEN ?1 AND ?2 AND published = 0 RETURNING id";
-  auto run = connection.Reuse(sql);
+  // NOT INDEXED: the run's rows by their rowid range, in one pass. Through outbox_unpublished,
+  // an index the UPDATE itself changes, SQLite first collects the rowids in an ephemeral table
+  // and updates in a second pass (about 1,700 instructions a row more); the range holds exactly
+  // the run's rows, so the index saves no reads.
+  static const std::string plain_sql =
+      "UPDATE OR FAIL outbox NOT INDEXED SET published = 1, published_at = ?3 "
+      "WHERE id BETWEEN ?1 AND ?2 AND published = 0";
+  static const std::string returning_sql = plain_sql + " RETURNING id";
+  auto run = connection.Reuse(with_returning ? returning_sql : plain_sql);
   for (std::size_t begin = 0; begin < sorted.size();) {
     std::size_t end = begin + 1;
     while (end < sorted.size() && sorted[end] == sorted[end - 1] + 1) ++end;
     returned.clear();
     run->Reset();
     run->Bind(1, sorted[begin]).Bind(2, sorted[end - 1]).Bind(3, now_ms);
+    if (!with_returning) {
+      run->Run();
+      if (connection.Changes() != static_cast<std::int64_t>(end - begin)) return false;
+      begin = end;
+      continue;
+    }
     while (run->Step()) returned.push_back(run->ColumnInt64(0));
     if (all_marked && returned.size() != end - begin) {
       all_marked = false;  // from here on, row by row: the runs so far were whole
@@ -159,7 +298,7 @@ void MarkAckedUnderLease(sqlite::Connection& connection, const std::vector<std::
   if (all_marked && sorted.size() == acked.size()) {  // every id once, every one marked
     report.marked += static_cast<std::int64_t>(acked.size());
     report.marked_ids.insert(report.marked_ids.end(), acked.begin(), acked.end());
-    return;
+    return true;
   }
   if (all_marked) marked.insert(sorted.begin(), sorted.end());
   for (std::int64_t id : acked) {
@@ -171,6 +310,7 @@ void MarkAckedUnderLease(sqlite::Connection& connection, const std::vector<std::
       report.fenced_ids.push_back(id);
     }
   }
+  return true;
 }
 
 }  // namespace
@@ -183,23 +323,29 @@ SettleReport Store::SettleUnderLease(std::int64_t token, const std::vector<std::
   return Phrased(fmt::format("settle a batch of leader term {} ({} acknowledged, {} failed)", token,
                              acked.size(), failed.size()),
                  path(), [&] {
-    SettleReport report;
-    sqlite::Transaction txn(connection_);
-    static const std::string renew_sql =
-        "UPDATE outbox_lease SET until_ms = MAX(until_ms, ?2 + ?3) WHERE id = 1 AND token = ?1";
-    connection_.Reuse(renew_sql)->Bind(1, token).Bind(2, now_ms).Bind(3, lease_ms).Run();
-    if (connection_.Changes() != 1) {
-      // Another relay took over: its term's sends stand, ours are not recorded.
-      report.fenced_out = true;
-      for (std::int64_t id : acked) report.fenced_ids.push_back(id);
-      for (const FailedDelivery& failure : failed) report.fenced_ids.push_back(failure.id);
-      report.fenced = static_cast<std::int64_t>(report.fenced_ids.size());
-      return report;  // the transaction rolls back: nothing written
+    // First without RETURNING; again with it, in a new transaction, when a run fell short
+    // (MarkAckedUnderLease).
+    for (bool with_returning : {false, true}) {
+      SettleReport report;
+      sqlite::Transaction txn(connection_);
+      static const std::string renew_sql =
+          "UPDATE outbox_lease SET until_ms = MAX(until_ms, ?2 + ?3) WHERE id = 1 AND token = ?1";
+      connection_.Reuse(renew_sql)->Bind(1, token).Bind(2, now_ms).Bind(3, lease_ms).Run();
+      if (connection_.Changes() != 1) {
+        // Another relay took over: its term's sends stand, ours are not recorded.
+        report.fenced_out = true;
+        for (std::int64_t id : acked) report.fenced_ids.push_back(id);
+        for (const FailedDelivery& failure : failed) report.fenced_ids.push_back(failure.id);
+        report.fenced = static_cast<std::int64_t>(report.fenced_ids.size());
+        return report;  // the transaction rolls back: nothing written
+      }
+      if (!MarkAckedUnderLease(connection_, acked, now_ms, with_returning, report))
+        continue;  // the transaction rolls back: settle again, with RETURNING
+      RecordFailures(connection_, "published = 0", 0, failed, policy, now_ms, report);
+      txn.Commit();
+      return report;
     }
-    MarkAckedUnderLease(connection_, acked, now_ms, report);
-    RecordFailures(connection_, "published = 0", 0, failed, policy, now_ms, report);
-    txn.Commit();
-    return report;
+    throw std::logic_error("SettleUnderLease: the mark with RETURNING cannot fall short");
   });
 }
 }  // namespace outbox
