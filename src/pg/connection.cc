@@ -101,25 +101,46 @@ void Connection::Exec(std::string_view sql, std::string_view what) {
   }
 }
 
-Result Connection::Query(std::string_view sql, const std::vector<Param>& params, std::string_view what) {
-  const std::string text(sql);
+namespace {
+
+// The three arrays PQexecParams and PQexecPrepared take for params (text or binary, NULL as a
+// null pointer); they point into params, which must outlive them.
+struct ParamArrays {
+  explicit ParamArrays(const std::vector<Param>& params) {
+    values.reserve(params.size());
+    lengths.reserve(params.size());
+    formats.reserve(params.size());
+    for (const Param& param : params) {
+      values.push_back(param.value ? param.value->data() : nullptr);
+      lengths.push_back(param.value ? static_cast<int>(param.value->size()) : 0);
+      formats.push_back(param.binary ? 1 : 0);
+    }
+  }
+  int count() const { return static_cast<int>(values.size()); }
   std::vector<const char*> values;
   std::vector<int> lengths;
   std::vector<int> formats;
-  values.reserve(params.size());
-  for (const Param& param : params) {
-    values.push_back(param.value ? param.value->data() : nullptr);
-    lengths.push_back(param.value ? static_cast<int>(param.value->size()) : 0);
-    formats.push_back(param.binary ? 1 : 0);
-  }
-  // Parameter types are left to the server (nullptr): it infers them from the statement.
-  Result result(PQexecParams(conn_.get(), text.c_str(), static_cast<int>(params.size()), nullptr,
-                             values.data(), lengths.data(), formats.data(), 0));
+};
+
+// result, when it is a command's or a query's success; otherwise throws PgError (ThrowResultError).
+Result Checked(PGconn* conn, Result result, std::string_view what) {
   const auto status = PQresultStatus(result.get());
-  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
-    ThrowResultError(conn_.get(), result.get(), what);
-  }
+  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK)
+    ThrowResultError(conn, result.get(), what);
   return result;
+}
+
+}  // namespace
+
+Result Connection::Query(std::string_view sql, const std::vector<Param>& params, std::string_view what) {
+  const std::string text(sql);
+  const ParamArrays arrays(params);
+  // Parameter types are left to the server (nullptr): it infers them from the statement.
+  return Checked(conn_.get(),
+                 Result(PQexecParams(conn_.get(), text.c_str(), arrays.count(), nullptr,
+                                     arrays.values.data(), arrays.lengths.data(),
+                                     arrays.formats.data(), 0)),
+                 what);
 }
 
 Result Connection::QueryPrepared(const std::string& sql, const std::vector<Param>& params,
@@ -134,22 +155,12 @@ Result Connection::QueryPrepared(const std::string& sql, const std::vector<Param
       ThrowResultError(conn_.get(), prepared.get(), what);
     found = prepared_.emplace(sql, name).first;
   }
-  std::vector<const char*> values;
-  std::vector<int> lengths;
-  std::vector<int> formats;
-  values.reserve(params.size());
-  for (const Param& param : params) {
-    values.push_back(param.value ? param.value->data() : nullptr);
-    lengths.push_back(param.value ? static_cast<int>(param.value->size()) : 0);
-    formats.push_back(param.binary ? 1 : 0);
-  }
-  Result result(PQexecPrepared(conn_.get(), found->second.c_str(), static_cast<int>(params.size()),
-                               values.data(), lengths.data(), formats.data(), 0));
-  const auto status = PQresultStatus(result.get());
-  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
-    ThrowResultError(conn_.get(), result.get(), what);
-  }
-  return result;
+  const ParamArrays arrays(params);
+  return Checked(conn_.get(),
+                 Result(PQexecPrepared(conn_.get(), found->second.c_str(), arrays.count(),
+                                       arrays.values.data(), arrays.lengths.data(),
+                                       arrays.formats.data(), 0)),
+                 what);
 }
 
 std::int64_t Connection::QueryInt(std::string_view sql, const std::vector<Param>& params,
