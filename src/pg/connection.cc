@@ -156,11 +156,36 @@ Result Connection::QueryPrepared(const std::string& sql, const std::vector<Param
     found = prepared_.emplace(sql, name).first;
   }
   const ParamArrays arrays(params);
-  return Checked(conn_.get(),
-                 Result(PQexecPrepared(conn_.get(), found->second.c_str(), arrays.count(),
-                                       arrays.values.data(), arrays.lengths.data(),
-                                       arrays.formats.data(), 0)),
-                 what);
+  const auto run = [&] {
+    return Result(PQexecPrepared(conn_.get(), found->second.c_str(), arrays.count(),
+                                 arrays.values.data(), arrays.lengths.data(),
+                                 arrays.formats.data(), 0));
+  };
+  Result result = run();
+  // 0A000 "cached plan must not change result type": a column the statement returns changed
+  // type since the prepare (ALTER TABLE ... ALTER COLUMN ... TYPE, say text to varchar); the
+  // server refuses the statement before it runs, and would every time. 26000: the server has no
+  // statement of that name (a DEALLOCATE or DISCARD ALL on the session, or a failed prepare
+  // below). Outside a transaction nothing ran and nothing is left to roll back: the statement is
+  // prepared again under its name and run once more. Inside one (now aborted), the error is the
+  // caller's; the next call outside one prepares again.
+  const char* failed_state = PQresultErrorField(result.get(), PG_DIAG_SQLSTATE);
+  const std::string_view state = failed_state != nullptr ? failed_state : "";
+  if ((state == "0A000" || state == "26000") &&
+      PQtransactionStatus(conn_.get()) == PQTRANS_IDLE) {
+    if (state == "0A000") {
+      Result deallocated(
+          PQexec(conn_.get(), fmt::format("DEALLOCATE {}", found->second).c_str()));
+      if (PQresultStatus(deallocated.get()) != PGRES_COMMAND_OK)
+        ThrowResultError(conn_.get(), deallocated.get(), what);
+    }
+    Result prepared(PQprepare(conn_.get(), found->second.c_str(), sql.c_str(),
+                              static_cast<int>(params.size()), nullptr));
+    if (PQresultStatus(prepared.get()) != PGRES_COMMAND_OK)
+      ThrowResultError(conn_.get(), prepared.get(), what);  // 26000 at the next call: again
+    result = run();
+  }
+  return Checked(conn_.get(), std::move(result), what);
 }
 
 std::int64_t Connection::QueryInt(std::string_view sql, const std::vector<Param>& params,

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -762,5 +763,36 @@ TEST_CASE("ReadPage holds back an aggregate behind an earlier parked or backing-
       CHECK(IdsOf(f.store.ReadPage(request)) == Ids{4, 5});
       CHECK(f.store.pages_held_back_once() == before + 2);
     }
+  }
+}
+
+TEST_CASE("ReadPage holds an aggregate back behind an unpublished row a foreign writer gave id 0 "
+          "or a negative id",
+          "[store][ordering]") {
+  // Pages start past id 0, so such a row is never read, but under the per-row rule it is an
+  // earlier unpublished row of its aggregate: the once-per-page look must not start at 0 and
+  // send row 3 ahead of it (before, it returned {1, 2, 3}, and {3} past rows 1-2 in flight).
+  for (std::int64_t foreign_id : {std::int64_t{0}, std::int64_t{-5},
+                                  std::numeric_limits<std::int64_t>::min()}) {
+    LeaderFixture f;
+    EnqueueAll(f.store, {EventOn(1, "L-x"), EventOn(2, "L-y"), EventOn(3, "L-a")});
+    {
+      auto txn = f.store.BeginWrite();
+      txn.connection().Exec(
+          "INSERT INTO outbox(id, event_id, aggregate_id, event_type, payload) VALUES (" +
+          std::to_string(foreign_id) + ", 'evt-foreign', 'L-a', 'LoanRenewed', '{}')");
+      txn.Commit();
+    }
+    INFO("foreign row id " << foreign_id);
+    PageRequest request;
+    request.now_ms = f.clock.EpochMs();
+    const std::int64_t before = f.store.pages_held_back_once();
+    CHECK(IdsOf(f.store.ReadPage(request)) == Ids{1, 2});
+    CHECK(f.store.pages_held_back_once() == before);  // found below the page: per row
+    // With rows 1-2 in flight and the cursor past them, the same look below them.
+    request.after_id = 2;
+    request.in_flight = {{1, "L-x"}, {2, "L-y"}};
+    CHECK(IdsOf(f.store.ReadPage(request)).empty());
+    CHECK(f.store.pages_held_back_once() == before);
   }
 }

@@ -1078,3 +1078,45 @@ TEST_CASE("PostgreSQL QueryPrepared prepares a statement once per connection and
   CHECK(other.QueryPrepared(sum, {pg::Param::Int(6)}, "sum").Int(0, 0) == 0);
   CHECK(other.QueryInt("SELECT count(*) FROM pg_prepared_statements", {}, "count") == 1);
 }
+
+TEST_CASE("PostgreSQL QueryPrepared prepares a statement again after a column it returns changed type or the session dropped it",
+          "[postgres]") {
+  Schema schema;
+  pg::Connection connection(schema.url());
+  connection.Exec("CREATE TABLE retyped_t (id BIGINT NOT NULL, v TEXT NOT NULL); "
+                  "INSERT INTO retyped_t VALUES (1, 'a')",
+                  "create a table");
+  const std::string read = "SELECT id, v FROM retyped_t WHERE id >= $1 ORDER BY id";
+  const auto prepared_count = [&connection] {
+    return connection.QueryInt("SELECT count(*) FROM pg_prepared_statements", {},
+                               "count the prepared statements");
+  };
+  CHECK(connection.QueryPrepared(read, {pg::Param::Int(0)}, "read").Text(0, 1) == "a");
+  // An operator's migration while a relay runs: the statement's result type changes. Before,
+  // every later call failed with 0A000 "cached plan must not change result type".
+  connection.Exec("ALTER TABLE retyped_t ALTER COLUMN v TYPE VARCHAR(20); "
+                  "INSERT INTO retyped_t VALUES (2, 'b')",
+                  "widen the column");
+  const pg::Result after = connection.QueryPrepared(read, {pg::Param::Int(0)}, "read");
+  REQUIRE(after.rows() == 2);
+  CHECK(after.Text(1, 1) == "b");
+  CHECK(prepared_count() == 1);
+  // Inside a transaction the statement is not run again (the transaction is aborted): it throws.
+  connection.Exec("ALTER TABLE retyped_t ALTER COLUMN v TYPE TEXT", "narrow the column back");
+  {
+    pg::Transaction txn(connection);
+    try {
+      connection.QueryPrepared(read, {pg::Param::Int(0)}, "read");
+      FAIL("the stale statement ran inside a transaction");
+    } catch (const pg::PgError& e) {
+      CHECK(e.sqlstate() == "0A000");
+    }
+  }
+  // Outside one, the next call prepares it again.
+  CHECK(connection.QueryPrepared(read, {pg::Param::Int(2)}, "read").Text(0, 1) == "b");
+  // A session whose statements were dropped (DEALLOCATE ALL, as a pooler's DISCARD ALL does).
+  connection.Exec("DEALLOCATE ALL", "drop the prepared statements");
+  CHECK(prepared_count() == 0);
+  CHECK(connection.QueryPrepared(read, {pg::Param::Int(1)}, "read").rows() == 2);
+  CHECK(prepared_count() == 1);
+}

@@ -100,7 +100,11 @@ class Connection {
   // run when it costs no more than the custom ones
   // (https://www.postgresql.org/docs/15/sql-prepare.html, plan_cache_mode). A table dropped and
   // created again (reset) is analysed again at the next run, by the server. Throws PgError, from
-  // the prepare too; a failed prepare is not remembered, so the next call prepares again. Not for
+  // the prepare too; a failed prepare is not remembered, so the next call prepares again. Outside
+  // a transaction, a statement the server refuses before running it because a column it returns
+  // changed type (SQLSTATE 0A000, ALTER TABLE ... ALTER COLUMN ... TYPE) or because the session
+  // no longer has it (26000, DEALLOCATE or DISCARD ALL) is prepared again and run once more;
+  // inside one, that error is thrown and the next call outside one prepares again. Not for
   // a pooler that hands one client several server sessions (PgBouncer's transaction mode before
   // 1.21 keeps no named statements).
   Result QueryPrepared(const std::string& sql, const std::vector<Param>& params,

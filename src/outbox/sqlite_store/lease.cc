@@ -111,34 +111,40 @@ constexpr std::size_t kMaxPageGaps = 8;
 
 // True when every unpublished row with id <= after_id is one of in_flight's: one index probe of
 // outbox_unpublished per gap between the runs of consecutive ids in flight (a leader's batches
-// are pages of consecutive ids, so with one batch in flight that is one probe). False past
-// kMaxPageGaps gaps.
+// are pages of consecutive ids, so with one batch in flight that is two probes: below it and
+// after it). False past kMaxPageGaps gaps. The first gap starts below every id, not at 0: a
+// row a foreign writer inserted with id 0 or a negative id is never read (pages start past 0)
+// but still holds its aggregate back under the per-row rule, so it must send ReadPage there.
 bool OnlyInFlightAtOrBelow(sqlite::Connection& connection, std::int64_t after_id,
                            const std::vector<InFlightRow>& in_flight) {
-  if (after_id <= 0) return true;
   std::vector<std::int64_t> ids;
   ids.reserve(in_flight.size());
   for (const InFlightRow& row : in_flight)
     if (row.id <= after_id) ids.push_back(row.id);
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  std::vector<std::pair<std::int64_t, std::int64_t>> gaps;  // (after, up to] of each gap
-  std::int64_t covered = 0;
+  std::vector<std::pair<std::int64_t, std::int64_t>> gaps;  // [from, to] of each gap
+  std::int64_t from = std::numeric_limits<std::int64_t>::min();  // the lowest id not covered
+  bool rest = true;  // false once the ids in flight reach the largest id
   for (std::size_t i = 0; i < ids.size();) {
     std::size_t j = i + 1;
     while (j < ids.size() && ids[j] == ids[j - 1] + 1) ++j;
-    if (ids[i] - 1 > covered) gaps.emplace_back(covered, ids[i] - 1);
-    covered = ids[j - 1];
+    if (ids[i] > from) gaps.emplace_back(from, ids[i] - 1);
+    if (ids[j - 1] == std::numeric_limits<std::int64_t>::max()) {
+      rest = false;
+      break;
+    }
+    from = ids[j - 1] + 1;
     i = j;
   }
-  if (covered < after_id) gaps.emplace_back(covered, after_id);
+  if (rest && from <= after_id) gaps.emplace_back(from, after_id);
   if (gaps.size() > kMaxPageGaps) return false;
   static const std::string sql =
-      "SELECT 1 FROM outbox WHERE published = 0 AND id > ?1 AND id <= ?2 LIMIT 1";
+      "SELECT 1 FROM outbox WHERE published = 0 AND id BETWEEN ?1 AND ?2 LIMIT 1";
   auto probe = connection.Reuse(sql);
-  for (const auto& [after, up_to] : gaps) {
+  for (const auto& [first, last] : gaps) {
     probe->Reset();
-    probe->Bind(1, after).Bind(2, up_to);
+    probe->Bind(1, first).Bind(2, last);
     if (probe->Step()) return false;
   }
   return true;
