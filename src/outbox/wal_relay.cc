@@ -203,6 +203,16 @@ WalOpenReport WalRelay::Open() {
                        slot_),
       "read the slot's confirmed LSN");
   report.wal_at_open = QueryLsn(sql, "SELECT pg_current_wal_lsn()::text", "read the WAL position");
+  // The walsender reads only flushed WAL, and pg_current_wal_lsn() may lie inside a record that
+  // no one flushes yet (another session's, idle in its transaction): CaughtUp would then wait
+  // for the server's next snapshot record, 15 s on an idle server. A commit flushes the WAL
+  // before it only when its transaction wrote WAL and synchronous_commit is on (an xid alone is
+  // an asynchronous commit: https://www.postgresql.org/docs/15/wal-async-commit.html), so the
+  // transaction writes one transactional logical message, which pgoutput does not send unless
+  // asked for messages (https://www.postgresql.org/docs/15/protocol-logical-replication.html).
+  sql.Exec("BEGIN; SET LOCAL synchronous_commit = on; "
+           "SELECT pg_logical_emit_message(true, 'outbox-relay', 'flush'); COMMIT",
+           "flush the WAL up to the position read");
   confirmed_ = report.confirmed;
   wal_at_open_ = report.wal_at_open;
 
@@ -481,8 +491,9 @@ bool WalRelay::CaughtUp() const {
   // A keepalive's wal_end is how far the walsender has read, and it sends every commit it read
   // before the keepalive. Only that proves a catch-up. Two idle keepalives with one wal_end do
   // not: a walsender stalled across two idle batches answers both questions at once, from where
-  // it stalled. pg_current_wal_lsn() at Open is the end of a record or lies inside one: the
-  // walsender reads past it once the server has flushed that record, which it does on its own.
+  // it stalled. pg_current_wal_lsn() at Open is the end of a record or lies inside one; Open
+  // then commits a transaction of its own, which flushes the WAL past it, so the walsender reads
+  // past it.
   return keepalive_end_ >= wal_at_open_ && confirmed_ >= wal_at_open_;
 }
 

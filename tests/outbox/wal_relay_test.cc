@@ -625,3 +625,58 @@ TEST_CASE("A WAL relay run until caught up does not stop early after its walsend
 }
 
 }  // namespace outbox
+
+namespace outbox {
+
+// Another session idle in its transaction with a record that crosses a WAL page: the server
+// writes the full page and no one flushes the rest of the record, so the walsender cannot read
+// past pg_current_wal_lsn() until the server's next snapshot record (15 s on an idle server;
+// relay --source wal --until-empty took 5.6 and 8.6 s on an otherwise idle server before Open
+// committed a transaction of its own that wrote WAL; with one that only took an xid, an
+// asynchronous commit, this check failed). On the shared test server other sessions' commits
+// may flush it anyway; on an idle one, without Open's commit, the flush stays short of it.
+TEST_CASE("A WAL relay's Open flushes the WAL past a record another session left unflushed", "[postgres][wal]") {
+  WalSchema schema;
+  PgStore store(schema.url());
+  {
+    FakePublisher publisher;
+    WalRelay creator(schema.url(), store, publisher, {});
+    // Creates the slot first: creating one waits for every transaction with an xid to end,
+    // the idle one below included.
+    creator.Open();
+  }
+  pg::Connection idle(schema.url());
+  idle.Exec("CREATE TABLE bulk(t text)", "create a table outside the publication");
+  idle.Exec("BEGIN", "begin the idle transaction");
+  idle.Exec("INSERT INTO bulk SELECT string_agg(md5(random()::text), '') FROM "
+            "generate_series(1, 3037)",
+            "insert a row of about 97 KB, more than one WAL page");
+  pg::Connection sql(schema.url());
+  const std::string inserted =
+      sql.Query("SELECT pg_current_wal_insert_lsn()::text", {}, "insert position").Text(0, 0);
+  FakePublisher publisher;
+  WalRelayOptions options;
+  options.wait_ms = 20;
+  WalRelay relay(schema.url(), store, publisher, options);
+  WalOpenReport open;
+  for (int i = 0; i < kPollTries; ++i) {  // the creator's walsender lets go of the slot first
+    try {
+      open = relay.Open();
+      break;
+    } catch (const WalRelayError& e) {
+      if (e.kind() != WalRelayError::Kind::kSlotActive) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  REQUIRE(open.walsender_pid > 0);
+  CHECK(sql.Query("SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn", {pg::Param::Text(inserted)},
+                  "flushed past the insert")
+            .Text(0, 0) == "t");
+  // The bound only ends a failing test.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!relay.CaughtUp() && std::chrono::steady_clock::now() < deadline) relay.RunBatch();
+  CHECK(relay.CaughtUp());
+  idle.Exec("ROLLBACK", "end the idle transaction");
+}
+
+}  // namespace outbox
