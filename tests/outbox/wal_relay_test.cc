@@ -82,6 +82,26 @@ std::int64_t RunUntil(WalRelay& relay, std::int64_t n) {
 
 std::vector<std::string> Keys(const FakePublisher& publisher) { return publisher.SentKeys(); }
 
+// Creates the schema's slot and publication with a relay that opens once and closes.
+void CreateSlot(const WalSchema& schema, PgStore& store) {
+  FakePublisher publisher;
+  WalRelay creator(schema.url(), store, publisher, {});
+  creator.Open();
+}
+
+// relay.Open(), retried while the slot is still active for a walsender that is going away (the
+// previous relay's, closed a moment ago).
+WalOpenReport OpenOnceFree(WalRelay& relay) {
+  for (int i = 0;; ++i) {
+    try {
+      return relay.Open();
+    } catch (const WalRelayError& e) {
+      if (e.kind() != WalRelayError::Kind::kSlotActive || i + 1 >= kPollTries) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("The WAL relay publishes committed outbox inserts in commit order with the polling relay's record fields", "[postgres][wal]") {
@@ -570,11 +590,7 @@ namespace outbox {
 TEST_CASE("A WAL relay run until caught up does not stop early after its walsender stalls", "[postgres][wal]") {
   WalSchema schema;
   PgStore store(schema.url());
-  {
-    FakePublisher publisher;
-    WalRelay creator(schema.url(), store, publisher, {});
-    creator.Open();  // creates the slot: what follows is in its stream
-  }
+  CreateSlot(schema, store);  // what follows is in its stream
   pg::Connection sql(schema.url());
   // 300,000 rows of a table outside the publication before the outbox rows: the walsender reads
   // their WAL for a while, so it is still reading it when it is stopped below.
@@ -587,16 +603,7 @@ TEST_CASE("A WAL relay run until caught up does not stop early after its walsend
   WalRelayOptions options;
   options.wait_ms = 20;
   WalRelay relay(schema.url(), store, publisher, options);
-  WalOpenReport open;
-  for (int i = 0; i < kPollTries; ++i) {  // the creator's walsender lets go of the slot first
-    try {
-      open = relay.Open();
-      break;
-    } catch (const WalRelayError& e) {
-      if (e.kind() != WalRelayError::Kind::kSlotActive) throw;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
+  const WalOpenReport open = OpenOnceFree(relay);
   REQUIRE(open.walsender_pid > 0);
   {
     // The test runs as root or as the server's user (scripts/postgres.sh): it may signal it.
@@ -638,13 +645,9 @@ namespace outbox {
 TEST_CASE("A WAL relay's Open flushes the WAL past a record another session left unflushed", "[postgres][wal]") {
   WalSchema schema;
   PgStore store(schema.url());
-  {
-    FakePublisher publisher;
-    WalRelay creator(schema.url(), store, publisher, {});
-    // Creates the slot first: creating one waits for every transaction with an xid to end,
-    // the idle one below included.
-    creator.Open();
-  }
+  // The slot first: creating one waits for every transaction with an xid to end, the idle one
+  // below included.
+  CreateSlot(schema, store);
   pg::Connection idle(schema.url());
   idle.Exec("CREATE TABLE bulk(t text)", "create a table outside the publication");
   idle.Exec("BEGIN", "begin the idle transaction");
@@ -658,16 +661,7 @@ TEST_CASE("A WAL relay's Open flushes the WAL past a record another session left
   WalRelayOptions options;
   options.wait_ms = 20;
   WalRelay relay(schema.url(), store, publisher, options);
-  WalOpenReport open;
-  for (int i = 0; i < kPollTries; ++i) {  // the creator's walsender lets go of the slot first
-    try {
-      open = relay.Open();
-      break;
-    } catch (const WalRelayError& e) {
-      if (e.kind() != WalRelayError::Kind::kSlotActive) throw;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
+  const WalOpenReport open = OpenOnceFree(relay);
   REQUIRE(open.walsender_pid > 0);
   CHECK(sql.Query("SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn", {pg::Param::Text(inserted)},
                   "flushed past the insert")
