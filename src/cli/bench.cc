@@ -25,6 +25,7 @@ struct BenchCliOptions {
   std::int64_t chapter_events = 2000;
   std::int64_t events = 200000;
   std::int64_t batch_size = 1000;
+  std::int64_t workload_events = 20000;
   std::int64_t write_txns = 20000;
   std::int64_t write_rounds = 3;
   std::int64_t history_rows = 1000000;
@@ -302,6 +303,7 @@ void PrintJson(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
       {"chapter_events", o.chapter_events},
       {"events", o.events},
       {"batch_size", o.batch_size},
+      {"workload_events", o.workload_events},
       {"write_txns", o.write_txns},
       {"write_rounds", o.write_rounds},
       {"history_rows", o.history_rows},
@@ -461,6 +463,11 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
   auto* events = sub->add_option("--events", o->events, "Rows `relay` and raw produce send")
                      ->check(PositiveInteger())->capture_default_str();
   sub->add_option("--batch-size", o->batch_size, "Rows per relay batch")->check(PositiveInteger())->capture_default_str();
+  auto* workload = sub->add_option("--workload-events", o->workload_events,
+                                   "Rows of each workload (own, 50, zipf) the in-process relay per "
+                                   "workload drains (under block-key a skewed workload's drain time "
+                                   "grows with the square of its backlog)")
+                       ->check(PositiveInteger())->capture_default_str();
   auto* write = sub->add_option("--write-txns", o->write_txns,
                                 "Transactions per write-path round")->check(PositiveInteger())->capture_default_str();
   sub->add_option("--write-rounds", o->write_rounds,
@@ -501,8 +508,8 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--work-dir", o->work_dir,
                   "Parent of the temporary directory for the databases (default TMPDIR or /tmp); "
                   "put it on the disk to measure");
-  return {sub, [&global, o, chapter, events, write, history, polls, rss, drain, latency,
-                idle]() -> ExitCode {
+  return {sub, [&global, o, chapter, events, workload, write, history, polls, rss, drain,
+                latency, idle]() -> ExitCode {
             const auto scaled = [&o](const CLI::Option* option, std::int64_t value) {
               return o->quick && option->count() == 0 ? std::max<std::int64_t>(1, value / kQuickDivisor)
                                                       : value;
@@ -521,6 +528,7 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
             options.chapter_events = scaled(chapter, o->chapter_events);
             options.events = scaled(events, o->events);
             options.batch_size = o->batch_size;
+            options.workload_events = scaled(workload, o->workload_events);
             options.write_txns = scaled(write, o->write_txns);
             options.write_rounds = o->write_rounds;
             options.history_rows = scaled(history, o->history_rows);

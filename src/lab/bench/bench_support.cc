@@ -111,4 +111,19 @@ double MeasureFsyncUs(const TempDir& dir) {
   return Median(samples);
 }
 
+std::int64_t RunPipelinedSlice(Relay& relay, std::int64_t batch_size, std::int64_t marked,
+                               std::int64_t until) {
+  const auto depth = static_cast<std::size_t>(LoopOptions{}.pipeline_depth);
+  for (;;) {
+    // As RunRelayLoop: after each settle, try again (a settle may make rows of an aggregate in
+    // flight sendable under block-key).
+    while (relay.InFlight() < depth &&
+           marked + static_cast<std::int64_t>(relay.InFlight()) * batch_size < until &&
+           relay.StartBatch()) {
+    }
+    if (relay.InFlight() == 0) return marked;
+    marked += relay.FinishBatch().settle.marked;
+  }
+}
+
 }  // namespace outbox::lab::bench

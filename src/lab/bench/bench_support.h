@@ -89,6 +89,15 @@ struct RelayFigures {
   // without a raw lane.
   std::vector<double> chapter_rates, relay_rates, raw_rates;
 };
+// bench_support.cc: runs the relay as `relay` does (RunRelayLoop's pipeline: up to
+// LoopOptions::pipeline_depth batches in flight, StartBatch / FinishBatch) until marked, the rows
+// marked so far, reaches until (rows): it starts no batch once the batches in flight, each of at
+// most batch_size rows, may reach it, and returns when none is in flight and nothing is
+// sendable. Returns the rows marked, the given marked included. Throws what StartBatch and
+// FinishBatch throw. The in-process relay figures run it in the mode `relay` takes by default
+// (leader on SQLite, claims on PostgreSQL), so they measure the relay as shipped.
+std::int64_t RunPipelinedSlice(Relay& relay, std::int64_t batch_size, std::int64_t marked,
+                               std::int64_t until);
 // One slice of raw produce: the events and seconds it added (RunInterleaved's third lane).
 using RawSlice = std::function<ThroughputFigure(int slice)>;
 // throughput_figure.cc: the chapter's relay (RunPerRowRelay on chapter_store), relay and, when

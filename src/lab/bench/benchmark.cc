@@ -69,6 +69,7 @@ void RequirePositive(const char* name, std::int64_t value) {
 void ValidateBenchmarkOptions(const BenchmarkOptions& options) {
   RequirePositive("chapter events", options.chapter_events);
   RequirePositive("events", options.events);
+  RequirePositive("workload events", options.workload_events);
   RequirePositive("batch size", options.batch_size);
   RequirePositive("write transactions", options.write_txns);
   RequirePositive("write rounds", options.write_rounds);
@@ -135,7 +136,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
     WarmUp(publisher);
     for (const Workload workload :
          {Workload::kOwnAggregate, Workload::kFiftyAggregates, Workload::kZipf}) {
-      progress(fmt::format("relay: {} events, batches of {}, workload {}", options.events,
+      progress(fmt::format("relay: {} events, batches of {}, workload {}", options.workload_events,
                            options.batch_size, WorkloadName(workload)));
       result.relay_by_workload.push_back(MeasureRelayOnWorkload(
           options, dir.File("relay-" + WorkloadName(workload) + ".db"), publisher, workload));

@@ -67,16 +67,12 @@ Round DrainOnce(const BenchmarkOptions& options, const TempDir& dir, const std::
   RelayOptions relay_options;
   relay_options.batch_size = options.batch_size;
   relay_options.owner = fmt::format("bench-{}-{}", getpid(), codec);
+  relay_options.coordination = Coordination::kLeader;  // the default on SQLite, as `relay` runs
   Relay relay(*store, publisher, relay_options);
 
   const std::int64_t before = SettledTxBytes(publisher, tx, codec);
-  std::int64_t marked = 0;
   const auto start = SteadyClock::now();
-  while (marked < options.drain_events) {
-    const BatchReport batch = relay.RunBatch();
-    if (batch.claimed == 0) break;
-    marked += batch.settle.marked;
-  }
+  const std::int64_t marked = RunPipelinedSlice(relay, options.batch_size, 0, options.drain_events);
   const double seconds = SecondsSince(start);
   const std::string name = "relay, compression " + codec;
   RequireAllDelivered(name.c_str(), options.drain_events, marked);

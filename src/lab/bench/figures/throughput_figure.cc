@@ -128,11 +128,7 @@ RelayFigures RunInterleaved(const BenchmarkOptions& options, OutboxStore& chapte
       const std::int64_t until = SliceEnd(options.events, slice);
       const std::int64_t before = figures.relay.events;
       const auto start = SteadyClock::now();
-      while (figures.relay.events < until) {
-        const BatchReport batch = relay.RunBatch();
-        if (batch.claimed == 0) break;
-        figures.relay.events += batch.settle.marked;
-      }
+      figures.relay.events = RunPipelinedSlice(relay, options.batch_size, before, until);
       const double seconds = SecondsSince(start);
       figures.relay.seconds += seconds;
       figures.relay_rates.push_back(Rate(figures.relay.events - before, seconds));
@@ -177,6 +173,7 @@ RelayFigures MeasureRelays(const BenchmarkOptions& options, const TempDir& dir,
   RelayOptions relay_options;
   relay_options.batch_size = options.batch_size;
   relay_options.owner = fmt::format("bench-{}", getpid());
+  relay_options.coordination = Coordination::kLeader;  // the default on SQLite, as `relay` runs
   Relay relay(*relay_store, relay_publisher, relay_options);
 
   RawProducer raw(options, brokers, topic);
@@ -201,7 +198,7 @@ WorkloadThroughputFigure MeasureRelayOnWorkload(const BenchmarkOptions& options,
   auto store = FreshDatabase(db, options.store);
   std::set<std::int64_t> loans;
   store->BulkLoad(
-      options.events,
+      options.workload_events,
       [workload, &loans, now = store->clock().EpochMs()](std::int64_t i) {
         const std::int64_t loan = LoanNumberFor(workload, i + 1);
         loans.insert(loan);
@@ -220,14 +217,10 @@ WorkloadThroughputFigure MeasureRelayOnWorkload(const BenchmarkOptions& options,
   figure.workload = WorkloadName(workload);
   figure.aggregates = static_cast<std::int64_t>(loans.size());
   const auto start = SteadyClock::now();
-  while (figure.relay.events < options.events) {
-    const BatchReport batch = relay.RunBatch();
-    if (batch.claimed == 0) break;
-    figure.relay.events += batch.settle.marked;
-  }
+  figure.relay.events = RunPipelinedSlice(relay, options.batch_size, 0, options.workload_events);
   figure.relay.seconds = SecondsSince(start);
   const std::string name = "relay, workload " + figure.workload;
-  RequireAllDelivered(name.c_str(), options.events, figure.relay.events);
+  RequireAllDelivered(name.c_str(), options.workload_events, figure.relay.events);
   if (store->PendingCount() != 0)
     throw KafkaError(fmt::format("{}: {} rows still pending in '{}'", name, store->PendingCount(), db),
                      RD_KAFKA_RESP_ERR__MSG_TIMED_OUT);

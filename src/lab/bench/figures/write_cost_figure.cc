@@ -132,14 +132,11 @@ CheckpointFigure MeasureCheckpoint(const BenchmarkOptions& options, const TempDi
       relay_options.batch_size = options.batch_size;
       relay_options.owner = fmt::format("bench-{}", getpid());
       relay_options.checkpoint_after_settle = variant == 0;
+      relay_options.coordination = Coordination::kLeader;  // the default on SQLite
       Relay relay(store, publisher, relay_options);
-      std::int64_t marked = 0;
       const auto start = SteadyClock::now();
-      for (;;) {
-        const BatchReport batch = relay.RunBatch();
-        if (batch.claimed == 0) break;
-        marked += batch.settle.marked;
-      }
+      const std::int64_t marked =
+          RunPipelinedSlice(relay, options.batch_size, 0, options.drain_events);
       seconds[variant].push_back(SecondsSince(start));
       RequireAllDelivered("checkpoint figure", options.drain_events, marked);
       wal_bytes[variant] = store.WalSizeBytes();
