@@ -82,24 +82,24 @@ TEST_CASE("The bench relay drains a backlog of each workload with its own spread
           "[lab][bench]") {
   outbox::testing::TempDir dir;
   outbox::lab::BenchmarkOptions options;
-  options.events = 3000;
+  options.workload_events = 3000;
   options.batch_size = 500;
   for (const Workload w : {Workload::kOwnAggregate, Workload::kFiftyAggregates, Workload::kZipf}) {
     std::set<std::int64_t> expected_loans;
-    for (std::int64_t i = 1; i <= options.events; ++i) expected_loans.insert(LoanNumberFor(w, i));
+    for (std::int64_t i = 1; i <= options.workload_events; ++i) expected_loans.insert(LoanNumberFor(w, i));
     outbox::testing::FakePublisher publisher;
     const auto figure = outbox::lab::bench::MeasureRelayOnWorkload(
         options, dir.File("relay-" + outbox::lab::WorkloadName(w) + ".db"), publisher, w);
 
     CHECK(figure.workload == outbox::lab::WorkloadName(w));
-    CHECK(figure.relay.events == options.events);
+    CHECK(figure.relay.events == options.workload_events);
     CHECK(figure.relay.seconds > 0);
-    CHECK(figure.relay.events_per_s == Approx(options.events / figure.relay.seconds));
+    CHECK(figure.relay.events_per_s == Approx(options.workload_events / figure.relay.seconds));
     CHECK(figure.aggregates == static_cast<std::int64_t>(expected_loans.size()));
     if (w == Workload::kFiftyAggregates) CHECK(figure.aggregates == 50);
-    if (w == Workload::kOwnAggregate) CHECK(figure.aggregates == options.events);
+    if (w == Workload::kOwnAggregate) CHECK(figure.aggregates == options.workload_events);
     const std::vector<std::string> keys = publisher.SentKeys();
-    CHECK(keys.size() == static_cast<std::size_t>(options.events));
+    CHECK(keys.size() == static_cast<std::size_t>(options.workload_events));
     // The relay keys by event id (its default): every event sent exactly once.
     CHECK(std::set<std::string>(keys.begin(), keys.end()).size() == keys.size());
   }
