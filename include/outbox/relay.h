@@ -31,13 +31,16 @@
 // through on_outage, and clears it with the first batch delivered again. A failure to write the
 // record is ignored: the record is advice, written again at the next try.
 //
-// Not thread-safe; run one Relay per thread or process.
+// Not thread-safe; run one Relay per thread or process. With RelayOptions::settle_store, its
+// settles run on a worker thread of its own (see FinishBatch); callbacks and the relay's
+// failpoints stay on the calling thread.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -199,6 +202,15 @@ struct RelayOptions {
   std::function<void(std::int64_t token, const std::vector<std::int64_t>& found,
                      const std::vector<std::int64_t>& marked)>
       on_recovered;
+  // Leader mode without committed_ids (issue 25): a second connection to the same outbox
+  // (OpenStore with the same db and options), on which each batch's settle runs in a worker
+  // thread while this relay reads and produces the next batch on its own store. The mark's CPU,
+  // its fsync and, on PostgreSQL, its server backend then overlap the next read; one mark at a
+  // time still (SQLite: one writer at a time, as ever). Not owned; must outlive the Relay; only
+  // one thread uses it at a time (the worker while a settle runs, else FinishBatch). Null (and
+  // in claims mode, or with committed_ids: exactly-once settles one batch at a time): each
+  // settle runs inline on the main store, as before. See Relay::FinishBatch.
+  OutboxStore* settle_store = nullptr;
 };
 
 // Why a relay with unpublished rows has nothing to claim: other owners'
@@ -308,12 +320,32 @@ class Relay {
   // aggregates is not claimable until they are settled, so order holds across
   // the pipeline. Both throw DbError (FinishBatch: its batch is then dropped
   // unsettled and re-sent after its lease); delivery failures are recorded.
+  //
+  // With RelayOptions::settle_store (leader mode), FinishBatch hands the oldest batch's settle to
+  // a worker thread on that store and returns the report of the batch settled before it: it
+  // waits for the oldest batch's reports, fires relay.after_ack_before_mark, waits for the
+  // previous batch's settle to end and finishes it here (lease, on_settle, "mark",
+  // relay.after_mark, checkpoint, outage), then starts this batch's settle ("marking") and
+  // returns the previous one's report; the caller then reads and produces the next batch while
+  // this one is marked. When no settle was running, it does the same with the next batch in
+  // flight (so each call returns one settled batch), or, with none, settles this one before it
+  // returns. With nothing in flight but a settle running, it collects that settle. A batch
+  // being settled counts in InFlight, and its rows stay in flight (never read again, and under
+  // block-key no later row of their aggregates is sent) until its settle ended and was
+  // collected. The settle's error (DbError, pg::PgError) is thrown by the FinishBatch that
+  // collects it: that batch is dropped unsettled, and the batch this call took the reports of
+  // is settled by the next call (on this thread) instead.
   bool StartBatch();
   BatchReport FinishBatch();
-  // Batches started and not yet finished.
-  std::size_t InFlight() const noexcept { return in_flight_.size(); }
+  // Batches started and not yet finished: in flight, or settling on the settle store.
+  std::size_t InFlight() const noexcept { return in_flight_.size() + (settling_ ? 1 : 0); }
   // The store it claims from (to reconnect it, say).
   OutboxStore& store() noexcept { return store_; }
+  // RelayOptions::settle_store, or null (to reconnect it, say: after WaitForSettle).
+  OutboxStore* settle_store() noexcept { return options_.settle_store; }
+  // Blocks until the settle running on the settle store's worker, if any, has ended, without
+  // collecting it (the next FinishBatch does), so the store may be reconnected. Never throws.
+  void WaitForSettle() noexcept;
 
  private:
   std::int64_t Now() const;
@@ -335,6 +367,42 @@ class Relay {
   // A batch was delivered: end the outage, if any, and clear its record.
   void OutageOver();
   void RecoverCommitted();       // options_.committed_ids, once per term
+
+  // A batch whose delivery reports are in, on its way to its settle (FinishBatch's halves).
+  struct AckedBatch {
+    Claim claim;
+    std::vector<std::int64_t> acked;
+    std::vector<FailedDelivery> failed;  // to retry or park (rejected rows included)
+    BatchReport report;                  // without settle
+    std::string producer_fatal;          // the fatal error, when the producer had one
+    std::int64_t left_unsettled = 0;     // rows the fatal producer failed
+    std::string outage_cause;            // the last outage error of the batch, when it had one
+  };
+  // What a settle returned, and the time it ran at (epoch ms).
+  struct SettleOutcome {
+    SettleReport settle;
+    std::int64_t now_ms = 0;
+  };
+  bool overlap_mark() const noexcept {
+    return options_.settle_store != nullptr && leader_mode() && !options_.committed_ids;
+  }
+  // Pops the oldest batch in flight, waits for its reports, fires relay.after_ack_before_mark.
+  AckedBatch TakeAcked();
+  // The settle, retried on SQLITE_BUSY until the lease runs out. Touches no member: it runs on
+  // the worker thread.
+  static SettleOutcome Settle(OutboxStore& store, Clock& clock, const SettlePolicy& policy,
+                              std::int64_t lease_ms, bool leader, std::int64_t token,
+                              const std::vector<std::int64_t>& acked,
+                              const std::vector<FailedDelivery>& failed);
+  // What follows a settle on the main thread: lease, on_settle, "mark", relay.after_mark,
+  // checkpoint, outage; throws KafkaError when the producer had a fatal error.
+  BatchReport AfterSettle(AckedBatch batch, const SettleOutcome& outcome);
+  // Starts batch's settle on the settle store: on the worker (on_worker), or deferred to the
+  // thread that collects it.
+  void HandOff(AckedBatch batch, bool on_worker);
+  // Waits for the settle handed off, takes its rows out of flight and finishes it (AfterSettle);
+  // throws what the settle threw.
+  BatchReport CollectSettle();
 
   OutboxStore& store_;
   Publisher& publisher_;
@@ -360,6 +428,13 @@ class Relay {
   std::int64_t outage_tries_ = 0;
   bool outage_recorded_ = true;
   std::int64_t recovered_token_ = 0;  // the term whose committed ids were recovered
+  // The batch whose settle runs on options_.settle_store (overlap_mark). Last member: destroyed
+  // first, and a std::async future's destructor waits for its worker.
+  struct Settling {
+    AckedBatch batch;
+    std::future<SettleOutcome> outcome;
+  };
+  std::optional<Settling> settling_;
 };
 
 // Waits while the relay is idle. Implementations: ChangeWatcher (inotify),
@@ -450,7 +525,8 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter,
 
 // RunRelayLoop that outlives a database server's crash or restart: when the
 // loop throws an error for which relay.store().ConnectionLost() is true (never
-// on SQLite), it waits and calls OutboxStore::Reconnect until the server
+// on SQLite), it waits and calls OutboxStore::Reconnect (on relay.settle_store() too, after
+// Relay::WaitForSettle, when there is one) until the server
 // answers (waits of 100 ms doubling to options.idle_max_ms, each announced
 // through on_connection_lost), then runs the loop again, in every mode. The
 // batch whose database call failed is dropped unsettled: its rows are claimed

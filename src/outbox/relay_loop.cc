@@ -175,6 +175,12 @@ LoopReport RunRelayLoopReconnecting(Relay& relay, IdleWaiter& waiter, const Loop
       stop_attempted = stopping;
       try {
         store.Reconnect();
+        // The settle connection too (RelayOptions::settle_store), once its worker is done with
+        // it: the settle running there (or its error) is collected by the next run.
+        if (OutboxStore* settle_store = relay.settle_store()) {
+          relay.WaitForSettle();
+          settle_store->Reconnect();
+        }
         ++total.reconnects;
         reconnected = true;
         break;
