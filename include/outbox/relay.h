@@ -321,22 +321,24 @@ class Relay {
   // the pipeline. Both throw DbError (FinishBatch: its batch is then dropped
   // unsettled and re-sent after its lease); delivery failures are recorded.
   //
-  // With RelayOptions::settle_store (leader mode), FinishBatch hands the oldest batch's settle to
-  // a worker thread on that store and returns the report of the batch settled before it: it
-  // waits for the oldest batch's reports, fires relay.after_ack_before_mark, waits for the
-  // previous batch's settle to end and finishes it here (lease, on_settle, "mark",
-  // relay.after_mark, checkpoint, outage), then starts this batch's settle ("marking") and
-  // returns the previous one's report; the caller then reads and produces the next batch while
-  // this one is marked. When no settle was running, it does the same with the next batch in
-  // flight (so each call returns one settled batch), or, with none, settles this one before it
-  // returns. With nothing in flight but a settle running, it collects that settle. A batch
-  // being settled counts in InFlight, and its rows stay in flight (never read again, and under
+  // With RelayOptions::settle_store (leader mode), a batch's settle can run on a worker thread
+  // on that store while the caller reads and produces the next batch: StartSettle waits for
+  // the oldest batch's reports and hands its settle to the worker; the next FinishBatch waits
+  // for that settle and finishes it on the calling thread (lease, on_settle, "mark",
+  // relay.after_mark, checkpoint, outage) and returns its report, or throws its error (DbError,
+  // pg::PgError: the batch is dropped unsettled). FinishBatch with no settle running settles the
+  // oldest batch in flight as without a settle store (on the settle store). A batch being
+  // settled counts in InFlight, and its rows stay in flight (never read again, and under
   // block-key no later row of their aggregates is sent) until its settle ended and was
-  // collected. The settle's error (DbError, pg::PgError) is thrown by the FinishBatch that
-  // collects it: that batch is dropped unsettled, and the batch this call took the reports of
-  // is settled by the next call (on this thread) instead.
+  // collected by FinishBatch: a page read meanwhile may come from a snapshot before its commit.
   bool StartBatch();
   BatchReport FinishBatch();
+  // Settle store only: when no settle is running and a batch is in flight, waits for the oldest
+  // batch's reports (Publisher::AwaitOldest; relay.after_ack_before_mark) and starts its settle
+  // ("marking") on the worker, for the next FinishBatch to collect; returns true. Otherwise
+  // does nothing and returns false. Throws what AwaitOldest and the failpoint throw (the batch
+  // is then dropped unsettled, as by FinishBatch).
+  bool StartSettle();
   // Batches started and not yet finished: in flight, or settling on the settle store.
   std::size_t InFlight() const noexcept { return in_flight_.size() + (settling_ ? 1 : 0); }
   // The store it claims from (to reconnect it, say).

@@ -425,27 +425,18 @@ BatchReport Relay::FinishBatch() {
                batch.claim.token, batch.acked, batch.failed);
     return AfterSettle(std::move(batch), outcome);
   }
-  if (in_flight_.empty()) {
-    if (!settling_) throw std::logic_error("Relay::FinishBatch: no batch in flight");
-    return CollectSettle();
+  // The settle StartSettle handed to the worker, if any; else the oldest batch's, here.
+  if (!settling_) {
+    if (in_flight_.empty()) throw std::logic_error("Relay::FinishBatch: no batch in flight");
+    HandOff(TakeAcked(), /*on_worker=*/false);
   }
-  AckedBatch batch = TakeAcked();  // while the previous batch's settle runs
-  std::optional<BatchReport> previous;
-  std::exception_ptr error;
-  if (settling_) {
-    try {
-      previous = CollectSettle();
-    } catch (...) {
-      error = std::current_exception();
-    }
-  }
-  // On the worker when the caller goes on meanwhile (it reads and produces the next batch, or
-  // this call awaits the next batch in flight); otherwise, after an error or with nothing else
-  // to do, the settle runs on this thread when collected.
-  HandOff(std::move(batch), !error && (previous || !in_flight_.empty()));
-  if (error) std::rethrow_exception(error);
-  if (previous) return std::move(*previous);
-  return FinishBatch();  // no settle was running: take the next batch's reports, or collect
+  return CollectSettle();
+}
+
+bool Relay::StartSettle() {
+  if (!overlap_mark() || settling_ || in_flight_.empty()) return false;
+  HandOff(TakeAcked(), /*on_worker=*/true);
+  return true;
 }
 
 void Relay::HandOff(AckedBatch batch, bool on_worker) {

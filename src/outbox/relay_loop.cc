@@ -90,6 +90,10 @@ void RunRelayLoopInto(Relay& relay, IdleWaiter& waiter, const LoopOptions& optio
       loop.parked += batch.settle.parked;
       loop.fenced += batch.settle.fenced;
       if (on_batch) on_batch(batch);
+      // With a settle store, the next batch's settle runs while the next batch is read and
+      // produced (after this batch's report, so a batch's acks still follow the earlier
+      // batches' reports).
+      relay.StartSettle();
       reported_wait = {};
       idle_ms = options.idle_min_ms;
       continue;

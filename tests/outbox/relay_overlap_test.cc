@@ -185,8 +185,8 @@ TEST_CASE("A leader with a settle store marks batch N on it while it reads and p
   const Ids ids = EnqueueAll(f.store, events);
   REQUIRE(ids.front() == 1);
   REQUIRE(ids.back() == 16);
-  // Every settle after the first (which overlaps the second batch's acks, not a read) waits for
-  // a page read on the relay's store.
+  // Every settle after the first (which runs on this thread: nothing was settling) waits for a
+  // page read on the relay's store.
   f.settle_store.wait_from = 2;
 
   PipelineFakePublisher publisher;
@@ -222,7 +222,9 @@ TEST_CASE("A leader with a settle store marks batch N on it while it reads and p
   CHECK(f.settle_store.settles == 8);
   CHECK(f.settle_store.timeouts == 0);
   CHECK(f.settle_store.overlapped == 7);  // settles 2..8 each saw a page read before they wrote
-  for (std::thread::id thread : f.settle_store.threads) CHECK(thread != std::this_thread::get_id());
+  CHECK(f.settle_store.threads.at(0) == std::this_thread::get_id());
+  for (std::size_t i = 1; i < f.settle_store.threads.size(); ++i)
+    CHECK(f.settle_store.threads[i] != std::this_thread::get_id());
   CHECK(f.leases == std::vector<std::string>{"acquired 1"});
 }
 
@@ -245,8 +247,10 @@ TEST_CASE("A leader's settle fenced out on the settle store makes it lose the le
 
   REQUIRE(relay.StartBatch());  // rows 1, 2
   REQUIRE(relay.StartBatch());  // rows 3, 4
-  const outbox::BatchReport first = relay.FinishBatch();  // settles 1, 2; hands 3, 4 off
+  const outbox::BatchReport first = relay.FinishBatch();  // settles 1, 2 here
   CHECK(first.settle.marked_ids == Ids{1, 2});
+  REQUIRE(relay.StartSettle());  // 3, 4 on the worker
+  CHECK_FALSE(relay.StartSettle());  // one settle at a time
   CHECK(relay.InFlight() == 1);  // rows 3, 4 being settled
   CHECK(relay.LeaseToken() == 1);  // not known yet: the settle has not been collected
 
@@ -265,8 +269,7 @@ TEST_CASE("A leader's settle fenced out on the settle store makes it lose the le
 }
 
 TEST_CASE("An error in a settle on the settle store is thrown by the FinishBatch that collects "
-          "it; the batch taken meanwhile is settled by the next call and the failed one is sent "
-          "again",
+          "it; the batch in flight is settled by the next call and the failed one is sent again",
           "[relay][leader][pipeline][overlap]") {
   OverlapFixture f;
   std::vector<outbox::OutboxEvent> events;
@@ -286,22 +289,23 @@ TEST_CASE("An error in a settle on the settle store is thrown by the FinishBatch
 
   REQUIRE(relay.StartBatch());                          // 1, 2
   REQUIRE(relay.StartBatch());                          // 3, 4
-  CHECK(relay.FinishBatch().settle.marked_ids == Ids{1, 2});  // 3, 4 handed off: their settle fails
+  CHECK(relay.FinishBatch().settle.marked_ids == Ids{1, 2});
+  REQUIRE(relay.StartSettle());  // 3, 4 on the worker: their settle fails
   REQUIRE(relay.StartBatch());                          // 5, 6: 3, 4 are still in flight
   CHECK(sends == std::vector<Ids>{{1, 2}, {3, 4}, {5, 6}});
 
   try {
-    relay.FinishBatch();  // takes 5, 6's acks, collects 3, 4's settle
+    relay.FinishBatch();  // collects 3, 4's settle
     FAIL("the settle's error was not thrown");
   } catch (const DbError& e) {
     CHECK(e.primary_code() == SQLITE_IOERR);
     CHECK(std::string(e.what()) == "settle batch: disk I/O error");
   }
-  CHECK(relay.InFlight() == 1);  // 5, 6: acked, their settle not run yet
+  CHECK(relay.InFlight() == 1);  // 5, 6: in flight, untouched
   CHECK_FALSE(IsPublished(f.checker, 3));
   CHECK_FALSE(IsPublished(f.checker, 5));
 
-  const outbox::BatchReport third = relay.FinishBatch();  // settles 5, 6 on this thread
+  const outbox::BatchReport third = relay.FinishBatch();  // nothing settling: 5, 6 here
   CHECK(third.settle.marked_ids == Ids{5, 6});
   CHECK(f.settle_store.threads.at(2) == std::this_thread::get_id());
   CHECK(relay.InFlight() == 0);
