@@ -5,11 +5,9 @@
 #          relay.after_ack_before_mark=1*off->1*pause->off; released by SIGUSR1 after the
 #          SIGTERM), so the signal lands in exactly that acked-but-unmarked window, the one
 #          kill -9 turns into duplicates.
-# Expects: the relay finishes the batches in flight (batch 2: its mark runs on a second
-#          connection while the next batch is read, and that mark is the pipeline's second slot,
-#          so batch 3 is not read before batch 2's acks; with --no-overlap-mark batch 3 would be
-#          in flight too and batches=3), marks what was acked and
-#          exits 0 with a last line `[relay] stopped on signal: batches=2 ...`, leaving part of the backlog pending; nothing
+# Expects: the relay finishes the batches in flight (batch 2, and batch 3, which its pipeline of
+#          depth 2 had claimed and produced before settling batch 2), marks what was acked and
+#          exits 0 with a last line `[relay] stopped on signal: batches=3 ...`, leaving part of the backlog pending; nothing
 #          stays claimed (status claimed=0); every marked row is in Kafka (lost-after-mark 0) and
 #          every record in Kafka belongs to a marked row, exactly once: records = distinct ids =
 #          published = the relay's marked count. A second `relay --until-empty` drains the rest:
@@ -49,10 +47,10 @@ acked=$(relay_final "$relay_log" acked)
 pending=$(relay_final "$relay_log" pending)
 batches=$(relay_final "$relay_log" batches)
 echo "stopped relay: batches=${batches:-?} acked=${acked:-?} marked=${marked:-?} pending=${pending:-?}"
-# The signal came while batch 2 stood acked and unmarked. Its mark overlaps the read of the next
-# batch (relay --no-overlap-mark: batch 3 would already be in flight, read before batch 2's acks),
-# so batch 3 was not started: batch 2 is finished and counted, and no new batch starts.
-expect_eq 2 "${batches:-?}" "batches of the relay stopped during batch 2 (depth 2: batch 2 and its mark fill the pipeline)"
+# The signal came while batch 2 stood acked and unmarked, with batch 3 already in flight (the
+# pipeline claims and produces the next batch before it settles this one): both are finished and
+# counted, and no batch 4 starts.
+expect_eq 3 "${batches:-?}" "batches of the relay stopped during batch 2 (depth-2 pipeline: batch 3 in flight)"
 expect_eq "${batches:-0}" "$(json_lines "$relay_log" | jq -c 'select(.report == "batch" and .claimed == 1000 and .acked == 1000 and .failed == 0 and .marked == 1000)' | grep -c .)" "full batches acked and marked"
 expect_eq "${acked:-?}" "${marked:-?}" "rows marked vs rows acked by the stopped relay"
 [ "${pending:-0}" -gt 0 ] ||

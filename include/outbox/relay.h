@@ -513,7 +513,9 @@ struct LoopReport {
   std::string server_unreachable;
 };
 
-// Runs batches per mode, up to options.pipeline_depth in flight. A stop
+// Runs batches per mode, up to options.pipeline_depth in flight (a batch being settled on
+// RelayOptions::settle_store counts: after each batch's report the loop hands the next batch's
+// settle to the worker, Relay::StartSettle, and reads the next batch meanwhile). A stop
 // request starts no new batch: every batch in flight finishes (its deliveries
 // are bounded by the delivery timeout) and is settled first, so every acked
 // row is marked. Throws ConfigError for pipeline_depth < 1.
