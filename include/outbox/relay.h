@@ -31,13 +31,16 @@
 // through on_outage, and clears it with the first batch delivered again. A failure to write the
 // record is ignored: the record is advice, written again at the next try.
 //
-// Not thread-safe; run one Relay per thread or process.
+// Not thread-safe; run one Relay per thread or process. With RelayOptions::settle_store, its
+// settles run on a worker thread of its own (see FinishBatch); callbacks and the relay's
+// failpoints stay on the calling thread.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -199,6 +202,15 @@ struct RelayOptions {
   std::function<void(std::int64_t token, const std::vector<std::int64_t>& found,
                      const std::vector<std::int64_t>& marked)>
       on_recovered;
+  // Leader mode without committed_ids (issue 25): a second connection to the same outbox
+  // (OpenStore with the same db and options), on which each batch's settle runs in a worker
+  // thread while this relay reads and produces the next batch on its own store. The mark's CPU,
+  // its fsync and, on PostgreSQL, its server backend then overlap the next read; one mark at a
+  // time still (SQLite: one writer at a time, as ever). Not owned; must outlive the Relay; only
+  // one thread uses it at a time (the worker while a settle runs, else FinishBatch). Null (and
+  // in claims mode, or with committed_ids: exactly-once settles one batch at a time): each
+  // settle runs inline on the main store, as before. See Relay::FinishBatch.
+  OutboxStore* settle_store = nullptr;
 };
 
 // Why a relay with unpublished rows has nothing to claim: other owners'
@@ -308,12 +320,34 @@ class Relay {
   // aggregates is not claimable until they are settled, so order holds across
   // the pipeline. Both throw DbError (FinishBatch: its batch is then dropped
   // unsettled and re-sent after its lease); delivery failures are recorded.
+  //
+  // With RelayOptions::settle_store (leader mode), a batch's settle can run on a worker thread
+  // on that store while the caller reads and produces the next batch: StartSettle waits for
+  // the oldest batch's reports and hands its settle to the worker; the next FinishBatch waits
+  // for that settle and finishes it on the calling thread (lease, on_settle, "mark",
+  // relay.after_mark, checkpoint, outage) and returns its report, or throws its error (DbError,
+  // pg::PgError: the batch is dropped unsettled). FinishBatch with no settle running settles the
+  // oldest batch in flight as without a settle store (on the settle store). A batch being
+  // settled counts in InFlight, and its rows stay in flight (never read again, and under
+  // block-key no later row of their aggregates is sent) until its settle ended and was
+  // collected by FinishBatch: a page read meanwhile may come from a snapshot before its commit.
   bool StartBatch();
   BatchReport FinishBatch();
-  // Batches started and not yet finished.
-  std::size_t InFlight() const noexcept { return in_flight_.size(); }
+  // Settle store only: when no settle is running and a batch is in flight, waits for the oldest
+  // batch's reports (Publisher::AwaitOldest; relay.after_ack_before_mark) and starts its settle
+  // ("marking") on the worker, for the next FinishBatch to collect; returns true. Otherwise
+  // does nothing and returns false. Throws what AwaitOldest and the failpoint throw (the batch
+  // is then dropped unsettled, as by FinishBatch).
+  bool StartSettle();
+  // Batches started and not yet finished: in flight, or settling on the settle store.
+  std::size_t InFlight() const noexcept { return in_flight_.size() + (settling_ ? 1 : 0); }
   // The store it claims from (to reconnect it, say).
   OutboxStore& store() noexcept { return store_; }
+  // RelayOptions::settle_store, or null (to reconnect it, say: after WaitForSettle).
+  OutboxStore* settle_store() noexcept { return options_.settle_store; }
+  // Blocks until the settle running on the settle store's worker, if any, has ended, without
+  // collecting it (the next FinishBatch does), so the store may be reconnected. Never throws.
+  void WaitForSettle() noexcept;
 
  private:
   std::int64_t Now() const;
@@ -335,6 +369,42 @@ class Relay {
   // A batch was delivered: end the outage, if any, and clear its record.
   void OutageOver();
   void RecoverCommitted();       // options_.committed_ids, once per term
+
+  // A batch whose delivery reports are in, on its way to its settle (FinishBatch's halves).
+  struct AckedBatch {
+    Claim claim;
+    std::vector<std::int64_t> acked;
+    std::vector<FailedDelivery> failed;  // to retry or park (rejected rows included)
+    BatchReport report;                  // without settle
+    std::string producer_fatal;          // the fatal error, when the producer had one
+    std::int64_t left_unsettled = 0;     // rows the fatal producer failed
+    std::string outage_cause;            // the last outage error of the batch, when it had one
+  };
+  // What a settle returned, and the time it ran at (epoch ms).
+  struct SettleOutcome {
+    SettleReport settle;
+    std::int64_t now_ms = 0;
+  };
+  bool overlap_mark() const noexcept {
+    return options_.settle_store != nullptr && leader_mode() && !options_.committed_ids;
+  }
+  // Pops the oldest batch in flight, waits for its reports, fires relay.after_ack_before_mark.
+  AckedBatch TakeAcked();
+  // The settle, retried on SQLITE_BUSY until the lease runs out. Touches no member: it runs on
+  // the worker thread.
+  static SettleOutcome Settle(OutboxStore& store, Clock& clock, const SettlePolicy& policy,
+                              std::int64_t lease_ms, bool leader, std::int64_t token,
+                              const std::vector<std::int64_t>& acked,
+                              const std::vector<FailedDelivery>& failed);
+  // What follows a settle on the main thread: lease, on_settle, "mark", relay.after_mark,
+  // checkpoint, outage; throws KafkaError when the producer had a fatal error.
+  BatchReport AfterSettle(AckedBatch batch, const SettleOutcome& outcome);
+  // Starts batch's settle on the settle store: on the worker (on_worker), or deferred to the
+  // thread that collects it.
+  void HandOff(AckedBatch batch, bool on_worker);
+  // Waits for the settle handed off, takes its rows out of flight and finishes it (AfterSettle);
+  // throws what the settle threw.
+  BatchReport CollectSettle();
 
   OutboxStore& store_;
   Publisher& publisher_;
@@ -360,6 +430,13 @@ class Relay {
   std::int64_t outage_tries_ = 0;
   bool outage_recorded_ = true;
   std::int64_t recovered_token_ = 0;  // the term whose committed ids were recovered
+  // The batch whose settle runs on options_.settle_store (overlap_mark). Last member: destroyed
+  // first, and a std::async future's destructor waits for its worker.
+  struct Settling {
+    AckedBatch batch;
+    std::future<SettleOutcome> outcome;
+  };
+  std::optional<Settling> settling_;
 };
 
 // Waits while the relay is idle. Implementations: ChangeWatcher (inotify),
@@ -436,7 +513,9 @@ struct LoopReport {
   std::string server_unreachable;
 };
 
-// Runs batches per mode, up to options.pipeline_depth in flight. A stop
+// Runs batches per mode, up to options.pipeline_depth in flight (a batch being settled on
+// RelayOptions::settle_store counts: after each batch's report the loop hands the next batch's
+// settle to the worker, Relay::StartSettle, and reads the next batch meanwhile). A stop
 // request starts no new batch: every batch in flight finishes (its deliveries
 // are bounded by the delivery timeout) and is settled first, so every acked
 // row is marked. Throws ConfigError for pipeline_depth < 1.
@@ -450,7 +529,8 @@ LoopReport RunRelayLoop(Relay& relay, IdleWaiter& waiter,
 
 // RunRelayLoop that outlives a database server's crash or restart: when the
 // loop throws an error for which relay.store().ConnectionLost() is true (never
-// on SQLite), it waits and calls OutboxStore::Reconnect until the server
+// on SQLite), it waits and calls OutboxStore::Reconnect (on relay.settle_store() too, after
+// Relay::WaitForSettle, when there is one) until the server
 // answers (waits of 100 ms doubling to options.idle_max_ms, each announced
 // through on_connection_lost), then runs the loop again, in every mode. The
 // batch whose database call failed is dropped unsettled: its rows are claimed

@@ -277,6 +277,17 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             const std::unique_ptr<OutboxStore> owned_store =
                 OpenStore(global.db, OpenMode::kExisting, global.MakeStoreOptions(), pg_mode);
             OutboxStore& store = *owned_store;
+            // --overlap-mark: a second connection for the marks, which run in a thread of their
+            // own while the next batch is read and produced (RelayOptions::settle_store). Opened
+            // before the Relay, so destroyed after it. Nothing to overlap one batch at a time;
+            // exactly-once and the tail check settle one batch at a time.
+            std::unique_ptr<OutboxStore> settle_store;
+            if (leader && o->overlap_mark && !o->once && o->pipeline > 1 && !o->exactly_once &&
+                !o->tail_check) {
+              settle_store =
+                  OpenStore(global.db, OpenMode::kExisting, global.MakeStoreOptions(), pg_mode);
+              relay_options.settle_store = settle_store.get();
+            }
             // Only keys that pin an aggregate to a partition have a mapping to keep.
             if (relay_options.key == KeyChoice::kAggregateId)
               PinPartitionMapping(global, store, o->allow_partitioner_change);

@@ -66,6 +66,12 @@ void AddRelayCliOptions(CLI::App& sub, RelayCliOptions& o) {
             return {};
           },
           "NAME", "Owner"));
+  sub.add_flag("--overlap-mark", o.overlap_mark,
+               "Leader mode with --pipeline 2 or more (not --exactly-once, --tail-check, "
+               "--once): open a second database connection and mark batch N on it, in a thread "
+               "of its own, while batch N+1 is read and produced. The mark takes one of the "
+               "--pipeline slots: faster on PostgreSQL with a nearby broker, slower when the "
+               "broker's round trip is long (use --pipeline 3 then)");
   sub.add_flag("--no-listen", o.no_listen,
                "PostgreSQL: do not LISTEN for the writers' notifications, only poll (every "
                "--idle-max at the longest); for a connection pooler in transaction mode, where "

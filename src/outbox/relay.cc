@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <exception>
+#include <future>
+#include <optional>
 #include <limits>
 #include <utility>
 #include <stdexcept>
@@ -176,7 +180,7 @@ void Relay::LoseLease() {
 }
 
 void Relay::Resign() {
-  if (!leader_mode() || lease_.token == 0 || !in_flight_.empty()) return;
+  if (!leader_mode() || lease_.token == 0 || InFlight() > 0) return;
   const LeaderLease term = lease_;
   lease_ = {};
   if (store_.ReleaseLease(term.token) && options_.on_lease)
@@ -215,7 +219,7 @@ bool Relay::CanOnlyWaitForever() {
 }
 
 BatchReport Relay::RunBatch() {
-  if (!in_flight_.empty())
+  if (InFlight() > 0)
     throw std::logic_error("Relay::RunBatch: batches still in flight; finish them first");
   if (!StartBatch()) return BatchReport{};
   return FinishBatch();
@@ -271,6 +275,10 @@ Claim Relay::ReadNext() {
     for (const InFlightBatch& batch : in_flight_)
       for (const OutboxRow& row : batch.claim.rows)
         in_flight.push_back({row.id, row.event.aggregate_id});
+    // The batch being settled too: this page's snapshot may predate its commit.
+    if (settling_)
+      for (const OutboxRow& row : settling_->batch.claim.rows)
+        in_flight.push_back({row.id, row.event.aggregate_id});
   }
   for (;;) {
     PageRequest request;
@@ -299,7 +307,7 @@ bool Relay::StartBatch() {
   Claim claim = leader_mode() ? ReadNext() : ClaimNext();
   if (claim.rows.empty()) {
     // "idle" only when nothing is in flight: with a batch in flight the relay is not idle.
-    if (in_flight_.empty()) Phase("idle", 0);
+    if (InFlight() == 0) Phase("idle", 0);
     return false;
   }
   Phase("claim", claim.token);
@@ -346,71 +354,138 @@ bool Relay::SendRows(Claim claim) {
   return true;
 }
 
-BatchReport Relay::FinishBatch() {
-  if (in_flight_.empty()) throw std::logic_error("Relay::FinishBatch: no batch in flight");
+Relay::AckedBatch Relay::TakeAcked() {
   // Out of the queue first: whatever happens below, this batch is done here
   // (an unsettled one is re-sent after its lease: duplicates, never losses).
-  const Claim claim = std::move(in_flight_.front().claim);
-  std::vector<FailedDelivery> failed = std::move(in_flight_.front().rejected);
+  AckedBatch batch;
+  batch.claim = std::move(in_flight_.front().claim);
+  batch.failed = std::move(in_flight_.front().rejected);
   in_flight_.pop_front();
-  for (const OutboxRow& row : claim.rows) in_flight_ids_.erase(row.id);
-  BatchReport report;
-  report.token = claim.token;
-  report.claimed = static_cast<std::int64_t>(claim.rows.size());
+  BatchReport& report = batch.report;
+  report.token = batch.claim.token;
+  report.claimed = static_cast<std::int64_t>(batch.claim.rows.size());
   const std::vector<DeliveryResult> results = publisher_.AwaitOldest();
-  Phase("acked", claim.token);
+  Phase("acked", batch.claim.token);
   HitFailpoint("relay.after_ack_before_mark");
 
-  std::vector<std::int64_t> acked;
-  std::string producer_fatal;  // the fatal error, when the producer had one
-  std::int64_t left_unsettled = 0;
-  std::string outage_cause;    // the last outage error of the batch, when it had one
   for (const DeliveryResult& result : results) {
     if (result.ok) {
-      acked.push_back(result.outbox_id);
+      batch.acked.push_back(result.outbox_id);
     } else if (result.producer_fatal) {
       // The producer failed, not the message: no attempt counted, no backoff, never parked.
-      producer_fatal = result.error;
-      ++left_unsettled;
+      batch.producer_fatal = result.error;
+      ++batch.left_unsettled;
     } else if (result.outage) {
       // The brokers failed, not the message: left pending, no attempt counted, never parked.
       // KafkaPublisher writes "<cause>; the message: <its own error>" when it knows more than
       // the message's own error: the outage is named by the cause.
       const std::size_t own = result.error.find("; the message: ");
-      outage_cause = result.error.empty()        ? std::string("delivery failed")
-                     : own == std::string::npos ? result.error
-                                                : result.error.substr(0, own);
+      batch.outage_cause = result.error.empty()        ? std::string("delivery failed")
+                           : own == std::string::npos ? result.error
+                                                      : result.error.substr(0, own);
       ++report.outage;
     } else {
-      failed.push_back({result.outbox_id, result.error.empty() ? "delivery failed" : result.error});
+      batch.failed.push_back(
+          {result.outbox_id, result.error.empty() ? "delivery failed" : result.error});
     }
   }
-  report.acked = static_cast<std::int64_t>(acked.size());
-  report.failed = static_cast<std::int64_t>(failed.size()) + report.outage;
+  report.acked = static_cast<std::int64_t>(batch.acked.size());
+  report.failed = static_cast<std::int64_t>(batch.failed.size()) + report.outage;
+  return batch;
+}
+
+Relay::SettleOutcome Relay::Settle(OutboxStore& store, Clock& clock, const SettlePolicy& policy,
+                                   std::int64_t lease_ms, bool leader, std::int64_t token,
+                                   const std::vector<std::int64_t>& acked,
+                                   const std::vector<FailedDelivery>& failed) {
   // Acked rows must be marked: while another writer holds the lock past the
   // busy timeout, keep trying until the lease runs out (then the batch is
   // re-sent by whoever claims it: duplicates, never losses).
-  const std::int64_t lease_end = Now() + options_.lease_ms;
-  Phase("marking", claim.token);
+  const std::int64_t lease_end = clock.EpochMs() + lease_ms;
   for (;;) {
     try {
-      const std::int64_t now = Now();
-      if (!leader_mode()) {
-        report.settle = store_.SettleBatch(claim.token, acked, failed, options_.settle, now);
-        break;
-      }
-      report.settle = store_.SettleUnderLease(claim.token, acked, failed, options_.settle, now,
-                                              options_.lease_ms);
-      if (lease_.token == claim.token) {
-        if (report.settle.fenced_out)
-          LoseLease();
-        else
-          lease_.until_ms = std::max(lease_.until_ms, now + options_.lease_ms);
-      }
-      break;
+      const std::int64_t now = clock.EpochMs();
+      if (!leader) return {store.SettleBatch(token, acked, failed, policy, now), now};
+      return {store.SettleUnderLease(token, acked, failed, policy, now, lease_ms), now};
     } catch (const DbError& e) {
-      if (e.primary_code() != SQLITE_BUSY || Now() >= lease_end) throw;
+      if (e.primary_code() != SQLITE_BUSY || clock.EpochMs() >= lease_end) throw;
     }
+  }
+}
+
+BatchReport Relay::FinishBatch() {
+  if (!overlap_mark()) {
+    if (in_flight_.empty()) throw std::logic_error("Relay::FinishBatch: no batch in flight");
+    // The rows leave flight now: the settle below ends before the next read on this store.
+    for (const OutboxRow& row : in_flight_.front().claim.rows) in_flight_ids_.erase(row.id);
+    AckedBatch batch = TakeAcked();
+    Phase("marking", batch.claim.token);
+    const SettleOutcome outcome =
+        Settle(store_, clock_, options_.settle, options_.lease_ms, leader_mode(),
+               batch.claim.token, batch.acked, batch.failed);
+    return AfterSettle(std::move(batch), outcome);
+  }
+  // The settle StartSettle handed to the worker, if any; else the oldest batch's, here.
+  if (!settling_) {
+    if (in_flight_.empty()) throw std::logic_error("Relay::FinishBatch: no batch in flight");
+    HandOff(TakeAcked(), /*on_worker=*/false);
+  }
+  return CollectSettle();
+}
+
+bool Relay::StartSettle() {
+  if (!overlap_mark() || settling_ || in_flight_.empty()) return false;
+  HandOff(TakeAcked(), /*on_worker=*/true);
+  return true;
+}
+
+void Relay::HandOff(AckedBatch batch, bool on_worker) {
+  Phase("marking", batch.claim.token);
+  // The worker gets copies of what it reads, and touches no member of this Relay.
+  auto settle = [store = options_.settle_store, clock = &clock_, policy = options_.settle,
+                 lease_ms = options_.lease_ms, token = batch.claim.token,
+                 acked = std::move(batch.acked), failed = std::move(batch.failed)]() {
+    return Settle(*store, *clock, policy, lease_ms, /*leader=*/true, token, acked, failed);
+  };
+  std::future<SettleOutcome> outcome =
+      std::async(on_worker ? std::launch::async : std::launch::deferred, std::move(settle));
+  settling_.emplace(Settling{std::move(batch), std::move(outcome)});
+}
+
+void Relay::WaitForSettle() noexcept {
+  // A deferred settle has not started: it runs when collected.
+  if (settling_ && settling_->outcome.wait_for(std::chrono::seconds(0)) !=
+                       std::future_status::deferred)
+    settling_->outcome.wait();
+}
+
+BatchReport Relay::CollectSettle() {
+  std::future<SettleOutcome> pending = std::move(settling_->outcome);
+  AckedBatch batch = std::move(settling_->batch);
+  std::optional<SettleOutcome> outcome;
+  std::exception_ptr error;
+  try {
+    outcome = pending.get();  // ends the settle (committed or not) before its rows leave flight
+  } catch (...) {
+    error = std::current_exception();
+  }
+  settling_.reset();
+  // Only now: a page read while the settle ran may come from a snapshot before its commit, and
+  // must neither send these rows again nor a later row of their aggregates.
+  for (const OutboxRow& row : batch.claim.rows) in_flight_ids_.erase(row.id);
+  if (error) std::rethrow_exception(error);  // dropped unsettled: re-sent by the next pass
+  return AfterSettle(std::move(batch), *outcome);
+}
+
+BatchReport Relay::AfterSettle(AckedBatch batch, const SettleOutcome& outcome) {
+  const Claim& claim = batch.claim;
+  BatchReport report = std::move(batch.report);
+  report.settle = outcome.settle;
+  if (leader_mode() && lease_.token == claim.token) {
+    if (report.settle.fenced_out)
+      LoseLease();
+    else
+      lease_.until_ms = std::max(lease_.until_ms, outcome.now_ms + options_.lease_ms);
   }
   if (options_.on_settle) {
     std::unordered_map<std::int64_t, const std::string*> event_ids;
@@ -440,18 +515,18 @@ BatchReport Relay::FinishBatch() {
         if (e.primary_code() != SQLITE_BUSY && e.primary_code() != SQLITE_IOERR) throw;
       }
     }
-    OutageGoesOn(outage_cause);
+    OutageGoesOn(batch.outage_cause);
   } else if (report.acked > 0) {
     OutageOver();
   }
-  if (!producer_fatal.empty()) {
+  if (!batch.producer_fatal.empty()) {
     // The rows it failed are free again at once (claims mode; a leader's next pass reads them
     // anyway); the acked ones are marked above. A fatal producer sends nothing more: stop.
     // This batch is the oldest in flight: the owner's claims up to its token are its own rows.
     if (!leader_mode()) store_.ReleaseClaimsOf(options_.owner, claim.token);
     throw KafkaError(fmt::format("{}; {} rows of the batch left unpublished with no attempt "
                                  "counted; restart the relay for a new producer",
-                                 producer_fatal, left_unsettled),
+                                 batch.producer_fatal, batch.left_unsettled),
                      kProducerFatalCode);
   }
   return report;

@@ -90,6 +90,10 @@ void RunRelayLoopInto(Relay& relay, IdleWaiter& waiter, const LoopOptions& optio
       loop.parked += batch.settle.parked;
       loop.fenced += batch.settle.fenced;
       if (on_batch) on_batch(batch);
+      // With a settle store, the next batch's settle runs while the next batch is read and
+      // produced (after this batch's report, so a batch's acks still follow the earlier
+      // batches' reports).
+      relay.StartSettle();
       reported_wait = {};
       idle_ms = options.idle_min_ms;
       continue;
@@ -175,6 +179,12 @@ LoopReport RunRelayLoopReconnecting(Relay& relay, IdleWaiter& waiter, const Loop
       stop_attempted = stopping;
       try {
         store.Reconnect();
+        // The settle connection too (RelayOptions::settle_store), once its worker is done with
+        // it: the settle running there (or its error) is collected by the next run.
+        if (OutboxStore* settle_store = relay.settle_store()) {
+          relay.WaitForSettle();
+          settle_store->Reconnect();
+        }
         ++total.reconnects;
         reconnected = true;
         break;
