@@ -202,14 +202,18 @@ struct RelayOptions {
   std::function<void(std::int64_t token, const std::vector<std::int64_t>& found,
                      const std::vector<std::int64_t>& marked)>
       on_recovered;
-  // Leader mode without committed_ids (issue 25): a second connection to the same outbox
-  // (OpenStore with the same db and options), on which each batch's settle runs in a worker
-  // thread while this relay reads and produces the next batch on its own store. The mark's CPU,
-  // its fsync and, on PostgreSQL, its server backend then overlap the next read; one mark at a
-  // time still (SQLite: one writer at a time, as ever). Not owned; must outlive the Relay; only
-  // one thread uses it at a time (the worker while a settle runs, else FinishBatch). Null (and
-  // in claims mode, or with committed_ids: exactly-once settles one batch at a time): each
-  // settle runs inline on the main store, as before. See Relay::FinishBatch.
+  // Leader mode, or claims mode on PostgreSQL, without committed_ids (issue 25): a second
+  // connection to the same outbox (OpenStore with the same db and options), on which each
+  // batch's settle runs in a worker thread while this relay reads (or claims) and produces the
+  // next batch on its own store. The mark's CPU, its fsync and, on PostgreSQL, its server
+  // backend then overlap the next read or claim; one mark at a time still (SQLite: one writer at
+  // a time, as ever). In claims mode the settling batch's rows keep their claim until its settle
+  // commits, so no claim takes them, and under block key none takes a later row of their
+  // aggregates (ClaimBatch skips a row with an earlier unpublished one). Not owned; must outlive
+  // the Relay; only one thread uses it at a time (the worker while a settle runs, else
+  // FinishBatch). Null (and in claims mode on SQLite, where each claim is a write that would
+  // wait for the settle's lock, or with committed_ids: exactly-once settles one batch at a
+  // time): each settle runs inline on the main store, as before. See Relay::FinishBatch.
   OutboxStore* settle_store = nullptr;
 };
 
@@ -321,8 +325,9 @@ class Relay {
   // the pipeline. Both throw DbError (FinishBatch: its batch is then dropped
   // unsettled and re-sent after its lease); delivery failures are recorded.
   //
-  // With RelayOptions::settle_store (leader mode), a batch's settle can run on a worker thread
-  // on that store while the caller reads and produces the next batch: StartSettle waits for
+  // With RelayOptions::settle_store (leader mode, or claims mode on PostgreSQL), a batch's
+  // settle can run on a worker thread on that store while the caller reads (or claims) and
+  // produces the next batch: StartSettle waits for
   // the oldest batch's reports and hands its settle to the worker; the next FinishBatch waits
   // for that settle and finishes it on the calling thread (lease, on_settle, "mark",
   // relay.after_mark, checkpoint, outage) and returns its report, or throws its error (DbError,
@@ -385,8 +390,11 @@ class Relay {
     SettleReport settle;
     std::int64_t now_ms = 0;
   };
+  // Leader mode, or claims mode on PostgreSQL (there the settle's backend runs beside the next
+  // claim's; on SQLite a claim is a write and would wait for the settle's lock).
   bool overlap_mark() const noexcept {
-    return options_.settle_store != nullptr && leader_mode() && !options_.committed_ids;
+    return options_.settle_store != nullptr && !options_.committed_ids &&
+           (leader_mode() || store_.backend() == Backend::kPostgres);
   }
   // Pops the oldest batch in flight, waits for its reports, fires relay.after_ack_before_mark.
   AckedBatch TakeAcked();

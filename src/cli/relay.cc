@@ -280,10 +280,12 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             // --overlap-mark: a second connection for the marks, which run in a thread of their
             // own while the next batch is read and produced (RelayOptions::settle_store). Opened
             // before the Relay, so destroyed after it. Nothing to overlap one batch at a time;
-            // exactly-once and the tail check settle one batch at a time.
+            // exactly-once and the tail check settle one batch at a time. Claims mode on
+            // PostgreSQL only: on SQLite each claim is a write, which would wait for the mark's
+            // lock, so the flag is ignored there (as with --once or --pipeline 1).
             std::unique_ptr<OutboxStore> settle_store;
-            if (leader && o->overlap_mark && !o->once && o->pipeline > 1 && !o->exactly_once &&
-                !o->tail_check) {
+            if ((leader || store.backend() == Backend::kPostgres) && o->overlap_mark && !o->once &&
+                o->pipeline > 1 && !o->exactly_once && !o->tail_check) {
               settle_store =
                   OpenStore(global.db, OpenMode::kExisting, global.MakeStoreOptions(), pg_mode);
               relay_options.settle_store = settle_store.get();

@@ -67,11 +67,13 @@ void AddRelayCliOptions(CLI::App& sub, RelayCliOptions& o) {
           },
           "NAME", "Owner"));
   sub.add_flag("--overlap-mark", o.overlap_mark,
-               "Leader mode with --pipeline 2 or more (not --exactly-once, --tail-check, "
-               "--once): open a second database connection and mark batch N on it, in a thread "
-               "of its own, while batch N+1 is read and produced. The mark takes one of the "
-               "--pipeline slots: faster on PostgreSQL with a nearby broker, slower when the "
-               "broker's round trip is long (use --pipeline 3 then)");
+               "Leader mode, or claims mode on PostgreSQL, with --pipeline 2 or more (not "
+               "--exactly-once, --tail-check, --once; ignored otherwise, and in claims mode on "
+               "SQLite, where each claim is a write that would wait for the mark): open a second "
+               "database connection and mark batch N on it, in a thread of its own, while batch "
+               "N+1 is read (or claimed) and produced. The mark takes one of the --pipeline "
+               "slots: faster on PostgreSQL with a nearby broker, slower when the broker's round "
+               "trip is long (use --pipeline 3 then)");
   sub.add_flag("--no-listen", o.no_listen,
                "PostgreSQL: do not LISTEN for the writers' notifications, only poll (every "
                "--idle-max at the longest); for a connection pooler in transaction mode, where "

@@ -28,7 +28,8 @@ struct RelayCliOptions {
   std::int64_t idle_max_ms = 1000;
   std::string owner;
   bool quiet = false;
-  bool overlap_mark = false;  // --overlap-mark: a leader marks on a second connection
+  // --overlap-mark: mark on a second connection (leader mode; claims mode on PostgreSQL)
+  bool overlap_mark = false;
   bool no_listen = false;  // --no-listen: PostgreSQL polls only (TimedWaiter, no NotifyWatcher)
   bool allow_partitioner_change = false;  // --allow-partitioner-change
   bool fail_on_parked = false;

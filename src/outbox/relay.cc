@@ -443,9 +443,9 @@ void Relay::HandOff(AckedBatch batch, bool on_worker) {
   Phase("marking", batch.claim.token);
   // The worker gets copies of what it reads, and touches no member of this Relay.
   auto settle = [store = options_.settle_store, clock = &clock_, policy = options_.settle,
-                 lease_ms = options_.lease_ms, token = batch.claim.token,
+                 lease_ms = options_.lease_ms, leader = leader_mode(), token = batch.claim.token,
                  acked = std::move(batch.acked), failed = std::move(batch.failed)]() {
-    return Settle(*store, *clock, policy, lease_ms, /*leader=*/true, token, acked, failed);
+    return Settle(*store, *clock, policy, lease_ms, leader, token, acked, failed);
   };
   std::future<SettleOutcome> outcome =
       std::async(on_worker ? std::launch::async : std::launch::deferred, std::move(settle));

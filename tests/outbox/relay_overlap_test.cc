@@ -111,10 +111,22 @@ class GatedSettleStore : public Store {
     return Store::SettleUnderLease(token, acked, failed, policy, now_ms, lease_ms);
   }
 
+  // Claims mode's settle: only counted (claims mode on SQLite never hands one to this store).
+  SettleReport SettleBatch(std::int64_t token, const std::vector<std::int64_t>& acked,
+                           const std::vector<FailedDelivery>& failed, const SettlePolicy& policy,
+                           std::int64_t now_ms) override {
+    {
+      std::lock_guard lock(gate_.mutex);
+      ++claim_settles;
+    }
+    return Store::SettleBatch(token, acked, failed, policy, now_ms);
+  }
+
   int wait_from = 1 << 30;  // no settle waits unless a test says so
   std::function<void(int n)> before_settle;
   // Written under the gate's mutex by the settling thread; read by the test once it is done.
   int settles = 0;
+  int claim_settles = 0;  // SettleBatch calls
   int overlapped = 0;  // settles that waited for a read and saw one
   int timeouts = 0;    // settles that waited and saw none
   std::vector<std::thread::id> threads;
@@ -315,4 +327,28 @@ TEST_CASE("An error in a settle on the settle store is thrown by the FinishBatch
   CHECK(relay.FinishBatch().settle.marked_ids == Ids{3, 4});
   for (std::int64_t id = 1; id <= 6; ++id) CHECK(IsPublished(f.checker, id));
   CHECK(f.settle_store.settles == 4);
+}
+
+TEST_CASE("In claims mode on SQLite a settle store is ignored: each batch is settled inline on "
+          "the relay's store (a claim is a write and would wait for the settle's lock)",
+          "[relay][claims][pipeline][overlap]") {
+  OverlapFixture f;
+  std::vector<outbox::OutboxEvent> events;
+  for (int i = 1; i <= 4; ++i) events.push_back(EventOn(i, "agg-" + std::to_string(i)));
+  EnqueueAll(f.store, events);
+  RelayOptions options = f.LeaderOptions(2);
+  options.coordination = Coordination::kClaims;
+  PipelineFakePublisher publisher;
+  Relay relay(f.store, publisher, options);
+
+  REQUIRE(relay.StartBatch());  // 1, 2
+  REQUIRE(relay.StartBatch());  // 3, 4
+  CHECK_FALSE(relay.StartSettle());
+  CHECK(relay.FinishBatch().settle.marked_ids == Ids{1, 2});
+  CHECK_FALSE(relay.StartSettle());
+  CHECK(relay.FinishBatch().settle.marked_ids == Ids{3, 4});
+  CHECK(relay.InFlight() == 0);
+  for (std::int64_t id = 1; id <= 4; ++id) CHECK(IsPublished(f.checker, id));
+  CHECK(f.settle_store.claim_settles == 0);
+  CHECK(f.settle_store.settles == 0);
 }
