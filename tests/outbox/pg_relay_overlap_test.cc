@@ -21,6 +21,7 @@
 #include "outbox/relay.h"
 #include "pg_test_support.h"
 #include "relay_test_support.h"
+#include "settle_gate.h"
 
 namespace {
 
@@ -37,41 +38,28 @@ using outbox::SettleReport;
 using outbox::testing::EventOn;
 using outbox::testing::FakeWaiter;
 using outbox::testing::PipelineFakePublisher;
+using outbox::testing::SettleGate;
 using Ids = std::vector<std::int64_t>;
 
-// The relay's claims and looks, and how many it had made at each "marking" phase.
-struct Gate {
-  std::mutex mutex;
-  std::condition_variable changed;
-  int reads = 0;
-  std::vector<int> reads_at_marking;
-};
 
 // The relay's own store: tells the gate about every claim and look.
 class ClaimingStore : public PgStore {
  public:
-  ClaimingStore(const std::string& url, Gate& gate) : PgStore(url), gate_(gate) {}
+  ClaimingStore(const std::string& url, SettleGate& gate) : PgStore(url), gate_(gate) {}
   using PgStore::ClaimBatch;
   Claim ClaimBatch(const ClaimRequest& request) override {
     Claim claim = PgStore::ClaimBatch(request);
-    NoteRead();
+    gate_.NoteRead();
     return claim;
   }
   bool HasClaimable(const ClaimRequest& request) override {
     const bool claimable = PgStore::HasClaimable(request);
-    NoteRead();
+    gate_.NoteRead();
     return claimable;
   }
 
  private:
-  void NoteRead() {
-    {
-      std::lock_guard lock(gate_.mutex);
-      ++gate_.reads;
-    }
-    gate_.changed.notify_all();
-  }
-  Gate& gate_;
+  SettleGate& gate_;
 };
 
 // The settle store: settle n (1, 2, ...) from the second on waits until the relay's store
@@ -79,7 +67,7 @@ class ClaimingStore : public PgStore {
 // Constructed on the relay's thread.
 class GatedSettleStore : public PgStore {
  public:
-  GatedSettleStore(const std::string& url, Gate& gate) : PgStore(url), gate_(gate) {}
+  GatedSettleStore(const std::string& url, SettleGate& gate) : PgStore(url), gate_(gate) {}
   using PgStore::SettleBatch;
   SettleReport SettleBatch(std::int64_t token, const std::vector<std::int64_t>& acked,
                            const std::vector<FailedDelivery>& failed, const SettlePolicy& policy,
@@ -89,10 +77,7 @@ class GatedSettleStore : public PgStore {
     threads.push_back(std::this_thread::get_id());
     // A settle run on the main thread (FinishBatch with none handed off) would wait for itself.
     if (n >= 2 && std::this_thread::get_id() != main_thread) {
-      const int handed_off_at = gate_.reads_at_marking.at(static_cast<std::size_t>(n) - 1);
-      // A bound only so that a failing test ends: with an inline settle no claim can come.
-      if (gate_.changed.wait_for(lock, std::chrono::seconds(20),
-                                 [&] { return gate_.reads > handed_off_at; }))
+      if (gate_.WaitForReadAfterMarking(lock, n))
         ++overlapped;
       else
         ++timeouts;
@@ -109,7 +94,7 @@ class GatedSettleStore : public PgStore {
   std::vector<std::thread::id> threads;
 
  private:
-  Gate& gate_;
+  SettleGate& gate_;
 };
 
 bool IsPublished(outbox::pg::Connection& connection, std::int64_t id) {
@@ -123,7 +108,7 @@ TEST_CASE("PostgreSQL claims mode with a settle store marks batch N on it while 
           "produces N+1: every row is sent once and each aggregate in id order",
           "[postgres][relay][claims][pipeline][overlap]") {
   outbox::testing::PgSchema schema("overlap");
-  Gate gate;
+  SettleGate gate;
   ClaimingStore store(schema.url(), gate);
   GatedSettleStore settle_store(schema.url(), gate);
   outbox::pg::Connection checker(schema.url());
@@ -158,9 +143,7 @@ TEST_CASE("PostgreSQL claims mode with a settle store marks batch N on it while 
   options.batch_size = 4;
   options.settle_store = &settle_store;
   options.on_phase = [&](std::string_view phase, std::int64_t) {
-    if (phase != "marking") return;
-    std::lock_guard lock(gate.mutex);
-    gate.reads_at_marking.push_back(gate.reads);
+    if (phase == "marking") gate.NoteMarking();
   };
   Relay relay(store, publisher, options);
   FakeWaiter waiter;

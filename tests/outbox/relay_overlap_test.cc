@@ -23,6 +23,7 @@
 #include "outbox/relay.h"
 #include "outbox/store.h"
 #include "relay_test_support.h"
+#include "settle_gate.h"
 #include "test_support.h"
 
 namespace {
@@ -47,37 +48,27 @@ using outbox::testing::FakeWaiter;
 using outbox::testing::FastStoreOptions;
 using outbox::testing::IsPublished;
 using outbox::testing::PipelineFakePublisher;
+using outbox::testing::SettleGate;
 using outbox::testing::TempDir;
 using Ids = std::vector<std::int64_t>;
 
 constexpr std::int64_t kLeaseMs = 3000;
 
-// What the two stores and the relay's on_phase share: the pages the relay's store has read, and
-// how many it had read at each "marking" phase (just before a settle is handed off).
-struct Gate {
-  std::mutex mutex;
-  std::condition_variable changed;
-  int reads = 0;
-  std::vector<int> reads_at_marking;
-};
 
 // The relay's own store: tells the gate about every page it reads.
 class ReadingStore : public Store {
  public:
-  ReadingStore(const std::string& path, const StoreOptions& options, OpenMode mode, Gate& gate)
+  ReadingStore(const std::string& path, const StoreOptions& options, OpenMode mode,
+               SettleGate& gate)
       : Store(path, options, mode), gate_(gate) {}
   std::vector<OutboxRow> ReadPage(const PageRequest& request) override {
     std::vector<OutboxRow> rows = Store::ReadPage(request);
-    {
-      std::lock_guard lock(gate_.mutex);
-      ++gate_.reads;
-    }
-    gate_.changed.notify_all();
+    gate_.NoteRead();
     return rows;
   }
 
  private:
-  Gate& gate_;
+  SettleGate& gate_;
 };
 
 // The settle store: settle number n (1, 2, ...) first runs before_settle(n) (which may throw),
@@ -85,7 +76,7 @@ class ReadingStore : public Store {
 // handed off (its "marking" phase), then settles.
 class GatedSettleStore : public Store {
  public:
-  GatedSettleStore(const std::string& path, const StoreOptions& options, Gate& gate)
+  GatedSettleStore(const std::string& path, const StoreOptions& options, SettleGate& gate)
       : Store(path, options, OpenMode::kExisting), gate_(gate) {}
   SettleReport SettleUnderLease(std::int64_t token, const std::vector<std::int64_t>& acked,
                                 const std::vector<FailedDelivery>& failed,
@@ -100,10 +91,7 @@ class GatedSettleStore : public Store {
     if (before_settle) before_settle(n);
     if (n >= wait_from) {
       std::unique_lock lock(gate_.mutex);
-      const int handed_off_at = gate_.reads_at_marking.at(static_cast<std::size_t>(n) - 1);
-      // A bound only so that a failing test ends: with an inline settle no read can come.
-      if (gate_.changed.wait_for(lock, std::chrono::seconds(20),
-                                 [&] { return gate_.reads > handed_off_at; }))
+      if (gate_.WaitForReadAfterMarking(lock, n))
         ++overlapped;
       else
         ++timeouts;
@@ -132,7 +120,7 @@ class GatedSettleStore : public Store {
   std::vector<std::thread::id> threads;
 
  private:
-  Gate& gate_;
+  SettleGate& gate_;
 };
 
 class OverlapFixture {
@@ -157,9 +145,7 @@ class OverlapFixture {
     options.batch_size = batch_size;
     options.settle_store = &settle_store;
     options.on_phase = [this](std::string_view phase, std::int64_t) {
-      if (phase != "marking") return;
-      std::lock_guard lock(gate.mutex);
-      gate.reads_at_marking.push_back(gate.reads);
+      if (phase == "marking") gate.NoteMarking();
     };
     options.on_lease = [this](const LeaseEvent& event) {
       leases.push_back((event.kind == LeaseEvent::Kind::kAcquired ? "acquired "
@@ -172,7 +158,7 @@ class OverlapFixture {
 
   TempDir dir;
   FakeClock clock;
-  Gate gate;
+  SettleGate gate;
   ReadingStore store;          // the relay's
   GatedSettleStore settle_store;
   Store checker;               // a third connection, for the test's own reads
