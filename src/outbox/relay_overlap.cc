@@ -1,0 +1,58 @@
+// The mark on a second connection (RelayOptions::settle_store, relay --overlap-mark): a
+// batch's settle handed to a worker thread (StartSettle, HandOff) and collected on the relay's
+// thread (CollectSettle), its rows in flight until then.
+#include <chrono>
+#include <exception>
+#include <future>
+#include <optional>
+#include <utility>
+
+#include "outbox/relay.h"
+
+namespace outbox {
+
+bool Relay::StartSettle() {
+  if (!overlap_mark() || settling_ || in_flight_.empty()) return false;
+  HandOff(TakeAcked(), /*on_worker=*/true);
+  return true;
+}
+
+void Relay::HandOff(AckedBatch batch, bool on_worker) {
+  Phase("marking", batch.claim.token);
+  // The worker gets copies of what it reads, and touches no member of this Relay.
+  auto settle = [store = options_.settle_store, clock = &clock_, policy = options_.settle,
+                 lease_ms = options_.lease_ms, leader = leader_mode(), token = batch.claim.token,
+                 acked = std::move(batch.acked), failed = std::move(batch.failed)]() {
+    return Settle(*store, *clock, policy, lease_ms, leader, token, acked, failed);
+  };
+  std::future<SettleOutcome> outcome =
+      std::async(on_worker ? std::launch::async : std::launch::deferred, std::move(settle));
+  settling_.emplace(Settling{std::move(batch), std::move(outcome)});
+}
+
+void Relay::WaitForSettle() noexcept {
+  // A deferred settle has not started: it runs when collected.
+  if (settling_ && settling_->outcome.wait_for(std::chrono::seconds(0)) !=
+                       std::future_status::deferred)
+    settling_->outcome.wait();
+}
+
+BatchReport Relay::CollectSettle() {
+  std::future<SettleOutcome> pending = std::move(settling_->outcome);
+  AckedBatch batch = std::move(settling_->batch);
+  std::optional<SettleOutcome> outcome;
+  std::exception_ptr error;
+  try {
+    outcome = pending.get();  // ends the settle (committed or not) before its rows leave flight
+  } catch (...) {
+    error = std::current_exception();
+  }
+  settling_.reset();
+  // Only now: a page read while the settle ran may come from a snapshot before its commit, and
+  // must neither send these rows again nor a later row of their aggregates.
+  for (const OutboxRow& row : batch.claim.rows) in_flight_ids_.erase(row.id);
+  if (error) std::rethrow_exception(error);  // dropped unsettled: re-sent by the next pass
+  return AfterSettle(std::move(batch), *outcome);
+}
+
+}  // namespace outbox
