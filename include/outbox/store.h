@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -376,11 +377,18 @@ class Store : public OutboxStore {
   // row at or below after_id is in request.in_flight (one index probe per gap
   // between their runs of ids), the hold-back is decided once for the page, in
   // one snapshot: the aggregates of those rows and of every unpublished row read
-  // past after_id hold back their later rows; otherwise one probe per row.
+  // past after_id hold back their later rows; otherwise one probe per row. Once
+  // a page has stepped over PageRequest::scan_budget rows it could not take, it
+  // is taken from each aggregate's oldest unpublished row instead
+  // (ReadPageByHeads, the same rows), unless too many aggregates have
+  // unpublished rows: otherwise a backlog of a few hot aggregates would be read
+  // whole for every page (at most one row per aggregate), in time growing with
+  // the square of its size.
   std::vector<OutboxRow> ReadPage(const PageRequest& request);
-  // How many ReadPage calls decided the hold-back once for the page (for tests
-  // and the profile).
+  // How many ReadPage calls decided the hold-back once for the page, and how
+  // many took the page from the aggregates' oldest rows (for tests and the profile).
   std::int64_t pages_held_back_once() const noexcept { return pages_held_back_once_; }
+  std::int64_t pages_by_heads() const noexcept { return pages_by_heads_; }
 
   // Settles a leader's batch in ONE transaction, only while token is the
   // lease's token: marks every acked id that is still unpublished
@@ -468,6 +476,16 @@ class Store : public OutboxStore {
   void MigrateToV6();
   // ReadPage with block_key checked in SQL, one probe per row.
   std::vector<OutboxRow> ReadPagePerRow(const PageRequest& request);
+  // ReadPage's page by the block_key rule from the aggregates' heads: the sendable rows among
+  // each aggregate's oldest unpublished row, in (after_id, up_to_id], in id order, at most
+  // limit. Costs two index seeks per aggregate with unpublished rows and one look-up per head
+  // tried; nullopt (nothing read past the count) when more than max_aggregates aggregates
+  // have unpublished rows. Run inside ReadPage's snapshot. Throws DbError.
+  std::optional<std::vector<OutboxRow>> ReadPageByHeads(const PageRequest& request,
+                                                        std::int64_t max_aggregates);
+  // ReadPage's reads in id order past the scan budget: ReadPageByHeads, unless it found too
+  // many aggregates within the last kPagesWithoutHeads pages (counted down here).
+  std::optional<std::vector<OutboxRow>> TryPageByHeads(const PageRequest& request);
 
   SystemClock system_clock_;  // used when StoreOptions::clock is null
   Clock* clock_;              // not owned
@@ -475,6 +493,8 @@ class Store : public OutboxStore {
   sqlite::Connection connection_;
   bool immutable_ = false;
   std::int64_t pages_held_back_once_ = 0;  // ReadPage
+  std::int64_t pages_by_heads_ = 0;        // ReadPageByHeads
+  int pages_without_heads_ = 0;            // TryPageByHeads: pages left before it tries again
 };
 
 }  // namespace outbox

@@ -682,6 +682,7 @@ TEST_CASE("ReadPage decides the hold-back once per page only when every unpublis
       RowState::kFailedDue, RowState::kDelayed,   RowState::kClaimed};
   int once = 0;
   int per_row = 0;
+  std::int64_t by_heads = 0;
   for (int round = 0; round < 400; ++round) {
     LeaderFixture f;
     std::vector<std::string> aggregates;
@@ -717,16 +718,23 @@ TEST_CASE("ReadPage decides the hold-back once per page only when every unpublis
       // Rows past the cursor join the rows in flight at random too: the page reads past them.
       if (below || random() % 3 == 0) request.in_flight.push_back({id, aggregates[id - 1]});
     }
+    // One round in three with a scan budget of 1 to 8 rows: past it the page comes from each
+    // aggregate's oldest unpublished row when at most that many aggregates have some.
+    if (round % 3 == 1) request.scan_budget = 1 + static_cast<std::int64_t>(random() % 8);
     const std::int64_t before = f.store.pages_held_back_once();
+    const std::int64_t heads_before = f.store.pages_by_heads();
     const Ids page = IdsOf(f.store.ReadPage(request));
     const bool was_once = f.store.pages_held_back_once() == before + 1;
-    INFO("round " << round << ", after id " << after_id << ", limit " << request.limit);
+    INFO("round " << round << ", after id " << after_id << ", limit " << request.limit
+                  << ", scan budget " << request.scan_budget);
     CHECK(page == ExpectedPage(aggregates, states, after_id, request.limit));
     CHECK_FALSE((was_once && some_left_out));  // a row left out below the cursor: per row
     (was_once ? once : per_row) += 1;
+    by_heads += f.store.pages_by_heads() - heads_before;
   }
   CHECK(once >= 150);
   CHECK(per_row >= 50);
+  CHECK(by_heads >= 30);
 }
 
 TEST_CASE("ReadPage holds back an aggregate behind an earlier parked or backing-off or failed or "

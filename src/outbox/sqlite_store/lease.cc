@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unordered_set>
@@ -105,6 +106,28 @@ static const std::string& SendableWhere() {
 
 namespace {
 
+// How many unpublished rows ReadPage may step over in id order for one page without taking them
+// (held back behind an earlier row of their aggregate, or not sendable) before it takes the page
+// from the aggregates' heads (ReadPageByHeads): otherwise a backlog of a few hot aggregates (pages
+// of at most one row per aggregate) would be read whole for every page. A quarter page: a page of
+// mostly sendable rows never gets there. PageRequest::scan_budget, when set, replaces it.
+std::int64_t WasteBudget(const PageRequest& request) {
+  return request.scan_budget > 0 ? request.scan_budget
+                                 : std::max<std::int64_t>(request.limit / 4, 64);
+}
+
+// How many aggregates the look at the heads may find (two index seeks each) before it gives up
+// and the page is read on in id order: two pages' worth of seeks at most.
+std::int64_t MaxHeadAggregates(const PageRequest& request) {
+  return request.scan_budget > 0 ? request.scan_budget
+                                 : std::max<std::int64_t>(2 * request.limit, 128);
+}
+
+// After a look at the heads that found more aggregates than the budget, the pages read in id
+// order this many times before looking again: a backlog of many aggregates, some hot, does not
+// pay for the look on every page.
+constexpr int kPagesWithoutHeads = 16;
+
 // ReadPage checks at most this many gaps between the runs of ids in flight for other
 // unpublished rows; past it, it checks each row (ReadPagePerRow).
 constexpr std::size_t kMaxPageGaps = 8;
@@ -183,21 +206,54 @@ class PageSnapshot {
 
 // The page with the hold-back of block_key in SQL, row by row: for each candidate row, a probe
 // of outbox_pending_by_aggregate for an earlier unpublished row of its aggregate (about 3,500
-// instructions a row).
+// instructions a row). Under block_key the rows are stepped through here, sendable or not, so
+// that a page that reads past its scan budget can turn to the aggregates' heads.
 std::vector<OutboxRow> Store::ReadPagePerRow(const PageRequest& request) {
-  static const std::string sql = fmt::format(
-      "SELECT o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at, o.headers "
-      "FROM outbox o WHERE {} ORDER BY o.id LIMIT ?5",
-      SendableWhere());
-  auto select = connection_.Reuse(sql);  // prepared once per connection: a leader reads per batch
-  select->Bind(1, request.after_id)
-      .Bind(2, request.up_to_id > 0 ? request.up_to_id : std::numeric_limits<std::int64_t>::max())
-      .Bind(3, request.now_ms)
-      .Bind(4, static_cast<std::int64_t>(request.block_key ? 1 : 0))
-      .Bind(5, request.limit);
+  const std::int64_t upper =
+      request.up_to_id > 0 ? request.up_to_id : std::numeric_limits<std::int64_t>::max();
   std::vector<OutboxRow> rows;
   rows.reserve(static_cast<std::size_t>(std::clamp<std::int64_t>(request.limit, 0, 4096)));
-  while (select->Step()) rows.push_back(ReadOutboxRow(*select, 6));
+  if (!request.block_key) {
+    static const std::string sql = fmt::format(
+        "SELECT o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at, "
+        "o.headers FROM outbox o WHERE {} ORDER BY o.id LIMIT ?5",
+        SendableWhere());
+    auto select = connection_.Reuse(sql);  // prepared once per connection
+    select->Bind(1, request.after_id).Bind(2, upper).Bind(3, request.now_ms).Bind(4, 0);
+    select->Bind(5, request.limit);
+    while (select->Step()) rows.push_back(ReadOutboxRow(*select, 6));
+    return rows;
+  }
+  // The sendable test and the probe as a CASE WHEN (a jump: the probe runs only for a row
+  // otherwise sendable), every unpublished row of the range stepped.
+  static const std::string sql = fmt::format(
+      "SELECT o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at, o.headers, "
+      "CASE WHEN o.parked_at IS NULL AND {} AND {} AND NOT {} AND NOT EXISTS (SELECT 1 FROM "
+      "outbox e WHERE e.aggregate_id = o.aggregate_id AND e.id < o.id AND e.published = 0) "
+      "THEN 1 ELSE 0 END "
+      "FROM outbox o WHERE o.published = 0 AND o.id > ?1 AND o.id <= ?2 ORDER BY o.id",
+      Due("o.", 3), Unclaimed("o.", 3), Delayed("o.", 3));
+  auto select = connection_.Reuse(sql);
+  select->Bind(1, request.after_id).Bind(2, upper).Bind(3, request.now_ms);
+  std::int64_t budget = WasteBudget(request);
+  while (static_cast<std::int64_t>(rows.size()) < request.limit && select->Step()) {
+    if (select->ColumnInt64(7) != 0) {
+      rows.push_back(ReadOutboxRow(*select, 6));
+    } else if (--budget < 0) {
+      if (auto by_heads = TryPageByHeads(request)) return std::move(*by_heads);
+      budget = std::numeric_limits<std::int64_t>::max();  // read on in id order
+    }
+  }
+  return rows;
+}
+
+std::optional<std::vector<OutboxRow>> Store::TryPageByHeads(const PageRequest& request) {
+  if (pages_without_heads_ > 0) {
+    --pages_without_heads_;
+    return std::nullopt;
+  }
+  auto rows = ReadPageByHeads(request, MaxHeadAggregates(request));
+  if (!rows) pages_without_heads_ = kPagesWithoutHeads;
   return rows;
 }
 
@@ -233,13 +289,16 @@ std::vector<OutboxRow> Store::ReadPage(const PageRequest& request) {
   std::vector<OutboxRow> rows;
   rows.reserve(static_cast<std::size_t>(std::clamp<std::int64_t>(request.limit, 0, 4096)));
   ++pages_held_back_once_;
+  std::int64_t budget = WasteBudget(request);
   while (static_cast<std::int64_t>(rows.size()) < request.limit && select->Step()) {
+    // The aggregate first, the rest of the row only when it is taken: a held-back row's payload
+    // is never copied.
     const bool sendable = select->ColumnInt64(7) != 0;
-    if (sendable) {
-      OutboxRow row = ReadOutboxRow(*select, 6);
-      if (held.insert(row.event.aggregate_id).second) rows.push_back(std::move(row));
-    } else {
-      held.insert(select->ColumnText(2));
+    if (held.insert(select->ColumnText(2)).second && sendable) {
+      rows.push_back(ReadOutboxRow(*select, 6));
+    } else if (--budget < 0) {
+      if (auto by_heads = TryPageByHeads(request)) return std::move(*by_heads);
+      budget = std::numeric_limits<std::int64_t>::max();  // read on in id order
     }
   }
   return rows;
