@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -232,9 +233,11 @@ class Store : public OutboxStore {
   // DbError when the check itself cannot run (SQLITE_CORRUPT when the damage stops it).
   std::string QuickCheck();
 
-  // Unpublished rows with id > after_id, in id order, at most limit rows
-  // (keyset pagination through the partial index). Throws DbError.
-  std::vector<OutboxRow> FetchUnpublished(std::int64_t after_id, std::int64_t limit);
+  // Unpublished rows with id > *after_id (every id when it is empty, 0 and negative ones
+  // included), in id order, at most limit rows (keyset pagination through the partial index).
+  // Throws DbError.
+  std::vector<OutboxRow> FetchUnpublished(std::optional<std::int64_t> after_id,
+                                          std::int64_t limit);
 
   // Marks row id published (published_at = clock().EpochMs()) in its own transaction (chapter 7.1, decision 3:
   // the mark is a separate transaction after the broker's ack). Returns false
@@ -363,20 +366,21 @@ class Store : public OutboxStore {
   bool ReleaseLease(std::int64_t token);
 
   // Up to request.limit rows a leader may send now, in id order: unpublished,
-  // not parked, next attempt due (next_attempt_at <= now_ms), id in
-  // (after_id, up_to_id], not under an unexpired claim of a claims-mode
-  // relay; with request.block_key, also no earlier unpublished row of the
-  // same aggregate (in flight, failed, parked, or merely not sent yet): the
-  // rule of ClaimBatch's block_key, so a page holds at most one row per
-  // aggregate and a row is read only once every earlier row of its aggregate
-  // is published. The caller skips the rows it has in flight. A later row of
-  // an aggregate in flight is not sent: if the earlier row then failed for
-  // good, the later one, already acked, would precede its retry in the topic.
-  // Read only: writes nothing onto rows. Throws DbError. When every unpublished
-  // row at or below after_id is in request.in_flight (one index probe per gap
-  // between their runs of ids), the hold-back is decided once for the page, in
-  // one snapshot: the aggregates of those rows and of every unpublished row read
-  // past after_id hold back their later rows; otherwise one probe per row.
+  // not parked, next attempt due (next_attempt_at <= now_ms), id above after_id
+  // (any, when it is empty) and at or below up_to_id, not under an unexpired
+  // claim of a claims-mode relay; with request.block_key, also no earlier
+  // unpublished row of the same aggregate (in flight, failed, parked, or merely
+  // not sent yet): the rule of ClaimBatch's block_key, so a page holds at most
+  // one row per aggregate and a row is read only once every earlier row of its
+  // aggregate is published. The caller skips the rows it has in flight. A later
+  // row of an aggregate in flight is not sent: if the earlier row then failed
+  // for good, the later one, already acked, would precede its retry in the
+  // topic. Read only: writes nothing onto rows. Throws DbError. When every
+  // unpublished row at or below after_id is in request.in_flight (one index
+  // probe per gap between their runs of ids; none without after_id), the
+  // hold-back is decided once for the page, in one snapshot: the aggregates of
+  // those rows and of every unpublished row read past after_id hold back their
+  // later rows; otherwise one probe per row.
   std::vector<OutboxRow> ReadPage(const PageRequest& request);
   // How many ReadPage calls decided the hold-back once for the page (for tests
   // and the profile).

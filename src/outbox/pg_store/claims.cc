@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "outbox/id_range.h"
+
 #include "internal.h"
 
 namespace outbox {
@@ -308,11 +310,14 @@ SettleReport PgStore::SettleBatch(std::int64_t token, const std::vector<std::int
   return report;
 }
 
-std::vector<OutboxRow> PgStore::FetchUnpublished(std::int64_t after_id, std::int64_t limit) {
+std::vector<OutboxRow> PgStore::FetchUnpublished(std::optional<std::int64_t> after_id,
+                                                 std::int64_t limit) {
+  const IdRange ids = IdsAfter(after_id, kHighestId);
   const pg::Result rows = connection_.Query(
       "SELECT id, event_id, aggregate_id, event_type, payload, created_at, headers FROM outbox "
-      "WHERE NOT published AND id > $1 ORDER BY id LIMIT $2",
-      {pg::Param::Int(after_id), pg::Param::Int(limit)}, "read unpublished rows");
+      "WHERE NOT published AND id >= $1 AND id <= $3 ORDER BY id LIMIT $2",
+      {pg::Param::Int(ids.first), pg::Param::Int(limit), pg::Param::Int(ids.last)},
+      "read unpublished rows");
   std::vector<OutboxRow> out;
   for (int i = 0; i < rows.rows(); ++i) out.push_back(ReadRow(rows, i, 6));
   return out;
