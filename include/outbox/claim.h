@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "outbox/event.h"
+#include "outbox/id_range.h"
 
 namespace outbox {
 
@@ -21,8 +23,10 @@ struct Claim {
 
 struct ClaimRequest {
   std::string owner;            // shown in status, e.g. "relay-4242@host"
-  std::int64_t after_id = 0;    // keyset cursor: claim rows with id > after_id
-  std::int64_t up_to_id = 0;    // and id <= up_to_id, unless 0
+  // Keyset cursor: claim rows with id > *after_id; empty (the default), from the first row on, 0
+  // and negative ids included (outbox/id_range.h).
+  std::optional<std::int64_t> after_id;
+  std::int64_t up_to_id = kHighestId;  // and id <= up_to_id
   std::int64_t limit = 1000;    // rows, > 0
   std::int64_t lease_ms = 30000;  // the claim expires this long after now_ms
   std::int64_t now_ms = 0;      // epoch ms

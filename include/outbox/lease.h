@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "outbox/id_range.h"
 
 namespace outbox {
 
@@ -38,19 +41,21 @@ struct InFlightRow {
 
 // A leader's page (Store::ReadPage).
 struct PageRequest {
-  std::int64_t after_id = 0;  // keyset cursor: rows with id > after_id
-  std::int64_t up_to_id = 0;  // and id <= up_to_id, unless 0
+  // Keyset cursor: rows with id > *after_id; empty (the default), from the first row on, 0 and
+  // negative ids included (outbox/id_range.h).
+  std::optional<std::int64_t> after_id;
+  std::int64_t up_to_id = kHighestId;  // and id <= up_to_id
   std::int64_t limit = 1000;  // rows, > 0
   std::int64_t now_ms = 0;    // epoch ms: backoffs and claims are judged at it
   // Only each aggregate's oldest unpublished row (FailureMode::kBlockKey in
   // leader mode), as ClaimRequest::block_key.
   bool block_key = true;
   // Under block_key, on SQLite: the rows the caller has in flight, any order (the relay's
-  // sent and unsettled rows). When every unpublished row at or below after_id is one of them,
-  // Store::ReadPage holds aggregates back once per page instead of once per row (same rows);
-  // otherwise it checks each row. An entry with another aggregate than its row's is a bug of the
-  // caller's that can reorder that aggregate; an entry for a row not in flight only holds back
-  // more. Ignored by PgStore.
+  // sent and unsettled rows). When every unpublished row at or below after_id is one of them
+  // (always, with no after_id), Store::ReadPage holds aggregates back once per page instead of
+  // once per row (same rows); otherwise it checks each row. An entry with another aggregate than
+  // its row's is a bug of the caller's that can reorder that aggregate; an entry for a row not in
+  // flight only holds back more. Ignored by PgStore.
   std::vector<InFlightRow> in_flight;
   // Under block_key, on SQLite: how many unpublished rows Store::ReadPage may step over without
   // taking them (held back or not sendable) before it takes the page from each aggregate's

@@ -98,9 +98,11 @@ class OutboxStore {
   // no event type and add none.
   virtual std::vector<std::string> EventTypes() = 0;
 
-  // Unpublished rows with id > after_id in id order, at most limit (> 0) rows: the chapter's
-  // per-row relay (publish). No claim is taken.
-  virtual std::vector<OutboxRow> FetchUnpublished(std::int64_t after_id, std::int64_t limit) = 0;
+  // Unpublished rows with id > *after_id (every id when it is empty, 0 and negative ones
+  // included: outbox/id_range.h) in id order, at most limit (> 0) rows: the chapter's per-row
+  // relay (publish). No claim is taken.
+  virtual std::vector<OutboxRow> FetchUnpublished(std::optional<std::int64_t> after_id,
+                                                  std::int64_t limit) = 0;
 
   // Marks row id published in its own transaction (chapter 7.1, decision 3: the mark follows the
   // broker's ack). Returns false when the row does not exist or was already published.

@@ -141,7 +141,8 @@ class PgStore : public OutboxStore {
   OutboxSnapshot Snapshot() override;
   // Every outbox and archive row, read in txn (from BeginRead()). Throws pg::PgError.
   OutboxSnapshot Snapshot(pg::Transaction& txn);
-  std::vector<OutboxRow> FetchUnpublished(std::int64_t after_id, std::int64_t limit) override;
+  std::vector<OutboxRow> FetchUnpublished(std::optional<std::int64_t> after_id,
+                                          std::int64_t limit) override;
   bool MarkPublished(std::int64_t id) override;
 
   // The operator's commands (OutboxStore): parked, unpark, purge, on the server's clock.
@@ -240,12 +241,13 @@ class PgStore : public OutboxStore {
   // longer current. Throws pg::PgError.
   bool ReleaseLease(std::int64_t token) override;
   // Up to request.limit rows a leader may send now, in id order: unpublished, not parked, next
-  // attempt due on the server's clock, id in (after_id, up_to_id], not under a live claim of a
-  // claims-mode relay; with block_key, no earlier unpublished row of the same aggregate (as
-  // Store::ReadPage). request.now_ms is ignored. Read only. Ids commit out of order on
-  // PostgreSQL: a row committed behind the caller's cursor is returned once the caller reads
-  // from after_id 0 again (the relay's next pass, when it has caught up); claims mode has no
-  // cursor and no such delay (README "PostgreSQL"). Throws pg::PgError.
+  // attempt due on the server's clock, id above after_id (any, when it is empty) and at or below
+  // up_to_id, not under a live claim of a claims-mode relay; with block_key, no earlier
+  // unpublished row of the same aggregate (as Store::ReadPage). request.now_ms is ignored. Read
+  // only. Ids commit out of order on PostgreSQL: a row committed behind the caller's cursor is
+  // returned once the caller reads from the first row again (no after_id: the relay's next pass,
+  // when it has caught up); claims mode has no cursor and no such delay (README "PostgreSQL").
+  // Throws pg::PgError.
   std::vector<OutboxRow> ReadPage(const PageRequest& request) override;
   // Settles a leader's batch in ONE transaction, only while token is the lease's token: renews
   // the lease to the server's now() + lease_ms (> 0), marks every acked id still unpublished

@@ -305,10 +305,10 @@ class Relay {
   // claiming (nothing when this relay does not lead) and settles it with
   // Store::SettleUnderLease; the cursor skips the rows still in flight, so a
   // new pass never sends them twice. The settle is retried on
-  // SQLITE_BUSY until the lease runs out, so acked rows get marked. Starts a new pass from id 0 when
-  // nothing lies past the cursor or when a row behind it became claimable
-  // (its backoff ran out), so retries are never starved by new rows. claimed == 0
-  // means nothing was claimable. Throws DbError; delivery failures are
+  // SQLITE_BUSY until the lease runs out, so acked rows get marked. Starts a new pass from the
+  // first row (whatever its id: 0 and below included) when nothing lies past the cursor or when
+  // a row behind it became claimable (its backoff ran out), so retries are never starved by new
+  // rows. claimed == 0 means nothing was claimable. Throws DbError; delivery failures are
   // recorded, not thrown. A row whose headers column is not a JSON object of
   // string values (ParseRecordHeaders) is not sent: it is parked at once with
   // the reason as last_error and counted failed; the rest of the batch goes on.
@@ -356,14 +356,14 @@ class Relay {
 
  private:
   std::int64_t Now() const;
-  ClaimRequest MakeClaimRequest(std::int64_t after_id) const;  // at Now()
-  ClaimRequest MakeClaimRequest(std::int64_t after_id, std::int64_t now_ms) const;
+  ClaimRequest MakeClaimRequest(std::optional<std::int64_t> after_id) const;  // at Now()
+  ClaimRequest MakeClaimRequest(std::optional<std::int64_t> after_id, std::int64_t now_ms) const;
   bool leader_mode() const noexcept { return options_.coordination == Coordination::kLeader; }
   Claim ClaimNext();  // claims mode: the next claim from the cursor, or an empty one
   Claim ReadNext();   // leader mode: the next page past the cursor and the rows in flight
   bool SendRows(Claim claim);  // both: builds the records and hands them to the publisher
-  // Leader mode: a row with id <= up_to_id (0: any) that is not in flight could be sent now,
-  // ignoring who leads.
+  // Leader mode: a row with id <= up_to_id (kHighestId: any) that is not in flight could be sent
+  // now, ignoring who leads.
   bool Sendable(std::int64_t up_to_id);  // at Now()
   bool Sendable(std::int64_t up_to_id, std::int64_t now_ms);
   void LoseLease();   // leader mode: another relay took over
@@ -418,7 +418,9 @@ class Relay {
   Publisher& publisher_;
   RelayOptions options_;
   Clock& clock_;
-  std::int64_t cursor_ = 0;
+  // The last id this pass read (claimed, in claims mode); empty at the start of a pass. Not 0:
+  // a foreign writer's ids may be 0 or below, and every one must be read (outbox/id_range.h).
+  std::optional<std::int64_t> cursor_;
   bool last_claim_full_ = false;  // claims mode: the last claim returned batch_size rows
   std::int64_t settled_since_checkpoint_ = 0;  // rows, for CheckpointAfterSettle
   // A batch between StartBatch and FinishBatch: its claim, and the rows refused

@@ -233,9 +233,11 @@ class Store : public OutboxStore {
   // DbError when the check itself cannot run (SQLITE_CORRUPT when the damage stops it).
   std::string QuickCheck();
 
-  // Unpublished rows with id > after_id, in id order, at most limit rows
-  // (keyset pagination through the partial index). Throws DbError.
-  std::vector<OutboxRow> FetchUnpublished(std::int64_t after_id, std::int64_t limit);
+  // Unpublished rows with id > *after_id (every id when it is empty, 0 and negative ones
+  // included), in id order, at most limit rows (keyset pagination through the partial index).
+  // Throws DbError.
+  std::vector<OutboxRow> FetchUnpublished(std::optional<std::int64_t> after_id,
+                                          std::int64_t limit);
 
   // Marks row id published (published_at = clock().EpochMs()) in its own transaction (chapter 7.1, decision 3:
   // the mark is a separate transaction after the broker's ack). Returns false
@@ -364,26 +366,26 @@ class Store : public OutboxStore {
   bool ReleaseLease(std::int64_t token);
 
   // Up to request.limit rows a leader may send now, in id order: unpublished,
-  // not parked, next attempt due (next_attempt_at <= now_ms), id in
-  // (after_id, up_to_id], not under an unexpired claim of a claims-mode
-  // relay; with request.block_key, also no earlier unpublished row of the
-  // same aggregate (in flight, failed, parked, or merely not sent yet): the
-  // rule of ClaimBatch's block_key, so a page holds at most one row per
-  // aggregate and a row is read only once every earlier row of its aggregate
-  // is published. The caller skips the rows it has in flight. A later row of
-  // an aggregate in flight is not sent: if the earlier row then failed for
-  // good, the later one, already acked, would precede its retry in the topic.
-  // Read only: writes nothing onto rows. Throws DbError. When every unpublished
-  // row at or below after_id is in request.in_flight (one index probe per gap
-  // between their runs of ids), the hold-back is decided once for the page, in
-  // one snapshot: the aggregates of those rows and of every unpublished row read
-  // past after_id hold back their later rows; otherwise one probe per row. Once
-  // a page has stepped over PageRequest::scan_budget rows it could not take, it
-  // is taken from each aggregate's oldest unpublished row instead
-  // (ReadPageByHeads, the same rows), unless too many aggregates have
-  // unpublished rows: otherwise a backlog of a few hot aggregates would be read
-  // whole for every page (at most one row per aggregate), in time growing with
-  // the square of its size.
+  // not parked, next attempt due (next_attempt_at <= now_ms), id above after_id
+  // (any, when it is empty) and at or below up_to_id, not under an unexpired
+  // claim of a claims-mode relay; with request.block_key, also no earlier
+  // unpublished row of the same aggregate (in flight, failed, parked, or merely
+  // not sent yet): the rule of ClaimBatch's block_key, so a page holds at most
+  // one row per aggregate and a row is read only once every earlier row of its
+  // aggregate is published. The caller skips the rows it has in flight. A later
+  // row of an aggregate in flight is not sent: if the earlier row then failed
+  // for good, the later one, already acked, would precede its retry in the
+  // topic. Read only: writes nothing onto rows. Throws DbError. When every
+  // unpublished row at or below after_id is in request.in_flight (one index
+  // probe per gap between their runs of ids; none without after_id), the
+  // hold-back is decided once for the page, in one snapshot: the aggregates of
+  // those rows and of every unpublished row read past after_id hold back their
+  // later rows; otherwise one probe per row. Once a page has stepped over
+  // PageRequest::scan_budget rows it could not take, it is taken from each
+  // aggregate's oldest unpublished row instead (ReadPageByHeads, the same rows),
+  // unless too many aggregates have unpublished rows: otherwise a backlog of a
+  // few hot aggregates would be read whole for every page (at most one row per
+  // aggregate), in time growing with the square of its size.
   std::vector<OutboxRow> ReadPage(const PageRequest& request);
   // How many ReadPage calls decided the hold-back once for the page, and how
   // many took the page from the aggregates' oldest rows (for tests and the profile).
@@ -477,10 +479,11 @@ class Store : public OutboxStore {
   // ReadPage with block_key checked in SQL, one probe per row.
   std::vector<OutboxRow> ReadPagePerRow(const PageRequest& request);
   // ReadPage's page by the block_key rule from the aggregates' heads: the sendable rows among
-  // each aggregate's oldest unpublished row, in (after_id, up_to_id], in id order, at most
-  // limit. Costs two index seeks per aggregate with unpublished rows and one look-up per head
-  // tried; nullopt (nothing read past the count) when more than max_aggregates aggregates
-  // have unpublished rows. Run inside ReadPage's snapshot. Throws DbError.
+  // each aggregate's oldest unpublished row, above after_id (any, when empty) and at or below
+  // up_to_id, in id order, at most limit. Costs two index seeks per aggregate with unpublished
+  // rows and one look-up per head tried; nullopt (nothing read past the count) when more than
+  // max_aggregates aggregates have unpublished rows. Run inside ReadPage's snapshot. Throws
+  // DbError.
   std::optional<std::vector<OutboxRow>> ReadPageByHeads(const PageRequest& request,
                                                         std::int64_t max_aggregates);
   // ReadPage's reads in id order past the scan budget: ReadPageByHeads, unless it found too

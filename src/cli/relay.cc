@@ -87,7 +87,7 @@ void AddTailCheck(RelayOptions& relay_options, const RelayCliOptions& o,
   base.properties = ProducerProperties(global);
   base.timeout_ms = timeout_ms;
   relay_options.committed_ids = [&store, base, embedded, last]() {
-    const std::vector<OutboxRow> rows = store.FetchUnpublished(0, kTailCheckRows);
+    const std::vector<OutboxRow> rows = store.FetchUnpublished(std::nullopt, kTailCheckRows);
     std::vector<std::int64_t> created;
     std::set<std::int64_t> pending;
     for (const OutboxRow& row : rows) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -65,7 +66,8 @@ StatusView ReadStatusView(const GlobalOptions& global, std::int64_t horizon_thre
     // The WAL relay marks no row: a row the flag calls unpublished counts as published once its
     // slot holds no insert of it (as verify and check count). Parked rows stay as they are.
     std::int64_t sent = 0;
-    for (const OutboxRow& row : store->FetchUnpublished(0, std::numeric_limits<std::int64_t>::max()))
+    for (const OutboxRow& row :
+         store->FetchUnpublished(std::nullopt, std::numeric_limits<std::int64_t>::max()))
       if (view.wal->pending_ids->count(row.id) == 0) ++sent;
     sent = std::min(sent, view.status.pending);
     view.status.unpublished -= sent;

@@ -67,7 +67,8 @@ std::vector<std::int64_t> FindDeliveredIds(const std::vector<TailRecord>& record
     const char* first = record.outbox_id.data();
     const char* last = first + record.outbox_id.size();
     const auto [end, ec] = std::from_chars(first, last, id);
-    if (ec != std::errc() || end != last || record.outbox_id.empty() || id <= 0) continue;
+    // Any 64-bit id: a foreign writer's row may have id 0 or below, and the relay sent it too.
+    if (ec != std::errc() || end != last || record.outbox_id.empty()) continue;
     if (!pending.empty() && pending.count(id) == 0) continue;
     found.insert(id);
   }

@@ -91,7 +91,8 @@ ParkedPageRequest ParseParkedQuery(const std::multimap<std::string, std::string>
     else if (key == "max_age") r.filter.max_age_ms = ParseAge(key, value);
     else if (key == "limit") r.limit = ParseCount(key, value, 1, kMaxParkedPage);
     else if (key == "after_id")
-      r.after_id = ParseCount(key, value, 0, std::numeric_limits<std::int64_t>::max());
+      r.after_id = ParseCount(key, value, std::numeric_limits<std::int64_t>::min(),
+                              std::numeric_limits<std::int64_t>::max());
     else
       throw BadRequest(fmt::format("{}: unknown parameter (known: aggregate, event_type, error, "
                                    "min_age, max_age, limit, after_id)",
@@ -116,7 +117,7 @@ nlohmann::ordered_json ParkedPageJson(const std::vector<TroubledRow>& parked,
   std::int64_t last_id = 0;
   bool more = false;
   for (const TroubledRow* row : matched) {
-    if (row->id <= request.after_id) continue;
+    if (request.after_id && row->id <= *request.after_id) continue;
     if (static_cast<std::int64_t>(out["rows"].size()) == request.limit) {
       more = true;
       break;

@@ -38,15 +38,18 @@ bool Matches(const TroubledRow& row, const ParkedFilter& filter);
 struct ParkedPageRequest {
   ParkedFilter filter;
   std::int64_t limit = 100;  // rows per page, 1..kMaxParkedPage
-  std::int64_t after_id = 0;
+  // Empty: from the first row, 0 and negative ids included (a foreign writer's,
+  // outbox/id_range.h).
+  std::optional<std::int64_t> after_id;
 };
 inline constexpr std::int64_t kMaxParkedPage = 1000;
 // POST /parked/unpark by filter: rows per request, at most.
 inline constexpr std::int64_t kMaxUnparkRows = 10000;
 
 // The query parameters of GET /parked: aggregate, event_type, error, min_age and max_age
-// (durations: 30s, 5m, 2h), limit (1..1000, default 100), after_id (>= 0). Throws BadRequest for
-// an unknown or repeated parameter or a value out of range.
+// (durations: 30s, 5m, 2h), limit (1..1000, default 100), after_id (any 64-bit id: the
+// next_after_id of the previous page). Throws BadRequest for an unknown or repeated parameter or
+// a value out of range.
 ParkedPageRequest ParseParkedQuery(const std::multimap<std::string, std::string>& params);
 
 // The page's JSON: {"parked_total", "listed_total", "matched", "rows":[{id, event_id,

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
 #include "outbox/record_headers.h"
@@ -25,7 +27,7 @@ PerRowRelayReport RunPerRowRelay(OutboxStore& store, Publisher& publisher,
   if (options.limit <= 0)
     throw ConfigError(fmt::format("relay limit {}: must be at least 1", options.limit));
   PerRowRelayReport report;
-  for (OutboxRow& row : store.FetchUnpublished(0, options.limit)) {
+  for (OutboxRow& row : store.FetchUnpublished(std::nullopt, options.limit)) {
     if (stop_requested && stop_requested()) {
       report.stopped = true;
       break;

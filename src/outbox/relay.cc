@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <limits>
+#include <optional>
 #include <utility>
 #include <stdexcept>
 #include <unordered_map>
@@ -13,6 +13,7 @@
 #include "outbox/row_message.h"
 #include "outbox/error.h"
 #include "outbox/failpoint.h"
+#include "outbox/id_range.h"
 
 namespace outbox {
 namespace {
@@ -66,11 +67,12 @@ Relay::Relay(OutboxStore& store, Publisher& publisher, RelayOptions options)
 
 std::int64_t Relay::Now() const { return clock_.EpochMs(); }
 
-ClaimRequest Relay::MakeClaimRequest(std::int64_t after_id) const {
+ClaimRequest Relay::MakeClaimRequest(std::optional<std::int64_t> after_id) const {
   return MakeClaimRequest(after_id, Now());
 }
 
-ClaimRequest Relay::MakeClaimRequest(std::int64_t after_id, std::int64_t now_ms) const {
+ClaimRequest Relay::MakeClaimRequest(std::optional<std::int64_t> after_id,
+                                     std::int64_t now_ms) const {
   ClaimRequest request;
   request.owner = options_.owner;
   request.after_id = after_id;
@@ -87,9 +89,9 @@ void Relay::Phase(std::string_view phase, std::int64_t token) const {
 
 bool Relay::HasClaimable() {
   // A leader renews its lease all through an outage's backoff: Lead() first.
-  if (leader_mode()) return Lead() && OutageWaitMs() == 0 && Sendable(0);
+  if (leader_mode()) return Lead() && OutageWaitMs() == 0 && Sendable(kHighestId);
   if (OutageWaitMs() > 0) return false;
-  return store_.HasClaimable(MakeClaimRequest(0));
+  return store_.HasClaimable(MakeClaimRequest(std::nullopt));
 }
 
 std::int64_t Relay::OutageWaitMs() const {
@@ -105,17 +107,18 @@ bool Relay::Sendable(std::int64_t up_to_id, std::int64_t now_ms) {
   // one-row reads where a page of 1,001 rows was read (and copied) before every batch.
   std::vector<std::int64_t> ids(in_flight_ids_.begin(), in_flight_ids_.end());
   std::sort(ids.begin(), ids.end());
-  const std::int64_t bound = up_to_id > 0 ? up_to_id : std::numeric_limits<std::int64_t>::max();
-  std::vector<std::pair<std::int64_t, std::int64_t>> gaps;  // (after_id, up_to_id) of each gap
-  std::int64_t after = 0;
-  for (std::size_t i = 0; i < ids.size() && ids[i] <= bound;) {
+  // (after_id, up_to_id) of each gap. The first starts at the first row, whatever its id: a
+  // foreign writer's may be 0 or below.
+  std::vector<std::pair<std::optional<std::int64_t>, std::int64_t>> gaps;
+  std::optional<std::int64_t> after;  // the last id in flight passed so far
+  for (std::size_t i = 0; i < ids.size() && ids[i] <= up_to_id;) {
     std::size_t j = i + 1;
     while (j < ids.size() && ids[j] == ids[j - 1] + 1) ++j;
-    if (ids[i] - 1 > after) gaps.emplace_back(after, ids[i] - 1);
+    if (after ? ids[i] - 1 > *after : ids[i] > kLowestId) gaps.emplace_back(after, ids[i] - 1);
     after = ids[j - 1];
     i = j;
   }
-  if (after < bound) gaps.emplace_back(after, up_to_id);  // up_to_id 0: no bound, as asked
+  if (!after || *after < up_to_id) gaps.emplace_back(after, up_to_id);
   if (gaps.size() <= kMaxSendableGaps) {
     for (const auto& [gap_after, gap_up_to] : gaps) {
       PageRequest request;
@@ -157,7 +160,7 @@ bool Relay::Lead() {
     const LeaseAcquisition got = store_.AcquireLease(options_.owner, options_.lease_ms, now);
     if (!got.acquired) return false;
     lease_ = got.lease;
-    cursor_ = 0;  // a new term starts a new pass
+    cursor_.reset();  // a new term starts a new pass
     if (options_.on_lease) options_.on_lease({LeaseEvent::Kind::kAcquired, lease_, got.previous});
     return true;
   } catch (const DbError& e) {
@@ -171,7 +174,7 @@ void Relay::LoseLease() {
   if (lease_.token == 0) return;
   const LeaderLease lost = lease_;
   lease_ = {};
-  cursor_ = 0;
+  cursor_.reset();
   if (options_.on_lease) options_.on_lease({LeaseEvent::Kind::kLost, lost, {}});
 }
 
@@ -208,7 +211,8 @@ bool Relay::CanOnlyWaitForever() {
   bool sendable = false;
   std::int64_t waiting = 0;
   store_.ReadAtOneInstant([&] {  // PostgreSQL reads its own clock: one transaction, one now()
-    sendable = leader_mode() ? Sendable(0, now) : store_.HasClaimable(MakeClaimRequest(0, now));
+    sendable = leader_mode() ? Sendable(kHighestId, now)
+                             : store_.HasClaimable(MakeClaimRequest(std::nullopt, now));
     if (!sendable) waiting = store_.WaitingCount(now);
   });
   return !sendable && waiting == 0;
@@ -230,15 +234,16 @@ Claim Relay::ClaimNext() {
   const bool postgres = store_.backend() == Backend::kPostgres;
   const bool draining = postgres && last_claim_full_;
   last_claim_full_ = false;
-  if (!draining && !store_.HasClaimable(MakeClaimRequest(0))) return Claim{};  // idle: read only
-  if (cursor_ > 0 && !postgres) {
-    ClaimRequest behind = MakeClaimRequest(0);
-    behind.up_to_id = cursor_;
-    if (store_.HasClaimable(behind)) cursor_ = 0;  // a retry is due: serve it before new rows
+  if (!draining && !store_.HasClaimable(MakeClaimRequest(std::nullopt)))
+    return Claim{};  // idle: read only
+  if (cursor_ && !postgres) {
+    ClaimRequest behind = MakeClaimRequest(std::nullopt);
+    behind.up_to_id = *cursor_;
+    if (store_.HasClaimable(behind)) cursor_.reset();  // a retry is due: serve it before new rows
   }
   Claim claim = store_.ClaimBatch(MakeClaimRequest(cursor_));
-  if (claim.rows.empty() && cursor_ > 0 && !postgres) {
-    cursor_ = 0;  // a new pass picks up rows whose backoff ran out
+  if (claim.rows.empty() && cursor_ && !postgres) {
+    cursor_.reset();  // a new pass picks up rows whose backoff ran out
     claim = store_.ClaimBatch(MakeClaimRequest(cursor_));
   }
   if (!claim.rows.empty()) cursor_ = claim.rows.back().id;
@@ -247,7 +252,8 @@ Claim Relay::ClaimNext() {
 }
 
 // Reads past the cursor and steps over the rows in flight (read again only on
-// a new pass). At the end of the table a new pass starts from id 0. The cursor
+// a new pass). At the end of the table a new pass starts from the first row,
+// whatever its id (a foreign writer's may be 0 or below). The cursor
 // passes rows the page leaves out (under block-key, every row behind its
 // aggregate's oldest unpublished one), and such a row becomes sendable only
 // later, when that oldest row is published or due again: so, as ClaimNext
@@ -263,8 +269,8 @@ Claim Relay::ReadNext() {
   }
   page.token = lease_.token;
   const auto limit = static_cast<std::size_t>(options_.batch_size);
-  if (cursor_ > 0 && Sendable(cursor_)) cursor_ = 0;  // a row behind the cursor goes first
-  bool new_pass = cursor_ == 0;
+  if (cursor_ && Sendable(*cursor_)) cursor_.reset();  // a row behind the cursor goes first
+  bool new_pass = !cursor_;
   std::vector<InFlightRow> in_flight;  // for ReadPage's hold-back once per page
   if (options_.on_failure == FailureMode::kBlockKey) {
     in_flight.reserve(in_flight_ids_.size());
@@ -292,7 +298,7 @@ Claim Relay::ReadNext() {
     if (page.rows.size() == limit) break;
     if (rows.size() == limit) continue;  // a full page of rows in flight: read on
     if (!page.rows.empty() || new_pass) break;
-    cursor_ = 0;
+    cursor_.reset();
     new_pass = true;
   }
   return page;

@@ -62,11 +62,14 @@ TEST_CASE("The tail check finds only this run's pending ids in the outbox_id hea
   const std::vector<TailRecord> records = {
       {0, 0, "3", "run-a"}, {1, 0, "1", "run-a"}, {1, 1, "2", "run-b"},  // another run's 2
       {0, 1, "3", "run-a"},                                             // 3 twice: once
-      {2, 0, "", "run-a"},  {2, 1, "x7", "run-a"}, {2, 2, "-4", "run-a"},  // not an outbox id
-      {2, 3, "5 ", "run-a"}, {3, 0, "9", "run-a"}};
-  CHECK(FindDeliveredIds(records, "run-a") == std::vector<std::int64_t>{1, 3, 9});
-  CHECK(FindDeliveredIds(records, "run-a", {1, 2, 9, 10}) == std::vector<std::int64_t>{1, 9});
-  CHECK(FindDeliveredIds(records, "") == std::vector<std::int64_t>{1, 2, 3, 9});
+      {2, 0, "", "run-a"},  {2, 1, "x7", "run-a"}, {2, 2, "5 ", "run-a"},  // not an outbox id
+      {2, 3, "+6", "run-a"},
+      {2, 4, "-4", "run-a"}, {3, 0, "0", "run-a"},  // a foreign writer's ids: outbox ids too
+      {3, 1, "9", "run-a"}};
+  CHECK(FindDeliveredIds(records, "run-a") == std::vector<std::int64_t>{-4, 0, 1, 3, 9});
+  CHECK(FindDeliveredIds(records, "run-a", {-4, 1, 2, 9, 10}) ==
+        std::vector<std::int64_t>{-4, 1, 9});
+  CHECK(FindDeliveredIds(records, "") == std::vector<std::int64_t>{-4, 0, 1, 2, 3, 9});
   CHECK(FindDeliveredIds({}, "run-a").empty());
 }
 

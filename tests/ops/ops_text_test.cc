@@ -241,6 +241,15 @@ TEST_CASE("GET parked filters by aggregate and event type and error text and age
   CHECK(ids(second) == std::vector<std::int64_t>{7, 9});
   CHECK(second["next_after_id"].is_null());
   CHECK(ParkedPageJson(rows, 10, ParkedPageRequest{})["truncated"] == true);
+  // A foreign writer's ids 0 and below are listed first, and a cursor below 0 pages past them.
+  const std::vector<TroubledRow> foreign = {Parked(2, "L-1", "LoanCreated", "e", 1000),
+                                            Parked(-4, "L-1", "LoanCreated", "e", 1000),
+                                            Parked(0, "L-2", "LoanCreated", "e", 1000)};
+  const nlohmann::ordered_json low = ParkedPageJson(foreign, 3, ParseParkedQuery({{"limit", "2"}}));
+  CHECK(ids(low) == std::vector<std::int64_t>{-4, 0});
+  CHECK(low["next_after_id"] == 0);
+  CHECK(ids(ParkedPageJson(foreign, 3, ParseParkedQuery({{"after_id", "-4"}}))) ==
+        std::vector<std::int64_t>{0, 2});
 
   CHECK_THROWS_WITH(ParseParkedQuery({{"limit", "0"}}),
                     "limit '0': not a whole number from 1 to 1000");

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -71,7 +72,8 @@ class LeaderFixture {
     return options;
   }
 
-  std::vector<outbox::OutboxRow> Page(std::int64_t after_id = 0, std::int64_t limit = 100) {
+  std::vector<outbox::OutboxRow> Page(std::optional<std::int64_t> after_id = std::nullopt,
+                                      std::int64_t limit = 100) {
     PageRequest request;
     request.after_id = after_id;
     request.limit = limit;
@@ -774,12 +776,13 @@ TEST_CASE("ReadPage holds back an aggregate behind an earlier parked or backing-
   }
 }
 
-TEST_CASE("ReadPage holds an aggregate back behind an unpublished row a foreign writer gave id 0 "
-          "or a negative id",
+TEST_CASE("ReadPage reads an unpublished row a foreign writer gave id 0 or a negative id first "
+          "and holds its aggregate back behind it",
           "[store][ordering]") {
-  // Pages start past id 0, so such a row is never read, but under the per-row rule it is an
-  // earlier unpublished row of its aggregate: the once-per-page look must not start at 0 and
-  // send row 3 ahead of it (before, it returned {1, 2, 3}, and {3} past rows 1-2 in flight).
+  // A page from the start of a pass begins at the lowest id, not past 0: such a row is read
+  // first and holds back row 3 of its aggregate. Below a cursor, the once-per-page look starts
+  // at the lowest id too, so it finds the row when it is not in flight (before, pages began past
+  // 0 and never returned the row, which held row 3 back forever).
   for (std::int64_t foreign_id : {std::int64_t{0}, std::int64_t{-5},
                                   std::numeric_limits<std::int64_t>::min()}) {
     LeaderFixture f;
@@ -795,12 +798,17 @@ TEST_CASE("ReadPage holds an aggregate back behind an unpublished row a foreign 
     PageRequest request;
     request.now_ms = f.clock.EpochMs();
     const std::int64_t before = f.store.pages_held_back_once();
-    CHECK(IdsOf(f.store.ReadPage(request)) == Ids{1, 2});
-    CHECK(f.store.pages_held_back_once() == before);  // found below the page: per row
-    // With rows 1-2 in flight and the cursor past them, the same look below them.
+    CHECK(IdsOf(f.store.ReadPage(request)) == Ids{foreign_id, 1, 2});
+    CHECK(f.store.pages_held_back_once() == before + 1);  // nothing below the first row
+    // Rows 1-2 in flight and the cursor past them: the foreign row is below it and not in
+    // flight (its batch failed, say), found by the look below the cursor: per row, row 3 waits.
     request.after_id = 2;
     request.in_flight = {{1, "L-x"}, {2, "L-y"}};
     CHECK(IdsOf(f.store.ReadPage(request)).empty());
-    CHECK(f.store.pages_held_back_once() == before);
+    CHECK(f.store.pages_held_back_once() == before + 1);
+    // The foreign row in flight too: once for the page, and row 3 still waits behind it.
+    request.in_flight.push_back({foreign_id, "L-a"});
+    CHECK(IdsOf(f.store.ReadPage(request)).empty());
+    CHECK(f.store.pages_held_back_once() == before + 2);
   }
 }

@@ -2,6 +2,9 @@
 // mark only after an ack, stop at the first failure.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,7 +50,7 @@ class RelayFixture {
 
   Ids UnpublishedIds() {
     Ids ids;
-    for (const auto& row : store.FetchUnpublished(0, 1000)) ids.push_back(row.id);
+    for (const auto& row : store.FetchUnpublished(std::nullopt, 1000)) ids.push_back(row.id);
     return ids;
   }
 
@@ -106,6 +109,35 @@ TEST_CASE("Relay sends unpublished rows in id order keyed by event id and marks 
   }
   REQUIRE(fx.UnpublishedIds().empty());
   REQUIRE(fx.store.Count().published == 3);
+}
+
+TEST_CASE("Relay sends rows a foreign writer gave id 0 and negative ids first in id order",
+          "[relay]") {
+  RelayFixture f(2);
+  constexpr std::int64_t kLowest = std::numeric_limits<std::int64_t>::min();
+  {
+    auto txn = f.store.BeginWrite();
+    auto insert = txn.connection().Prepare(
+        "INSERT INTO outbox(id, event_id, aggregate_id, event_type, payload) "
+        "VALUES (?1, 'evt-foreign-' || ?1, 'L-foreign', 'LoanRenewed', '{}')");
+    for (std::int64_t id : {std::int64_t{0}, std::int64_t{-2}, kLowest}) {
+      insert.Reset();
+      insert.Bind(1, id).Run();
+    }
+    txn.Commit();
+  }
+  FakePublisher publisher;
+
+  const auto report = f.Run(publisher, 10);
+
+  CHECK(report.sent == 5);
+  CHECK(report.marked == 5);
+  Ids sent;
+  for (const auto& call : publisher.calls) sent.push_back(call.at(0).outbox_id);
+  CHECK(sent == Ids{kLowest, -2, 0, 1, 2});
+  CHECK(f.UnpublishedIds().empty());
+  // Nothing lies past the highest id: an empty page, not an overflow.
+  CHECK(f.store.FetchUnpublished(std::numeric_limits<std::int64_t>::max(), 10).empty());
 }
 
 TEST_CASE("Relay marks the row only after the publisher returned its ack", "[relay]") {

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <atomic>
 #include <latch>
+#include <limits>
+#include <optional>
 #include <memory>
 #include <cstdlib>
 #include <stdexcept>
@@ -811,6 +813,34 @@ TEST_CASE("PostgreSQL fetch and mark serve the chapter's per-row relay in id ord
   REQUIRE(rows.size() == 1);
   CHECK(rows[0].id == second);
   CHECK(store.FetchUnpublished(second, 10).empty());
+}
+
+TEST_CASE("PostgreSQL fetch and snapshot count an unpublished row a foreign writer gave a negative "
+          "id as unpublished and first",
+          "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  const std::int64_t own = EnqueueOne(store, Event("evt-1001"));
+  pg::Connection writer(schema.url());
+  writer.Exec("INSERT INTO outbox(id, event_id, aggregate_id, event_type, payload) "
+              "VALUES (-5, 'evt-foreign', 'L-foreign', 'LoanRenewed', convert_to('{}', 'UTF8'))",
+              "insert a foreign row");
+  const std::vector<OutboxRow> rows = store.FetchUnpublished(std::nullopt, 10);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].id == -5);
+  CHECK(rows[1].id == own);
+  CHECK(store.FetchUnpublished(std::numeric_limits<std::int64_t>::max(), 10).empty());
+  // Without a naive relay's offset nothing counts as published by it (before, every row at or
+  // below id 0 did: the checker would have called this unsent row published).
+  const OutboxSnapshot snapshot = store.Snapshot();
+  REQUIRE(snapshot.rows.size() == 2);
+  CHECK(snapshot.rows[0].id == -5);
+  CHECK_FALSE(snapshot.rows[0].published);
+  CHECK_FALSE(snapshot.rows[1].published);
+  // The naive relay's first claim starts below every id too (its offset is no row, not 0).
+  PgStore naive(schema.url(), nullptr, PgClaimMode::kNaiveCursor);
+  CHECK(EventIds(naive.ClaimBatch(Request("naive"))) ==
+        std::vector<std::string>{"evt-foreign", "evt-1001"});
 }
 
 TEST_CASE("PostgreSQL a terminated connection counts as lost and reconnect heals it", "[postgres]") {

@@ -73,8 +73,8 @@ struct TailRecord {
 
 // The outbox ids, ascending and distinct, that records carry for run run_id (every run when
 // run_id is empty) and that are in pending (every id when pending is empty). A record without an
-// outbox_id header, or with one that is not a positive decimal integer, carries none (another
-// producer's record).
+// outbox_id header, or with one that is not a decimal 64-bit integer, carries none (another
+// producer's record); 0 and negative ids count (a foreign writer's rows, outbox/id_range.h).
 std::vector<std::int64_t> FindDeliveredIds(const std::vector<TailRecord>& records,
                                            const std::string& run_id,
                                            const std::set<std::int64_t>& pending = {});

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <optional>
 
 #include "outbox/error.h"
 #include "outbox/kafka/kafka_publisher.h"
@@ -42,7 +43,7 @@ BatchedLoopReport RunBatchedLoop(Store& store, const BatchedLoopOptions& options
   // The run's id on every record, as the relay sends it: check counts only this run's records.
   const std::string run_id = store.RunId();
   for (;;) {
-    const std::vector<OutboxRow> page = store.FetchUnpublished(0, options.page_size);
+    const std::vector<OutboxRow> page = store.FetchUnpublished(std::nullopt, options.page_size);
     if (page.empty()) return report;
     ++report.pages;
     acked = std::make_unique<unsigned char[]>(page.size());  // zeroed

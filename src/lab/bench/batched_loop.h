@@ -1,7 +1,7 @@
 // The hand-written batched loop: the relay a user writes in 40 lines when
 // the chapter's per-row loop is too slow, and what `relay` must beat
 // (issue 8). Each page:
-//   read up to page_size unpublished rows (Store::FetchUnpublished, from id 0)
+//   read up to page_size unpublished rows (Store::FetchUnpublished, from the first row)
 //   -> produce them all with librdkafka -> rd_kafka_flush
 //   -> mark the acknowledged ids in ONE transaction (Store::MarkPublished).
 // No claims, no fencing, no retries, no backoff: one process at a time, and a

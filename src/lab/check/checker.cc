@@ -158,8 +158,9 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
   std::unordered_map<std::string, std::int64_t> seen;
   std::vector<std::string> first_seen;
   // Per topic and partition, per aggregate: the highest outbox id first seen so far, and its
-  // record. Order holds within a partition only: under --topic-template an aggregate's events of
-  // different types go to different topics, with no order between them.
+  // record (null before the first: no id can stand for "none", a foreign writer's ids may be 0
+  // or below). Order holds within a partition only: under --topic-template an aggregate's events
+  // of different types go to different topics, with no order between them.
   std::map<std::tuple<std::string, std::int32_t, std::string>,
            std::pair<std::int64_t, const TopicRecord*>>
       last_id_by_aggregate;
@@ -173,13 +174,14 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
     }
     auto& last =
         last_id_by_aggregate[{record.topic, record.partition, found->second.aggregate_id}];
-    if (found->second.id < last.first) {
+    if (last.second != nullptr && found->second.id < last.first) {
       result.order_violations.push_back(fmt::format("{} (aggregate {}) after a later event",
                                                     record.event_id, found->second.aggregate_id));
       result.order_pairs.push_back(
           {found->second.aggregate_id, *last.second, last.first, record, found->second.id});
     }
-    if (found->second.id > last.first) last = {found->second.id, &record};
+    if (last.second == nullptr || found->second.id > last.first)
+      last = {found->second.id, &record};
   }
   // Every copy counts: a re-send after a partitioner switch lands on the new partition. Per
   // topic: an aggregate spread over topics by --topic-template is routing, not a hazard.

@@ -104,18 +104,17 @@ void RenderDetailedKafka(Out out, const ReportModel& model) {
       const std::string event = EscapeHtml(c.record.event_id);
       std::string title = fmt::format("partition {} offset {}: {} (copy {} of {}{})", partition,
                                       c.record.offset, c.record.event_id, c.copy, c.copies,
-                                      c.outbox_id >= 0 ? fmt::format(", outbox id {}", c.outbox_id)
-                                                       : std::string(", no outbox row: phantom"));
+                                      c.outbox_id ? fmt::format(", outbox id {}", *c.outbox_id)
+                                                  : std::string(", no outbox row: phantom"));
       if (dup) title += "; cause: " + CauseText(c.cause, model);
       if (dup && c.cause.kind == DuplicateCause::Kind::kKill)
         fmt::format_to(out, "<a href=\"#kill-{}\">", c.cause.process);
       fmt::format_to(out,
                      "<g class=\"cell{}{}\" id=\"rec-{}-{}\" data-tip=\"\" data-partition=\"{}\" "
-                     "data-offset=\"{}\" data-event=\"{}\" data-outbox-id=\"{}\" data-copy=\"{}\" "
-                     "data-copies=\"{}\"",
+                     "data-offset=\"{}\" data-event=\"{}\" data-copy=\"{}\" data-copies=\"{}\"",
                      dup ? " dup" : "", c.copies > 1 && !dup ? " first-of-dup" : "", partition,
-                     c.record.offset, partition, c.record.offset, event, c.outbox_id, c.copy,
-                     c.copies);
+                     c.record.offset, partition, c.record.offset, event, c.copy, c.copies);
+      if (c.outbox_id) fmt::format_to(out, " data-outbox-id=\"{}\"", *c.outbox_id);  // else phantom
       if (dup)
         fmt::format_to(out, " data-cause=\"{}\" data-cause-text=\"{}\"", CauseId(c.cause),
                        EscapeHtml(CauseText(c.cause, model)));

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,7 +63,9 @@ struct DuplicateCause {
 // One record of the topic, as the strip of offsets shows it.
 struct ReportCell {
   TopicRecord record;
-  std::int64_t outbox_id = -1;  // -1: no outbox row has its event id (phantom)
+  // Empty: no outbox row has its event id (phantom). Not -1: a foreign writer's ids may be
+  // negative.
+  std::optional<std::int64_t> outbox_id;
   std::int64_t copy = 1;        // 1 for the first record of its event id, 2 for the next, ...
   std::int64_t copies = 1;      // records of its event id on the topic
   DuplicateCause cause;         // meaningful when copy > 1

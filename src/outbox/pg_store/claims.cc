@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "outbox/id_range.h"
+
 #include "internal.h"
 
 namespace outbox {
@@ -87,14 +89,16 @@ pg::Param IdArray(const std::vector<std::int64_t>& ids) {
 namespace {
 
 // The claimable rows' condition, shared by the claim and HasClaimable. $1: block key (boolean),
-// $2: the naive mode (boolean): only ids above the stored offset. A delayed row (Delayed) is not
-// claimable, and under block key holds back the later rows of its aggregate (it is unpublished).
+// $2: the naive mode (boolean): only ids above the stored offset (every id before its first
+// claim: no offset row, whose max() is NULL; not 0, a foreign writer's ids may be 0 or below). A
+// delayed row (Delayed) is not claimable, and under block key holds back the later rows of its
+// aggregate (it is unpublished).
 // The naive mode ignores not_before: its offset moves past what it skips, so a delayed row it
 // passed over would never be sent.
 const std::string& ClaimableWhere() {
   static const std::string where = fmt::format(R"sql(
   NOT o.published AND o.parked_at IS NULL
-    AND (NOT $2::boolean OR o.id > COALESCE((SELECT max(last_id) FROM outbox_offset), 0))
+    AND (NOT $2::boolean OR COALESCE(o.id > (SELECT max(last_id) FROM outbox_offset), true))
     AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now())
     AND ($2::boolean OR {})
     AND (NOT $1::boolean OR NOT EXISTS (
@@ -308,11 +312,14 @@ SettleReport PgStore::SettleBatch(std::int64_t token, const std::vector<std::int
   return report;
 }
 
-std::vector<OutboxRow> PgStore::FetchUnpublished(std::int64_t after_id, std::int64_t limit) {
+std::vector<OutboxRow> PgStore::FetchUnpublished(std::optional<std::int64_t> after_id,
+                                                 std::int64_t limit) {
+  const IdRange ids = IdsAfter(after_id, kHighestId);
   const pg::Result rows = connection_.Query(
       "SELECT id, event_id, aggregate_id, event_type, payload, created_at, headers FROM outbox "
-      "WHERE NOT published AND id > $1 ORDER BY id LIMIT $2",
-      {pg::Param::Int(after_id), pg::Param::Int(limit)}, "read unpublished rows");
+      "WHERE NOT published AND id >= $1 AND id <= $3 ORDER BY id LIMIT $2",
+      {pg::Param::Int(ids.first), pg::Param::Int(limit), pg::Param::Int(ids.last)},
+      "read unpublished rows");
   std::vector<OutboxRow> out;
   for (int i = 0; i < rows.rows(); ++i) out.push_back(ReadRow(rows, i, 6));
   return out;

@@ -70,10 +70,11 @@ OutboxSnapshot PgStore::Snapshot() {
 
 OutboxSnapshot PgStore::Snapshot(pg::Transaction& txn) {
   // A row at or below the naive offset counts as published: that is what the naive relay's
-  // offset claims (PgClaimMode::kNaiveCursor). Without a naive relay there is no offset row.
+  // offset claims (PgClaimMode::kNaiveCursor). Without a naive relay there is no offset row, and
+  // no row counts (not "at or below 0": a foreign writer's ids may be 0 or below).
   const pg::Result rows = txn.connection().Query(
       "SELECT id, event_id, aggregate_id, "
-      "(published OR id <= COALESCE((SELECT max(last_id) FROM outbox_offset), 0))::int, "
+      "(published OR COALESCE(id <= (SELECT max(last_id) FROM outbox_offset), false))::int, "
       "(parked_at IS NOT NULL)::int, 0 FROM outbox "
       "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 1 FROM outbox_archive "
       "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 2 FROM outbox_purged ORDER BY 1",

@@ -4,12 +4,12 @@
 
 #include <fmt/format.h>
 
-#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "outbox/error.h"
+#include "outbox/id_range.h"
 
 #include "internal.h"
 
@@ -106,19 +106,18 @@ std::vector<OutboxRow> PgStore::ReadPage(const PageRequest& request) {
   // A delayed row is not sent, and under block key (it is unpublished) holds back its aggregate.
   static const std::string sql =
       "SELECT o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at, o.headers "
-      "FROM outbox o WHERE NOT o.published AND o.id > $1 AND o.id <= $2 AND o.parked_at IS NULL "
+      "FROM outbox o WHERE NOT o.published AND o.id >= $1 AND o.id <= $2 AND o.parked_at IS NULL "
       "AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now()) "
       "AND " + NotDelayed("o.") + " "
       "AND (NOT $3::boolean OR NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = "
       "o.aggregate_id AND e.id < o.id AND NOT e.published)) "
       "ORDER BY o.id LIMIT $4";
   // Prepared once per connection: one page and one look behind the cursor per batch.
+  const IdRange ids = IdsAfter(request.after_id, request.up_to_id);
   const pg::Result rows = connection_.QueryPrepared(
       sql,
-      {pg::Param::Int(request.after_id),
-       pg::Param::Int(request.up_to_id > 0 ? request.up_to_id
-                                           : std::numeric_limits<std::int64_t>::max()),
-       Bool(request.block_key), pg::Param::Int(request.limit)},
+      {pg::Param::Int(ids.first), pg::Param::Int(ids.last), Bool(request.block_key),
+       pg::Param::Int(request.limit)},
       "read a leader's page");
   std::vector<OutboxRow> out;
   for (int i = 0; i < rows.rows(); ++i) out.push_back(ReadRow(rows, i, 6));

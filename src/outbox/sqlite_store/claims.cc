@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "outbox/error.h"
+#include "outbox/id_range.h"
 
 #include "internal.h"
 
@@ -20,11 +21,13 @@ namespace outbox {
 
 using namespace sqlite_store;  // this folder's shared helpers (internal.h)
 
-std::vector<OutboxRow> Store::FetchUnpublished(std::int64_t after_id, std::int64_t limit) {
+std::vector<OutboxRow> Store::FetchUnpublished(std::optional<std::int64_t> after_id,
+                                               std::int64_t limit) {
   auto select = connection_.Prepare(
       "SELECT id, event_id, aggregate_id, event_type, payload, created_at, headers FROM outbox "
-      "WHERE published = 0 AND id > ?1 ORDER BY id LIMIT ?2");
-  select.Bind(1, after_id).Bind(2, limit);
+      "WHERE published = 0 AND id >= ?1 AND id <= ?3 ORDER BY id LIMIT ?2");
+  const IdRange ids = IdsAfter(after_id, kHighestId);
+  select.Bind(1, ids.first).Bind(2, limit).Bind(3, ids.last);
   std::vector<OutboxRow> rows;
   while (select.Step()) rows.push_back(ReadOutboxRow(select, 6));
   return rows;
@@ -59,30 +62,31 @@ std::int64_t Store::MarkPublished(const std::vector<std::int64_t>& ids) {
 
 namespace {
 
-// Claimable rows o: ?3 = now, ?5 = cursor (id > ?5), ?8 = upper bound (id <= ?8;
-// a plain range, so SQLite bounds the index scan by it), ?6 = block_key. Under block_key only the oldest unpublished row of
-// an aggregate is claimable, whatever the state of that row (due, in backoff,
+// Claimable rows o: ?3 = now, ?5 and ?8 = the ids (id >= ?5 AND id <= ?8, ClaimIds; a plain
+// range, so SQLite bounds the index scan by it), ?6 = block_key. Under block_key only the oldest
+// unpublished row of an aggregate is claimable, whatever the state of that row (due, in backoff,
 // parked, claimed, or merely behind the cursor): so a batch holds at most one
 // row per aggregate and a later row is never sent before an earlier one.
 const std::string& ClaimableWhere() {
   static const std::string where =
-      SendableRowsWhere(/*cursor=*/5, /*upper=*/8, /*now=*/3, /*block_key=*/6);
+      SendableRowsWhere(/*first=*/5, /*last=*/8, /*now=*/3, /*block_key=*/6);
   return where;
 }
 
 }  // namespace
 
-static std::int64_t UpperBound(const ClaimRequest& request) {
-  return request.up_to_id > 0 ? request.up_to_id : std::numeric_limits<std::int64_t>::max();
+static IdRange ClaimIds(const ClaimRequest& request) {
+  return IdsAfter(request.after_id, request.up_to_id);
 }
 
 bool Store::HasClaimable(const ClaimRequest& request) {
   auto select = connection_.Prepare(
       fmt::format("SELECT 1 FROM outbox o WHERE {} LIMIT 1", ClaimableWhere()));
+  const IdRange ids = ClaimIds(request);
   select.Bind(3, request.now_ms)
-      .Bind(5, request.after_id)
+      .Bind(5, ids.first)
       .Bind(6, static_cast<std::int64_t>(request.block_key ? 1 : 0))
-      .Bind(8, UpperBound(request));
+      .Bind(8, ids.last);
   return select.Step();
 }
 
@@ -117,14 +121,15 @@ Claim Store::ClaimBatch(const ClaimRequest& request) {
         "WHERE id IN (SELECT o.id FROM outbox o WHERE {} ORDER BY o.id LIMIT ?7) "
         "RETURNING id, event_id, aggregate_id, event_type, payload, created_at, attempts, headers",
         ClaimableWhere()));
+    const IdRange ids = ClaimIds(request);
     update.Bind(1, claim.token)
         .Bind(2, request.owner)
         .Bind(3, request.now_ms)
         .Bind(4, request.lease_ms)
-        .Bind(5, request.after_id)
+        .Bind(5, ids.first)
         .Bind(6, static_cast<std::int64_t>(request.block_key ? 1 : 0))
         .Bind(7, request.limit)
-        .Bind(8, UpperBound(request));
+        .Bind(8, ids.last);
     std::vector<std::pair<OutboxRow, std::int64_t>> claimed;
     while (update.Step()) claimed.emplace_back(ReadOutboxRow(update, 7), update.ColumnInt64(6));
     txn.Commit();

@@ -5,10 +5,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "outbox/id_range.h"
 
 #include "internal.h"
 
@@ -31,8 +32,7 @@ std::optional<std::vector<OutboxRow>> Store::ReadPageByHeads(const PageRequest& 
       "FROM aggs WHERE aggs.agg IS NOT NULL LIMIT ?1) "
       "SELECT (SELECT e.id FROM outbox e WHERE e.published = 0 AND e.aggregate_id = aggs.agg "
       "ORDER BY e.id LIMIT 1) FROM aggs WHERE aggs.agg IS NOT NULL";
-  const std::int64_t upper =
-      request.up_to_id > 0 ? request.up_to_id : std::numeric_limits<std::int64_t>::max();
+  const IdRange range = IdsAfter(request.after_id, request.up_to_id);
   std::vector<std::int64_t> heads;
   std::int64_t aggregates = 0;
   {
@@ -42,7 +42,7 @@ std::optional<std::vector<OutboxRow>> Store::ReadPageByHeads(const PageRequest& 
       if (scan->ColumnIsNull(0)) continue;  // not expected: the aggregate's rows were just found
       if (++aggregates > max_aggregates) return std::nullopt;
       const std::int64_t id = scan->ColumnInt64(0);
-      if (id > request.after_id && id <= upper) heads.push_back(id);
+      if (id >= range.first && id <= range.last) heads.push_back(id);
     }
   }
   std::sort(heads.begin(), heads.end());

@@ -105,18 +105,19 @@ inline std::string Delayed(std::string_view prefix, int parameter) {
 }
 
 // The rows a relay may send now, as a condition on outbox o, with the parameter numbers of the
-// caller's statement: id > ?cursor and id <= ?upper, unpublished, not parked, due and unclaimed
-// at ?now (Due, Unclaimed), not delayed (Delayed), and while ?block_key is 1, no earlier
-// unpublished row of the same aggregate (a delayed one included: it holds its aggregate back).
+// caller's statement: id >= ?first and id <= ?last (an IdRange, IdsAfter), unpublished, not
+// parked, due and unclaimed at ?now (Due, Unclaimed), not delayed (Delayed), and while
+// ?block_key is 1, no earlier unpublished row of the same aggregate (a delayed one included: it
+// holds its aggregate back).
 // One text for the claim (claims.cc, ClaimableWhere) and the leader's page (lease.cc,
 // SendableWhere), which differ only in their parameter numbers.
-inline std::string SendableRowsWhere(int cursor, int upper, int now, int block_key) {
+inline std::string SendableRowsWhere(int first, int last, int now, int block_key) {
   return fmt::format(
-      "o.published = 0 AND o.id > ?{} AND o.id <= ?{} AND o.parked_at IS NULL AND {} AND {} "
+      "o.published = 0 AND o.id >= ?{} AND o.id <= ?{} AND o.parked_at IS NULL AND {} AND {} "
       "AND NOT {} "
       "AND (?{} = 0 OR NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = o.aggregate_id "
       "AND e.id < o.id AND e.published = 0))",
-      cursor, upper, Due("o.", now), Unclaimed("o.", now), Delayed("o.", now), block_key);
+      first, last, Due("o.", now), Unclaimed("o.", now), Delayed("o.", now), block_key);
 }
 
 // Inside a settle's transaction: each failed delivery whose row is still this

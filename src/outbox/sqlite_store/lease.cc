@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "outbox/error.h"
+#include "outbox/id_range.h"
 
 #include "internal.h"
 
@@ -95,12 +96,12 @@ bool Store::ReleaseLease(std::int64_t token) {
   });
 }
 
-// Sendable rows o for a leader: ?1 = cursor (id > ?1), ?2 = upper bound, ?3 = now,
-// ?4 = block_key. Claims of a claims-mode relay are respected, so a
+// Sendable rows o for a leader: ?1 and ?2 = the ids (id >= ?1 AND id <= ?2, IdsAfter), ?3 =
+// now, ?4 = block_key. Claims of a claims-mode relay are respected, so a
 // leader never sends what such a relay holds.
 static const std::string& SendableWhere() {
   static const std::string where =
-      SendableRowsWhere(/*cursor=*/1, /*upper=*/2, /*now=*/3, /*block_key=*/4);
+      SendableRowsWhere(/*first=*/1, /*last=*/2, /*now=*/3, /*block_key=*/4);
   return where;
 }
 
@@ -132,35 +133,36 @@ constexpr int kPagesWithoutHeads = 16;
 // unpublished rows; past it, it checks each row (ReadPagePerRow).
 constexpr std::size_t kMaxPageGaps = 8;
 
-// True when every unpublished row with id <= after_id is one of in_flight's: one index probe of
+// True when every unpublished row with id <= *after_id is one of in_flight's: one index probe of
 // outbox_unpublished per gap between the runs of consecutive ids in flight (a leader's batches
 // are pages of consecutive ids, so with one batch in flight that is two probes: below it and
-// after it). False past kMaxPageGaps gaps. The first gap starts below every id, not at 0: a
-// row a foreign writer inserted with id 0 or a negative id is never read (pages start past 0)
-// but still holds its aggregate back under the per-row rule, so it must send ReadPage there.
-bool OnlyInFlightAtOrBelow(sqlite::Connection& connection, std::int64_t after_id,
+// after it). False past kMaxPageGaps gaps. The first gap starts at the lowest id (kLowestId),
+// not at 1: a foreign writer may insert id 0 or a negative id. True at once without after_id:
+// a page from the first row on has no row below it.
+bool OnlyInFlightAtOrBelow(sqlite::Connection& connection, std::optional<std::int64_t> after_id,
                            const std::vector<InFlightRow>& in_flight) {
+  if (!after_id) return true;
   std::vector<std::int64_t> ids;
   ids.reserve(in_flight.size());
   for (const InFlightRow& row : in_flight)
-    if (row.id <= after_id) ids.push_back(row.id);
+    if (row.id <= *after_id) ids.push_back(row.id);
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   std::vector<std::pair<std::int64_t, std::int64_t>> gaps;  // [from, to] of each gap
-  std::int64_t from = std::numeric_limits<std::int64_t>::min();  // the lowest id not covered
+  std::int64_t from = kLowestId;  // the lowest id not covered
   bool rest = true;  // false once the ids in flight reach the largest id
   for (std::size_t i = 0; i < ids.size();) {
     std::size_t j = i + 1;
     while (j < ids.size() && ids[j] == ids[j - 1] + 1) ++j;
     if (ids[i] > from) gaps.emplace_back(from, ids[i] - 1);
-    if (ids[j - 1] == std::numeric_limits<std::int64_t>::max()) {
+    if (ids[j - 1] == kHighestId) {
       rest = false;
       break;
     }
     from = ids[j - 1] + 1;
     i = j;
   }
-  if (rest && from <= after_id) gaps.emplace_back(from, after_id);
+  if (rest && from <= *after_id) gaps.emplace_back(from, *after_id);
   if (gaps.size() > kMaxPageGaps) return false;
   static const std::string sql =
       "SELECT 1 FROM outbox WHERE published = 0 AND id BETWEEN ?1 AND ?2 LIMIT 1";
@@ -209,8 +211,7 @@ class PageSnapshot {
 // instructions a row). Under block_key the rows are stepped through here, sendable or not, so
 // that a page that reads past its scan budget can turn to the aggregates' heads.
 std::vector<OutboxRow> Store::ReadPagePerRow(const PageRequest& request) {
-  const std::int64_t upper =
-      request.up_to_id > 0 ? request.up_to_id : std::numeric_limits<std::int64_t>::max();
+  const IdRange ids = IdsAfter(request.after_id, request.up_to_id);
   std::vector<OutboxRow> rows;
   rows.reserve(static_cast<std::size_t>(std::clamp<std::int64_t>(request.limit, 0, 4096)));
   if (!request.block_key) {
@@ -219,7 +220,7 @@ std::vector<OutboxRow> Store::ReadPagePerRow(const PageRequest& request) {
         "o.headers FROM outbox o WHERE {} ORDER BY o.id LIMIT ?5",
         SendableWhere());
     auto select = connection_.Reuse(sql);  // prepared once per connection
-    select->Bind(1, request.after_id).Bind(2, upper).Bind(3, request.now_ms).Bind(4, 0);
+    select->Bind(1, ids.first).Bind(2, ids.last).Bind(3, request.now_ms).Bind(4, 0);
     select->Bind(5, request.limit);
     while (select->Step()) rows.push_back(ReadOutboxRow(*select, 6));
     return rows;
@@ -231,10 +232,10 @@ std::vector<OutboxRow> Store::ReadPagePerRow(const PageRequest& request) {
       "CASE WHEN o.parked_at IS NULL AND {} AND {} AND NOT {} AND NOT EXISTS (SELECT 1 FROM "
       "outbox e WHERE e.aggregate_id = o.aggregate_id AND e.id < o.id AND e.published = 0) "
       "THEN 1 ELSE 0 END "
-      "FROM outbox o WHERE o.published = 0 AND o.id > ?1 AND o.id <= ?2 ORDER BY o.id",
+      "FROM outbox o WHERE o.published = 0 AND o.id >= ?1 AND o.id <= ?2 ORDER BY o.id",
       Due("o.", 3), Unclaimed("o.", 3), Delayed("o.", 3));
   auto select = connection_.Reuse(sql);
-  select->Bind(1, request.after_id).Bind(2, upper).Bind(3, request.now_ms);
+  select->Bind(1, ids.first).Bind(2, ids.last).Bind(3, request.now_ms);
   std::int64_t budget = WasteBudget(request);
   while (static_cast<std::int64_t>(rows.size()) < request.limit && select->Step()) {
     if (select->ColumnInt64(7) != 0) {
@@ -275,17 +276,17 @@ std::vector<OutboxRow> Store::ReadPage(const PageRequest& request) {
   std::unordered_set<std::string> held;
   held.reserve(request.in_flight.size() +
                static_cast<std::size_t>(std::clamp<std::int64_t>(request.limit, 0, 4096)));
-  for (const InFlightRow& row : request.in_flight)
-    if (row.id <= request.after_id) held.emplace(row.aggregate_id);
+  if (request.after_id)
+    for (const InFlightRow& row : request.in_flight)
+      if (row.id <= *request.after_id) held.emplace(row.aggregate_id);
   static const std::string sql = fmt::format(
       "SELECT o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at, o.headers, "
       "CASE WHEN o.parked_at IS NULL AND {} AND {} AND NOT {} THEN 1 ELSE 0 END "
-      "FROM outbox o WHERE o.published = 0 AND o.id > ?1 AND o.id <= ?2 ORDER BY o.id",
+      "FROM outbox o WHERE o.published = 0 AND o.id >= ?1 AND o.id <= ?2 ORDER BY o.id",
       Due("o.", 3), Unclaimed("o.", 3), Delayed("o.", 3));
   auto select = connection_.Reuse(sql);
-  select->Bind(1, request.after_id)
-      .Bind(2, request.up_to_id > 0 ? request.up_to_id : std::numeric_limits<std::int64_t>::max())
-      .Bind(3, request.now_ms);
+  const IdRange ids = IdsAfter(request.after_id, request.up_to_id);
+  select->Bind(1, ids.first).Bind(2, ids.last).Bind(3, request.now_ms);
   std::vector<OutboxRow> rows;
   rows.reserve(static_cast<std::size_t>(std::clamp<std::int64_t>(request.limit, 0, 4096)));
   ++pages_held_back_once_;

@@ -333,6 +333,42 @@ TEST_CASE("CheckRun reports a later event of an aggregate seen first on the same
   }
 }
 
+TEST_CASE("CheckRun judges the order of an aggregate whose rows a foreign writer gave id 0 and "
+          "negative ids by their ids",
+          "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(1);  // evt-1001 on L-1001, outbox id 1
+  {
+    auto txn = f.store->BeginWrite();
+    for (const auto& [id, event_id] : std::vector<std::pair<std::int64_t, std::string>>{
+             {std::numeric_limits<std::int64_t>::min(), "evt-foreign-min"},
+             {-7, "evt-foreign-7"},
+             {0, "evt-foreign-0"}}) {
+      auto insert = txn.connection().Prepare(
+          "INSERT INTO outbox(id, event_id, aggregate_id, event_type, payload) "
+          "VALUES (?1, ?2, 'L-1001', 'LoanUpdated', '{}')");
+      insert.Bind(1, id).Bind(2, event_id).Run();
+    }
+    txn.Commit();
+  }
+  f.MarkAll();
+
+  SECTION("in id order: no violation") {
+    const CheckResult r = CheckRun(
+        *f.store, Records({"evt-foreign-min", "evt-foreign-7", "evt-foreign-0", "evt-1001"}));
+    CheckNoFindings(r);
+    CHECK(r.ok == 4);
+  }
+  SECTION("an id below 0 after a later one: a violation between the two rows") {
+    const CheckResult r = CheckRun(
+        *f.store, Records({"evt-foreign-min", "evt-foreign-0", "evt-foreign-7", "evt-1001"}));
+    CHECK(r.order_violations == Strings{"evt-foreign-7 (aggregate L-1001) after a later event"});
+    REQUIRE(r.order_pairs.size() == 1);
+    CHECK(r.order_pairs[0].first_outbox_id == 0);
+    CHECK(r.order_pairs[0].second_outbox_id == -7);
+  }
+}
+
 TEST_CASE("CheckRun reports an aggregate seen on two partitions as an order hazard without changing the verdict",
           "[checker]") {
   CheckerFixture f;

@@ -240,7 +240,10 @@ TEST_CASE("BuildCells blames a failed send when no killed process acknowledged t
   const auto cells = BuildCells(Records({"evt-9", "evt-9", "evt-7"}), {}, lanes);
   CHECK(cells[1].cause.kind == DuplicateCause::Kind::kFailedSend);
   CHECK(cells[1].cause.process == 5);
-  CHECK(cells[2].outbox_id == -1);
+  CHECK_FALSE(cells[2].outbox_id.has_value());
+  // A foreign writer's row with id -1 is a row, not a phantom.
+  const auto foreign = BuildCells(Records({"evt-7"}), {{-1, "evt-7", "L-7", true}}, lanes);
+  CHECK(foreign[0].outbox_id == -1);
 }
 
 TEST_CASE(
