@@ -1,0 +1,193 @@
+// PgStore: a leader's page (relay --coordination leader): the rows it may send now, in id order,
+// read in id order while that fills the page, from the aggregates' heads when it does not.
+#include "outbox/pg_store.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "outbox/id_range.h"
+
+#include "internal.h"
+
+namespace outbox {
+
+using namespace pg_store;  // this folder's shared helpers (internal.h)
+
+namespace {
+
+// A row o a leader may send now but for block key's hold-back, on the server's clock: not
+// parked, its next attempt due, under no live claim of a claims-mode relay (a leader never sends
+// what such a relay holds), not delayed.
+std::string SendableNow() {
+  return "o.parked_at IS NULL AND o.next_attempt_at <= now() "
+         "AND (o.claim_until IS NULL OR o.claim_until <= now()) AND " +
+         NotDelayed("o.");
+}
+
+// Block key's hold-back of row o: no earlier unpublished row of its aggregate (sendable or not:
+// parked, in backoff, delayed, claimed or in flight, it holds back the later rows). One probe of
+// outbox_pending_by_aggregate.
+constexpr const char* kOldestOfAggregate =
+    "NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = o.aggregate_id AND e.id < o.id "
+    "AND NOT e.published)";
+
+constexpr const char* kColumns =
+    "o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at, o.headers";
+
+// The page row by row: each unpublished row of ids $1..$2 (IdsAfter) in id order, taken when
+// sendable (and with block key the oldest unpublished row of its aggregate), until $3 rows are
+// taken. Unbounded: it steps over every row it cannot take.
+const std::string& PerRowPageSql(bool block_key) {
+  static const std::string any_row = fmt::format(
+      "SELECT {} FROM outbox o WHERE NOT o.published AND o.id >= $1 AND o.id <= $2 AND {} "
+      "ORDER BY o.id LIMIT $3",
+      kColumns, SendableNow());
+  static const std::string oldest = fmt::format(
+      "SELECT {} FROM outbox o WHERE NOT o.published AND o.id >= $1 AND o.id <= $2 AND {} "
+      "AND {} ORDER BY o.id LIMIT $3",
+      kColumns, SendableNow(), kOldestOfAggregate);
+  return block_key ? oldest : any_row;
+}
+
+// The block-key page in id order, stepping over at most a budget of rows it cannot take. $1, $2
+// the ids, $3 the limit, $4 the budget + 1, $5 the limit + the budget (both saturated). Each
+// unpublished row in id order gets ok (sendable and the oldest of its aggregate) and waste (the
+// rows not ok up to it, itself included); the rows come back while waste < $4 (the page), and
+// the first row with waste = $4, not ok, as the mark that the page was cut there (its last
+// column 0). PostgreSQL 15 stops the scan at the first waste past $4 (the window's run
+// condition: the count only grows); the LIMIT $5 stops it on a server that would not, and cuts
+// nothing: $5 rows with at most $4 - 1 wasted hold $3 that are ok. No CTE: the rows stream
+// from the index scan of outbox_unpublished.
+const std::string& BoundedPageSql() {
+  static const std::string sql = fmt::format(
+      "SELECT id, event_id, aggregate_id, event_type, payload, created_at, headers, ok::int FROM ("
+      "SELECT s.*, count(*) FILTER (WHERE NOT s.ok) OVER (ORDER BY s.id ROWS UNBOUNDED "
+      "PRECEDING) AS waste FROM ("
+      "SELECT {}, CASE WHEN {} THEN {} ELSE false END AS ok FROM outbox o "
+      "WHERE NOT o.published AND o.id >= $1 AND o.id <= $2 ORDER BY o.id LIMIT $5) s) w "
+      "WHERE waste <= $4 AND CASE WHEN ok THEN waste < $4 ELSE waste = $4 END LIMIT $3",
+      kColumns, SendableNow(), kOldestOfAggregate);
+  return sql;
+}
+
+// The block-key page from the aggregates' heads, in ONE statement (one snapshot: the rows of the
+// per-row rule at one instant, whichever branch found them). $1, $2 the ids, $3 the limit, $4
+// the walk's cap. heads (HeadsCte) walks outbox_pending_by_aggregate, one seek per aggregate; when
+// it saw every aggregate (at most $4), the page is each head in the range that is sendable now,
+// in id order: a row is the oldest unpublished row of its aggregate exactly when it is its head.
+// When it found more, the page is the per-row rule's, read row by row (PerRowPageSql). Each
+// branch runs under a one-time filter on walk, so only one of them runs. The last row has a
+// NULL id and the aggregates the walk found in its last column ($4 + 1: it gave up). No outer
+// join around the branches: under a nested loop, PostgreSQL 15 ran the InitPlans of a branch
+// whose filter was false (EXPLAIN ANALYZE).
+const std::string& PageByHeadsSql() {
+  static const std::string sql = "WITH RECURSIVE " + HeadsCte(4) + fmt::format(R"sql(,
+walk AS MATERIALIZED (
+  SELECT COALESCE(max(n), 0) <= $4 AS complete, COALESCE(max(n), 0) AS aggregates FROM heads)
+(SELECT {columns}, NULL::int FROM outbox o
+ WHERE (SELECT complete FROM walk) AND o.id = ANY (ARRAY(SELECT id FROM heads))
+   AND NOT o.published AND o.id >= $1 AND o.id <= $2 AND {sendable}
+ ORDER BY o.id LIMIT $3)
+UNION ALL
+(SELECT {columns}, NULL::int FROM outbox o
+ WHERE (SELECT NOT complete FROM walk)
+   AND NOT o.published AND o.id >= $1 AND o.id <= $2 AND {sendable} AND {oldest}
+ ORDER BY o.id LIMIT $3)
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, aggregates FROM walk)sql",
+      fmt::arg("columns", kColumns), fmt::arg("sendable", SendableNow()),
+      fmt::arg("oldest", kOldestOfAggregate));
+  return sql;
+}
+
+// After a walk that found more aggregates than its cap, the block-key pages with no larger cap
+// read row by row before the heads are walked again: a backlog of many aggregates, some hot,
+// does not pay for the walk on every page (as Store's kPagesWithoutHeads on SQLite).
+constexpr int kPagesWithoutHeads = 16;
+
+// a + b for non-negative a and b, kHighestId past it.
+std::int64_t SaturatedAdd(std::int64_t a, std::int64_t b) {
+  return a > kHighestId - b ? kHighestId : a + b;
+}
+
+}  // namespace
+
+std::vector<OutboxRow> PgStore::ReadPage(const PageRequest& request) {
+  const IdRange ids = IdsAfter(request.after_id, request.up_to_id);
+  const pg::Param first = pg::Param::Int(ids.first);
+  const pg::Param last = pg::Param::Int(ids.last);
+  const pg::Param limit = pg::Param::Int(request.limit);
+  std::vector<OutboxRow> out;
+  const auto read_per_row = [&] {
+    const pg::Result rows = connection_.QueryPrepared(
+        PerRowPageSql(request.block_key), {first, last, limit}, "read a leader's page");
+    for (int i = 0; i < rows.rows(); ++i) out.push_back(ReadRow(rows, i, 6));
+  };
+  // Every statement here is prepared once per connection: a page per batch.
+  if (!request.block_key || request.limit <= 0) {
+    read_per_row();
+    return out;
+  }
+  // The rows a page may step over without taking them, and the aggregates the walk may find, as
+  // on SQLite (Store::ReadPage): a quarter page (at least 64 rows) and two pages (at least 128
+  // aggregates), or PageRequest::scan_budget for both.
+  const std::int64_t budget = request.scan_budget > 0
+                                  ? request.scan_budget
+                                  : std::max<std::int64_t>(request.limit / 4, 64);
+  const std::int64_t cap =
+      request.scan_budget > 0
+          ? request.scan_budget
+          : std::max(SaturatedAdd(request.limit, request.limit), std::int64_t{128});
+  if (page_heads_skips_ > 0 && cap <= page_heads_skip_cap_) {
+    --page_heads_skips_;
+    read_per_row();
+    return out;
+  }
+  // After a page from the heads, the next one whose walk would see as many aggregates goes to
+  // them at once: in a backlog of a few hot aggregates every page is cut, and the read in id
+  // order would step over its budget first.
+  if (!heads_last_seen_ || *heads_last_seen_ > cap) {
+    const pg::Result rows = connection_.QueryPrepared(
+        BoundedPageSql(),
+        {first, last, limit, pg::Param::Int(SaturatedAdd(budget, 1)),
+         pg::Param::Int(SaturatedAdd(request.limit, budget))},
+        "read a leader's page");
+    bool cut = false;
+    for (int i = 0; i < rows.rows() && !cut; ++i) {
+      if (rows.Int(i, 7) == 1) {
+        out.push_back(ReadRow(rows, i, 6));
+      } else {
+        cut = true;  // stepped over more than the budget before the page filled
+      }
+    }
+    if (!cut) return out;
+  }
+  // This page is the heads statement's alone, on its own snapshot: rows read above are dropped,
+  // so no page mixes two instants.
+  out.clear();
+  const pg::Result rows = connection_.QueryPrepared(
+      PageByHeadsSql(), {first, last, limit, pg::Param::Int(cap)},
+      "read a leader's page from the aggregates' heads");
+  for (int i = 0; i < rows.rows(); ++i) {
+    if (!rows.IsNull(i, 0)) {
+      out.push_back(ReadRow(rows, i, 6));
+    } else if (const std::int64_t aggregates = rows.Int(i, 7); aggregates <= cap) {
+      ++pages_by_heads_;
+      heads_last_seen_ = aggregates;
+    } else {
+      // More aggregates than the cap: the statement read the page row by row.
+      heads_last_seen_.reset();
+      page_heads_skips_ = kPagesWithoutHeads;
+      page_heads_skip_cap_ = cap;
+    }
+  }
+  // Each branch gives its rows in id order, but SQL promises no order to a UNION ALL: checked.
+  const auto by_id = [](const OutboxRow& a, const OutboxRow& b) { return a.id < b.id; };
+  if (!std::is_sorted(out.begin(), out.end(), by_id)) std::sort(out.begin(), out.end(), by_id);
+  return out;
+}
+
+}  // namespace outbox
