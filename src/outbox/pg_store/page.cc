@@ -52,23 +52,26 @@ const std::string& PerRowPageSql(bool block_key) {
   return block_key ? oldest : any_row;
 }
 
-// The block-key page in id order, stepping over at most a budget of rows it cannot take. $1, $2
-// the ids, $3 the limit, $4 the budget + 1, $5 the limit + the budget (both saturated). Each
-// unpublished row in id order gets ok (sendable and the oldest of its aggregate) and waste (the
-// rows not ok up to it, itself included); the rows come back while waste < $4 (the page), and
-// the first row with waste = $4, not ok, as the mark that the page was cut there (its last
-// column 0). PostgreSQL 15 stops the scan at the first waste past $4 (the window's run
-// condition: the count only grows); the LIMIT $5 stops it on a server that would not, and cuts
-// nothing: $5 rows with at most $4 - 1 wasted hold $3 that are ok. No CTE: the rows stream
-// from the index scan of outbox_unpublished.
-const std::string& BoundedPageSql() {
+// The block-key page from the first rows in id order: the first $3 rows of ids $1..$2 that are
+// sendable and the oldest unpublished row of their aggregate, looked for among the first $4
+// unpublished rows only (the limit + the scan budget, saturated). A full page is the answer,
+// and costs what PerRowPageSql costs: the rows stream from the index scan of outbox_unpublished
+// and the LIMIT stops it once the page is full. A short page ends with a mark (NULL id): its
+// last column is the id of the row past the $4 looked at, NULL when the range ends within
+// them. Non-NULL, the page was cut: it stepped over more than the budget of rows it could not
+// take before it filled. The mark's lookup (an index-only scan of outbox_unpublished) is the
+// second branch of a UNION ALL under the outer LIMIT, so it runs only when the page is short.
+const std::string& FirstRowsPageSql() {
   static const std::string sql = fmt::format(
-      "SELECT id, event_id, aggregate_id, event_type, payload, created_at, headers, ok::int FROM ("
-      "SELECT s.*, count(*) FILTER (WHERE NOT s.ok) OVER (ORDER BY s.id ROWS UNBOUNDED "
-      "PRECEDING) AS waste FROM ("
+      "SELECT * FROM ("
+      "(SELECT id, event_id, aggregate_id, event_type, payload, created_at, headers, "
+      "NULL::bigint FROM ("
       "SELECT {}, CASE WHEN {} THEN {} ELSE false END AS ok FROM outbox o "
-      "WHERE NOT o.published AND o.id >= $1 AND o.id <= $2 ORDER BY o.id LIMIT $5) s) w "
-      "WHERE waste <= $4 AND CASE WHEN ok THEN waste < $4 ELSE waste = $4 END LIMIT $3",
+      "WHERE NOT o.published AND o.id >= $1 AND o.id <= $2 ORDER BY o.id LIMIT $4) s "
+      "WHERE ok LIMIT $3) "
+      "UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, (SELECT id FROM outbox "
+      "WHERE NOT published AND id >= $1 AND id <= $2 ORDER BY id OFFSET $4 LIMIT 1)) page "
+      "LIMIT $3",
       kColumns, SendableNow(), kOldestOfAggregate);
   return sql;
 }
@@ -146,21 +149,20 @@ std::vector<OutboxRow> PgStore::ReadPage(const PageRequest& request) {
     read_per_row();
     return out;
   }
-  // After a page from the heads, the next one whose walk would see as many aggregates goes to
-  // them at once: in a backlog of a few hot aggregates every page is cut, and the read in id
-  // order would step over its budget first.
+  // After a page from the heads, a page whose cap covers the aggregates that walk saw goes to
+  // the heads at once: in a backlog of a few hot aggregates every page is cut, and the read in
+  // id order would step over its whole window first.
   if (!heads_last_seen_ || *heads_last_seen_ > cap) {
     const pg::Result rows = connection_.QueryPrepared(
-        BoundedPageSql(),
-        {first, last, limit, pg::Param::Int(SaturatedAdd(budget, 1)),
-         pg::Param::Int(SaturatedAdd(request.limit, budget))},
+        FirstRowsPageSql(),
+        {first, last, limit, pg::Param::Int(SaturatedAdd(request.limit, budget))},
         "read a leader's page");
     bool cut = false;
-    for (int i = 0; i < rows.rows() && !cut; ++i) {
-      if (rows.Int(i, 7) == 1) {
+    for (int i = 0; i < rows.rows(); ++i) {
+      if (!rows.IsNull(i, 0)) {
         out.push_back(ReadRow(rows, i, 6));
       } else {
-        cut = true;  // stepped over more than the budget before the page filled
+        cut = !rows.IsNull(i, 7);  // rows past those looked at: the budget ran out
       }
     }
     if (!cut) return out;
