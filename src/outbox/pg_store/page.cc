@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "outbox/id_range.h"
@@ -111,6 +112,14 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, aggregates FROM walk)sql",
 // does not pay for the walk on every page (as Store's kPagesWithoutHeads on SQLite).
 constexpr int kPagesWithoutHeads = 16;
 
+// rows, in id order. Each statement's branches give their rows in id order, but SQL promises no
+// order without an ORDER BY around the whole: checked, sorted only when not.
+std::vector<OutboxRow> InIdOrder(std::vector<OutboxRow> rows) {
+  const auto by_id = [](const OutboxRow& a, const OutboxRow& b) { return a.id < b.id; };
+  if (!std::is_sorted(rows.begin(), rows.end(), by_id)) std::sort(rows.begin(), rows.end(), by_id);
+  return rows;
+}
+
 // a + b for non-negative a and b, kHighestId past it.
 std::int64_t SaturatedAdd(std::int64_t a, std::int64_t b) {
   return a > kHighestId - b ? kHighestId : a + b;
@@ -165,7 +174,7 @@ std::vector<OutboxRow> PgStore::ReadPage(const PageRequest& request) {
         cut = !rows.IsNull(i, 7);  // rows past those looked at: the budget ran out
       }
     }
-    if (!cut) return out;
+    if (!cut) return InIdOrder(std::move(out));
   }
   // This page is the heads statement's alone, on its own snapshot: rows read above are dropped,
   // so no page mixes two instants.
@@ -186,10 +195,7 @@ std::vector<OutboxRow> PgStore::ReadPage(const PageRequest& request) {
       page_heads_skip_cap_ = cap;
     }
   }
-  // Each branch gives its rows in id order, but SQL promises no order to a UNION ALL: checked.
-  const auto by_id = [](const OutboxRow& a, const OutboxRow& b) { return a.id < b.id; };
-  if (!std::is_sorted(out.begin(), out.end(), by_id)) std::sort(out.begin(), out.end(), by_id);
-  return out;
+  return InIdOrder(std::move(out));
 }
 
 }  // namespace outbox
