@@ -57,11 +57,11 @@ struct PageRequest {
   // its row's is a bug of the caller's that can reorder that aggregate; an entry for a row not in
   // flight only holds back more. Ignored by PgStore.
   std::vector<InFlightRow> in_flight;
-  // Under block_key, on SQLite: how many unpublished rows Store::ReadPage may step over without
-  // taking them (held back or not sendable) before it takes the page from each aggregate's
-  // oldest unpublished row instead (same rows, cost per aggregate, not per row), and how many
-  // aggregates that look may find before it gives up and reads on. 0: a quarter page (at
-  // least 64 rows) and two pages (at least 128 aggregates).
+  // Under block_key, on SQLite and PostgreSQL: how many unpublished rows ReadPage may step over
+  // without taking them (held back or not sendable) before it takes the page from each
+  // aggregate's oldest unpublished row instead (same rows, cost per aggregate, not per row), and
+  // how many aggregates that look may find before it gives up and reads on. 0 (or negative): a
+  // quarter page (at least 64 rows) and two pages (at least 128 aggregates).
   std::int64_t scan_budget = 0;
 };
 

@@ -247,8 +247,21 @@ class PgStore : public OutboxStore {
   // only. Ids commit out of order on PostgreSQL: a row committed behind the caller's cursor is
   // returned once the caller reads from the first row again (no after_id: the relay's next pass,
   // when it has caught up); claims mode has no cursor and no such delay (README "PostgreSQL").
-  // Throws pg::PgError.
+  // With block_key, a first statement reads the rows in id order while that fills the page;
+  // once it has stepped over PageRequest::scan_budget unpublished rows it could not take
+  // (default a quarter page, at least 64), a second one takes the page from each aggregate's
+  // oldest unpublished row instead (a loose index scan of outbox_pending_by_aggregate, one seek
+  // per aggregate: the same rows, on that statement's snapshot), unless more aggregates than
+  // its cap have unpublished rows (scan_budget again; default two pages, at least 128): then
+  // that statement reads the page row by row without a budget, and so do the next 16 block-key
+  // pages with no larger cap, in one statement each. After a page from the heads, a page whose
+  // cap is at least the aggregates that walk saw starts with the heads. Otherwise a backlog of
+  // a few hot aggregates (at most one row each per page) would be read whole for every page, in
+  // time growing with the square of its size. request.in_flight is ignored. Throws pg::PgError.
   std::vector<OutboxRow> ReadPage(const PageRequest& request) override;
+  // How many ReadPage calls took their page from the aggregates' heads (for tests and the
+  // profile).
+  std::int64_t pages_by_heads() const noexcept { return pages_by_heads_; }
   // Settles a leader's batch in ONE transaction, only while token is the lease's token: renews
   // the lease to the server's now() + lease_ms (> 0), marks every acked id still unpublished
   // (one UPDATE over the ids), records failures as SettleBatch does (backoff on the server's
@@ -298,6 +311,12 @@ class PgStore : public OutboxStore {
   PgClaimMode mode_;
   pg::Connection connection_;
   int heads_walk_skips_ = 0;  // claims and looks left that skip the heads walk (it gave up)
+  // ReadPage: the block-key pages left that are read row by row (a walk of the heads gave up).
+  int page_heads_skips_ = 0;
+  std::int64_t page_heads_skip_cap_ = 0;  // ... those with a cap up to the one that gave up
+  // ReadPage: the aggregates the last walk of the heads saw, when it saw them all.
+  std::optional<std::int64_t> heads_last_seen_;
+  std::int64_t pages_by_heads_ = 0;  // ReadPage: pages taken from the heads
   std::string wake_channel_;  // WakeChannel of the outbox table's schema, read once at open
 };
 

@@ -134,19 +134,9 @@ RETURNING u.id, u.event_id, u.aggregate_id, u.event_type, u.payload, u.created_a
 constexpr std::int64_t kHeadWalkCap = 1000;
 // After the walk gave up, the claims and looks that skip it before it is tried again.
 constexpr int kHeadWalkRetryEvery = 16;
-// The heads walk that OneStatementClaimSql and HasClaimableSql begin with: each aggregate's oldest
-// unpublished row in aggregate order, one probe per aggregate, the recursion stopping once n
-// passes the cap, parameter ${0}. Format with {0} the cap's parameter number.
-constexpr const char* kHeadsWalkSql = R"sql(
-WITH RECURSIVE heads(aggregate_id, id, n) AS (
-  (SELECT aggregate_id, id, 1 FROM outbox WHERE NOT published ORDER BY aggregate_id, id LIMIT 1)
-  UNION ALL
-  SELECT nx.aggregate_id, nx.id, h.n + 1 FROM heads h CROSS JOIN LATERAL (
-    SELECT e.aggregate_id, e.id FROM outbox e
-    WHERE NOT e.published AND e.aggregate_id > h.aggregate_id
-    ORDER BY e.aggregate_id, e.id LIMIT 1) nx
-  WHERE h.n <= ${0}
-))sql";
+// The heads walk that OneStatementClaimSql and HasClaimableSql begin with (HeadsCte, internal.h),
+// its cap parameter number n.
+std::string HeadsWalkSql(int n) { return "\nWITH RECURSIVE " + HeadsCte(n); }
 
 // The whole claim in ONE statement, so one round trip (autocommit: the statement is its own
 // transaction, as BEGIN, nextval, claim, COMMIT were in four): the fencing token (nextval, once:
@@ -157,7 +147,7 @@ WITH RECURSIVE heads(aggregate_id, id, n) AS (
 // $4 limit, $5 the walk's cap, $6 owner, $7 lease ms. Every row carries the token; one row with
 // a null id when nothing was claimed; the last column tells whether the walk gave up (1).
 const std::string& OneStatementClaimSql() {
-  static const std::string sql = fmt::format(fmt::runtime(kHeadsWalkSql), 5) + R"sql(,
+  static const std::string sql = HeadsWalkSql(5) + R"sql(,
 fence AS MATERIALIZED (SELECT nextval('outbox_fence') AS token),
 walk AS MATERIALIZED (
   SELECT CASE WHEN $3::boolean THEN (SELECT COALESCE(max(n), 0) <= $5 FROM heads) END AS complete),
@@ -191,7 +181,7 @@ FROM fence f LEFT JOIN claimed c ON true
 // else the scan of ClaimableWhere ($1 block key, $2 naive mode). Returns 1 or 0, and in the
 // second column 1 when the walk gave up.
 const std::string& HasClaimableSql() {
-  static const std::string sql = fmt::format(fmt::runtime(kHeadsWalkSql), 4) + R"sql(,
+  static const std::string sql = HeadsWalkSql(4) + R"sql(,
 walk AS MATERIALIZED (
   SELECT CASE WHEN $3::boolean THEN (SELECT COALESCE(max(n), 0) <= $4 FROM heads) END AS complete)
 SELECT CASE WHEN (SELECT complete IS TRUE FROM walk) THEN

@@ -1,7 +1,8 @@
 // Helpers shared by the files of PgStore (outbox/pg_store.h), the outbox on PostgreSQL. The files
 // of this folder hold one concept each, as those of src/outbox/sqlite_store do: open, schema
-// (tables, the schema lock, reset), run, enqueue, claims (claim and settle), lease (leader mode),
-// inspection (status, parked rows, snapshots, the MVCC horizon) and retention (purge).
+// (tables, the schema lock, reset), run, enqueue, claims (claim and settle), lease (leader mode's
+// lease and settle), page (a leader's page), inspection (status, parked rows, snapshots, the MVCC
+// horizon) and retention (purge).
 // Private to the library: nothing outside src/outbox/pg_store includes it.
 #pragma once
 
@@ -34,6 +35,25 @@ inline std::string Delayed(const char* prefix) {
 // The same, true or false and never NULL: not_before IS NULL makes the comparison NULL.
 inline std::string NotDelayed(const char* prefix) {
   return fmt::format("({0}not_before IS NULL OR NOT {1})", prefix, Delayed(prefix));
+}
+
+// heads(aggregate_id, id, n), a CTE of a WITH RECURSIVE: each aggregate's oldest unpublished row
+// in aggregate order, n counting them. A loose index scan of outbox_pending_by_aggregate
+// (aggregate_id, id) WHERE NOT published: each step seeks the first entry past the last
+// aggregate, which is the next aggregate and its lowest unpublished id at once, so the cost is
+// one index seek per aggregate however many rows each holds. The recursion stops once n passes
+// the cap, parameter $cap_param: at most cap + 1 rows, and max(n) <= cap when it saw every
+// aggregate. Shared by the block-key claim (claims.cc) and the leader's page (page.cc).
+inline std::string HeadsCte(int cap_param) {
+  return fmt::format(R"sql(heads(aggregate_id, id, n) AS (
+  (SELECT aggregate_id, id, 1 FROM outbox WHERE NOT published ORDER BY aggregate_id, id LIMIT 1)
+  UNION ALL
+  SELECT nx.aggregate_id, nx.id, h.n + 1 FROM heads h CROSS JOIN LATERAL (
+    SELECT e.aggregate_id, e.id FROM outbox e
+    WHERE NOT e.published AND e.aggregate_id > h.aggregate_id
+    ORDER BY e.aggregate_id, e.id LIMIT 1) nx
+  WHERE h.n <= ${})
+)sql", cap_param);
 }
 
 inline pg::Param Bool(bool value) { return pg::Param::Text(value ? "true" : "false"); }

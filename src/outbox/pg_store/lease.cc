@@ -1,5 +1,5 @@
-// PgStore: leader mode (relay --coordination leader) on the server's clock: the lease, a
-// leader's page and its settle.
+// PgStore: leader mode (relay --coordination leader) on the server's clock: the lease and a
+// leader's settle (its page: page.cc).
 #include "outbox/pg_store.h"
 
 #include <fmt/format.h>
@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "outbox/error.h"
-#include "outbox/id_range.h"
 
 #include "internal.h"
 
@@ -99,29 +98,6 @@ bool PgStore::ReleaseLease(std::int64_t token) {
              .Query("UPDATE outbox_lease SET until = '-infinity' WHERE id = 1 AND token = $1",
                     {pg::Param::Int(token)}, "release the leader lease")
              .Affected() == 1;
-}
-
-std::vector<OutboxRow> PgStore::ReadPage(const PageRequest& request) {
-  // Claims of a claims-mode relay are respected, so a leader never sends what such a relay holds.
-  // A delayed row is not sent, and under block key (it is unpublished) holds back its aggregate.
-  static const std::string sql =
-      "SELECT o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at, o.headers "
-      "FROM outbox o WHERE NOT o.published AND o.id >= $1 AND o.id <= $2 AND o.parked_at IS NULL "
-      "AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now()) "
-      "AND " + NotDelayed("o.") + " "
-      "AND (NOT $3::boolean OR NOT EXISTS (SELECT 1 FROM outbox e WHERE e.aggregate_id = "
-      "o.aggregate_id AND e.id < o.id AND NOT e.published)) "
-      "ORDER BY o.id LIMIT $4";
-  // Prepared once per connection: one page and one look behind the cursor per batch.
-  const IdRange ids = IdsAfter(request.after_id, request.up_to_id);
-  const pg::Result rows = connection_.QueryPrepared(
-      sql,
-      {pg::Param::Int(ids.first), pg::Param::Int(ids.last), Bool(request.block_key),
-       pg::Param::Int(request.limit)},
-      "read a leader's page");
-  std::vector<OutboxRow> out;
-  for (int i = 0; i < rows.rows(); ++i) out.push_back(ReadRow(rows, i, 6));
-  return out;
 }
 
 SettleReport PgStore::SettleUnderLease(std::int64_t token, const std::vector<std::int64_t>& acked,
