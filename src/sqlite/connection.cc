@@ -161,6 +161,13 @@ Statement& Statement::Bind(int index, std::string_view value) {
   return *this;
 }
 
+Statement& Statement::BindView(int index, std::string_view value) {
+  const int rc = sqlite3_bind_text(stmt_.get(), index, value.data(),
+                                   static_cast<int>(value.size()), SQLITE_STATIC);
+  if (rc != SQLITE_OK) ThrowDbError(db_, rc, fmt::format("bind ?{} of '{}'", index, sql_));
+  return *this;
+}
+
 Statement& Statement::BindNull(int index) {
   const int rc = sqlite3_bind_null(stmt_.get(), index);
   if (rc != SQLITE_OK) ThrowDbError(db_, rc, fmt::format("bind ?{} of '{}'", index, sql_));

@@ -514,4 +514,26 @@ TEST_CASE("Connection Reuse lends one kept statement reset each time and refuses
   CHECK(again->ColumnInt64(0) == 4);
 }
 
+TEST_CASE("Statement::BindView binds the caller's bytes without a copy and a lease's end drops "
+          "them",
+          "[store]") {
+  TempDir dir;
+  outbox::sqlite::Connection connection(dir.File("view.db"),
+                                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  const std::string sql = "SELECT ?1, length(?1)";
+  std::string text = "abcdef";
+  {
+    auto select = connection.Reuse(sql);
+    select->BindView(1, std::string_view(text).substr(0, 3));  // its length, not up to a NUL
+    text[0] = 'x';  // read at the step, not at the bind: no copy was made
+    REQUIRE(select->Step());
+    CHECK(select->ColumnText(0) == "xbc");
+    CHECK(select->ColumnInt64(1) == 3);
+  }
+  text = "a longer text that moved the buffer elsewhere";
+  auto again = connection.Reuse(sql);
+  REQUIRE(again->Step());
+  CHECK(again->ColumnIsNull(0));  // cleared with the lease: nothing points at the old bytes
+}
+
 }  // namespace

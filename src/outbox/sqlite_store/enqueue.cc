@@ -35,12 +35,13 @@ std::int64_t Store::Enqueue(sqlite::Transaction& txn, const OutboxEvent& event) 
       "not_before) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)";
   auto kept = connection_.Reuse(sql);
   sqlite::Statement& insert = *kept;
-  insert.Bind(1, event.event_id)
-      .Bind(2, event.aggregate_id)
-      .Bind(3, event.event_type)
-      .Bind(4, event.payload)
+  // Not copied: event outlives the lease, whose end resets the statement and clears them.
+  insert.BindView(1, event.event_id)
+      .BindView(2, event.aggregate_id)
+      .BindView(3, event.event_type)
+      .BindView(4, event.payload)
       .Bind(5, event.created_at_ms);
-  if (event.headers.empty()) insert.BindNull(6); else insert.Bind(6, event.headers);
+  if (event.headers.empty()) insert.BindNull(6); else insert.BindView(6, event.headers);
   // The store's clock is the one the relay compares not_before with (ClaimRequest::now_ms).
   if (event.not_before_ms) insert.Bind(7, *event.not_before_ms);
   else if (event.delay_ms > 0) insert.Bind(7, clock_->EpochMs() + event.delay_ms);
