@@ -130,14 +130,19 @@ class OutboxStore {
   // drained backlog, ~0.5 s, where this reads the unpublished rows' index). Read only.
   virtual std::int64_t ParkedCount() = 0;
 
-  // Runs reads (HasClaimable, WaitingCount, ReadPage, ...) so that every "now" they compare
-  // against is ONE instant. A caller asking "nothing claimable, and nothing waiting?" in two reads
-  // needs it: at two instants, a row whose backoff ends in between is neither claimable at the
-  // first nor waiting at the second, and looks gone (relay --until-empty would stop with it
-  // pending). The SQLite Store takes every now from the caller's now_ms, so it just calls reads;
-  // PgStore runs them in one transaction, where now() is the transaction's start (PostgreSQL docs,
-  // "Current Date/Time": now() "returns the start time of the current transaction"). reads' own
-  // exceptions pass through; PgStore also throws pg::PgError when BEGIN or COMMIT fails.
+  // Runs reads (HasClaimable, WaitingCount, ReadPage, ...) at ONE instant: every "now" they
+  // compare against, and the rows they see. A caller asking "nothing claimable, and nothing
+  // waiting?" in two reads needs both. At two nows, a row whose backoff ends in between is
+  // neither claimable at the first nor waiting at the second. At two snapshots, another relay's
+  // settle committed in between (its claimed row published, the claim gone) leaves the row it
+  // held back neither claimable at the first (held back) nor waiting at the second. Either way
+  // the row looks gone and relay --until-empty would stop with it pending. The SQLite Store takes
+  // every now from the caller's now_ms and runs reads in one read transaction (one snapshot in WAL
+  // mode); PgStore runs them in one REPEATABLE READ transaction: now() is its start (PostgreSQL
+  // docs, "Current Date/Time") and every statement sees the snapshot of its first ("Transaction
+  // Isolation": "all statements of the current transaction can only see rows committed before
+  // the first query"). reads' own exceptions pass through; the stores also throw DbError or
+  // pg::PgError when BEGIN or COMMIT fails.
   virtual void ReadAtOneInstant(const std::function<void()>& reads) { reads(); }
 
   // Rows waiting on a backoff (not under a claim) at now_ms, and when the first is due.

@@ -197,7 +197,8 @@ class PgStore : public OutboxStore {
   std::int64_t WaitingCount(std::int64_t now_ms) override;
   std::int64_t PendingCount() override;
   std::int64_t ParkedCount() override;
-  // One READ COMMITTED transaction around reads: now() is its start for every statement in it.
+  // One REPEATABLE READ transaction around reads: now() is its start, and every statement in it
+  // sees the snapshot of the first.
   void ReadAtOneInstant(const std::function<void()>& reads) override;
   BackoffWait Backoffs(std::int64_t now_ms) override;
   std::vector<ClaimOwner> ClaimOwners(std::int64_t now_ms) override;

@@ -279,6 +279,10 @@ class Store : public OutboxStore {
   // backoff or under an unexpired claim at now_ms. Throws DbError.
   std::int64_t WaitingCount(std::int64_t now_ms);
 
+  // One read transaction around reads (OutboxStore::ReadAtOneInstant): one snapshot for all of
+  // them. Throws DbError when BEGIN fails; reads' own exceptions pass through (rolled back).
+  void ReadAtOneInstant(const std::function<void()>& reads) override;
+
   // Rows not yet published and not parked (claimable, claimed or in backoff).
   std::int64_t PendingCount();
 

@@ -812,3 +812,35 @@ TEST_CASE("ReadPage reads an unpublished row a foreign writer gave id 0 or a neg
     CHECK(f.store.pages_held_back_once() == before + 2);
   }
 }
+
+TEST_CASE("ReadAtOneInstant reads the page and the waiting rows at one snapshot, so another "
+          "relay's settle between them cannot make a pending row look neither sendable nor "
+          "waiting",
+          "[store][ordering]") {
+  // Rows 1 and 2 on L-a; row 1 under another relay's live claim (a claims-mode relay beside a
+  // leader, or another claims relay): the page is empty (row 1 claimed, row 2 held back) and
+  // row 1 waits. The other relay's settle (row 1 published, its claim gone) commits between
+  // the two reads. Seen by the second read, row 1 no longer waits, while the first saw row 2
+  // held back: "nothing sendable, nothing waiting", and relay --until-empty (CanOnlyWaitForever)
+  // stopped with row 2 pending.
+  LeaderFixture f;
+  EnqueueAll(f.store, {EventOn(1, "L-a"), EventOn(2, "L-a")});
+  SetState(f.store, 1, RowState::kClaimed);
+  Store other(f.dir.File("lab.db"), LeaderFixture::Options(f.clock), OpenMode::kExisting);
+  std::vector<outbox::OutboxRow> page;
+  std::int64_t waiting = -1;
+  f.store.ReadAtOneInstant([&] {
+    page = f.Page();
+    auto settle = other.BeginWrite();
+    settle.connection().Exec(
+        "UPDATE outbox SET published = 1, published_at = 1, claim_token = NULL, "
+        "claim_owner = NULL, claim_until = NULL WHERE id = 1");
+    settle.Commit();
+    waiting = f.store.WaitingCount(f.clock.EpochMs());
+  });
+  CHECK(IdsOf(page).empty());
+  CHECK(waiting == 1);  // row 1's claim, as the page saw it
+  // Afterwards row 2 is sendable and nothing waits.
+  CHECK(IdsOf(f.Page()) == Ids{2});
+  CHECK(f.store.WaitingCount(f.clock.EpochMs()) == 0);
+}

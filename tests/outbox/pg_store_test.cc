@@ -635,6 +635,45 @@ TEST_CASE("PostgreSQL settle under the lease records failures on the server cloc
   CHECK(flowing[0].id == behind);
 }
 
+// Another relay's settle between the two reads of relay --until-empty's last look: at READ
+// COMMITTED each statement of the transaction had its own snapshot (one now(), but not one
+// instant of the rows), and a standby beside a claims-mode relay stopped with 5,475 rows pending
+// while the leader was still sending them.
+TEST_CASE("PostgreSQL ReadAtOneInstant reads the page and the waiting rows at one snapshot, so "
+          "another relay's settle between them cannot make a pending row look neither sendable "
+          "nor waiting",
+          "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  PgStore other(schema.url());
+  const std::int64_t a1 = EnqueueOne(store, Event("evt-1001", "L-1"));
+  const std::int64_t a2 = EnqueueOne(store, Event("evt-1002", "L-1"));
+  ClaimRequest claim_request = Request("relay-b", 1);
+  claim_request.block_key = true;
+  const Claim claim = other.ClaimBatch(claim_request);
+  REQUIRE(claim.rows.size() == 1);
+  REQUIRE(claim.rows[0].id == a1);
+  PageRequest request;
+  request.block_key = true;
+  std::vector<OutboxRow> page;
+  bool claimable = true;
+  std::int64_t waiting = -1;
+  store.ReadAtOneInstant([&] {
+    page = store.ReadPage(request);  // a1 claimed by relay-b, a2 held back behind it
+    claimable = store.HasClaimable(Request("relay-a"));
+    other.SettleBatch(claim.token, {a1}, {}, SettlePolicy{});  // relay-b's settle commits
+    waiting = store.WaitingCount(0);
+  });
+  CHECK(page.empty());
+  CHECK_FALSE(claimable);
+  CHECK(waiting == 1);  // a1 under relay-b's claim, as the page saw it
+  // Afterwards a2 is sendable and nothing waits.
+  const std::vector<OutboxRow> after = store.ReadPage(request);
+  REQUIRE(after.size() == 1);
+  CHECK(after[0].id == a2);
+  CHECK(store.WaitingCount(0) == 0);
+}
+
 TEST_CASE("PostgreSQL leader page under block-key holds only each aggregate's oldest unpublished row",
           "[postgres]") {
   Schema schema;

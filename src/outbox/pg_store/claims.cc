@@ -324,7 +324,10 @@ bool PgStore::MarkPublished(std::int64_t id) {
 }
 
 void PgStore::ReadAtOneInstant(const std::function<void()>& reads) {
-  pg::Transaction txn(connection_);
+  // REPEATABLE READ, not READ COMMITTED: one now() is not enough, the rows must be of one
+  // instant too (another relay's settle between two reads). Read only: it cannot fail to
+  // serialize.
+  pg::Transaction txn(connection_, pg::Isolation::kRepeatableRead);
   reads();
   txn.Commit();
 }

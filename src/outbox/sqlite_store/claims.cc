@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -98,6 +99,14 @@ std::int64_t Store::WaitingCount(std::int64_t now_ms) {
   select.Bind(1, now_ms);
   select.Step();
   return select.ColumnInt64(0);
+}
+
+void Store::ReadAtOneInstant(const std::function<void()>& reads) {
+  // One snapshot for every read in it (a WAL reader's snapshot is fixed by its first read):
+  // another relay's settle committed between two of them is seen by neither. ReadPage's own
+  // snapshot (PageSnapshot) joins this one.
+  sqlite::ReadTransaction txn(connection_);
+  reads();
 }
 
 std::int64_t Store::PendingCount() {
