@@ -15,7 +15,8 @@ namespace outbox {
 
 // The leader lease of relay --coordination leader (Store::ReadLease).
 struct LeaderLease {
-  std::string owner;               // the holder's owner name, "" when never held
+  std::string owner;               // the holder's owner name, "" when never held,
+                                   // kResetLeaseOwner after a PostgreSQL reset ended the term
   std::int64_t token = 0;          // fencing token of the current term; 0 before the first
   std::int64_t until_ms = 0;       // epoch ms the term runs out; 0 after ReleaseLease
   std::int64_t acquired_at_ms = 0; // epoch ms the term began
@@ -24,6 +25,11 @@ struct LeaderLease {
   bool Live(std::int64_t now_ms) const { return token > 0 && until_ms > now_ms; }
   bool operator==(const LeaderLease&) const = default;
 };
+
+// The lease row's owner once PgStore::ResetSchema has ended the term held (and stepped the token
+// past it, a term nobody holds). Only the relay's lease line reads it (to name the reset);
+// fencing goes by the token alone.
+inline constexpr const char* kResetLeaseOwner = "(reset)";
 
 // The outcome of Store::AcquireLease.
 struct LeaseAcquisition {

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -78,14 +79,22 @@ class PgStore : public OutboxStore {
   // (ms). A longer or shorter wait: lock_timeout in the URL (`?options=-clock_timeout%3D2000`).
   static constexpr std::int64_t kMigrationLockWaitMs = 10000;
 
-  // Drops and recreates the outbox, its archive, the fencing sequence, the naive offset and the
-  // run table, empty, and starts a new run (RunId). The leader lease row stays (its token keeps
-  // growing) with its term ended. The lab's business table is the lab's
-  // (lab/chapter/loans.h, ResetLabStore). Returns what it dropped, counted in the drop's transaction
-  // (lab_table false: the table named outbox has no boolean published column, so published is
-  // 0). Takes the schema lock (see the constructor) before it drops anything. Throws
-  // pg::PgError ("55P03" naming the lock's holder).
-  ResetCounts ResetSchema();
+  // Drops and recreates the outbox, its archive, the naive offset and the run table, empty, and
+  // starts a new run (RunId). The lab's business table is the lab's (lab/chapter/loans.h,
+  // ResetLabStore). Returns what it dropped, counted in the drop's transaction (lab_table false:
+  // the table named outbox has no boolean published column, so published is 0). Takes the
+  // schema lock (see the constructor) before it drops anything. All of it is ONE transaction, so
+  // another session never finds a table missing: a relay's or a writer's statement that meets
+  // the drop waits for its commit and then runs on the new tables (docs/postgres-sessions.md,
+  // "reset while relays and writers run"); the DROP waits for every transaction open on these
+  // tables, without bound unless the URL sets lock_timeout. The fencing sequence stays (a claim
+  // token is never given twice), and so does the leader lease row, its term ended and its token
+  // stepped past it (owner kResetLeaseOwner): a settle of rows read before the reset marks none
+  // of the new outbox, whose ids start again at 1. also (may be empty): more work in that
+  // transaction, first (the lab drops and creates its business table there, first as its
+  // writers lock it first). Throws pg::PgError ("55P03" naming the lock's holder), or what also
+  // throws; nothing is dropped then.
+  ResetCounts ResetSchema(const std::function<void(pg::Connection&)>& also = nullptr);
   // True when every table of the outbox schema exists. Throws pg::PgError.
   bool HasSchema() { return SchemaCurrent(); }
 
@@ -296,7 +305,8 @@ class PgStore : public OutboxStore {
   // session holding kMigrationLockKey; empty when none does. Throws pg::PgError.
   std::string MigrationLockHolder();
   void UnlockMigration();
-  ResetCounts ResetLocked();  // ResetSchema's body, under the schema lock
+  // ResetSchema's body, under the schema lock.
+  ResetCounts ResetLocked(const std::function<void(pg::Connection&)>& also);
   bool SchemaCurrent();  // every table of the schema exists
 
   void ReadWakeChannel();  // sets wake_channel_ from the outbox table's schema

@@ -172,6 +172,13 @@ struct RelayOptions {
   // Leader mode: called when this relay becomes the leader, loses the lease,
   // or releases it. May be empty. Must not throw.
   std::function<void(const LeaseEvent&)> on_lease;
+  // Called when a batch finds a new run id (OutboxStore::RunId): a `reset` recreated the outbox
+  // since the last batch read it. previous: the run the relay saw last; run: the new one;
+  // dropped: the rows of that batch, not sent (their claim, in claims mode, released), since they
+  // may have been read before the reset, from the old outbox, and a record of them carrying the
+  // new run's id would be a phantom of the new run. May be empty. Must not throw.
+  std::function<void(const std::string& previous, const std::string& run, std::int64_t dropped)>
+      on_new_run;
   // Called when a broker outage begins, goes on (each failed try) and is over (see "Broker
   // outages" at class Relay). May be empty. Must not throw.
   std::function<void(const OutageEvent&)> on_outage;
@@ -361,7 +368,11 @@ class Relay {
   bool leader_mode() const noexcept { return options_.coordination == Coordination::kLeader; }
   Claim ClaimNext();  // claims mode: the next claim from the cursor, or an empty one
   Claim ReadNext();   // leader mode: the next page past the cursor and the rows in flight
-  bool SendRows(Claim claim);  // both: builds the records and hands them to the publisher
+  // Both modes: builds the records, their run_id header run_id, and hands them to the publisher.
+  bool SendRows(Claim claim, const std::string& run_id);
+  // The run id once claim (or a page) was read; nullopt when it is a new run (a reset since the
+  // last batch): claim is then dropped (claims mode: released) and on_new_run called.
+  std::optional<std::string> RunOf(const Claim& claim);
   // Leader mode: a row with id <= up_to_id (kHighestId: any) that is not in flight could be sent
   // now, ignoring who leads.
   bool Sendable(std::int64_t up_to_id);  // at Now()
@@ -440,6 +451,9 @@ class Relay {
   std::int64_t outage_tries_ = 0;
   bool outage_recorded_ = true;
   std::int64_t recovered_token_ = 0;  // the term whose committed ids were recovered
+  // The run id the last batch was read in (OutboxStore::RunId, read after its rows); before
+  // the first batch, read before its rows.
+  std::optional<std::string> run_id_;
   // The batch whose settle runs on options_.settle_store (overlap_mark). Last member: destroyed
   // first, and a std::async future's destructor waits for its worker.
   struct Settling {

@@ -383,13 +383,21 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                          "first mark\n",
                          e.what());
             }
-            if (history || !noted)
-              relay_options.on_settle = [h = history.get(), producer = producer_handle, &store, noted = noted](
-                                            const SettleRecord& settle) mutable {
-                  if (h) lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
-                  if (!noted && !settle.marked.empty())
-                    noted = NoteBrokerIncarnation(producer, store, 2000);
-                };
+            // Shared with on_new_run: a reset drops the incarnations noted, and the new run's
+            // broker is noted again after its first mark.
+            auto broker_noted = std::make_shared<bool>(noted);
+            relay_options.on_settle = [h = history.get(), producer = producer_handle, &store,
+                                       broker_noted](const SettleRecord& settle) {
+              if (h) lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
+              if (!*broker_noted && !settle.marked.empty())
+                *broker_noted = NoteBrokerIncarnation(producer, store, 2000);
+            };
+            relay_options.on_new_run = [o, broker_noted](const std::string& previous,
+                                                         const std::string& run,
+                                                         std::int64_t dropped) {
+              *broker_noted = false;
+              PrintNewRun(previous, run, dropped, o->json);
+            };
             // Phase records for the kill soak; an idle relay polls often, so only its first
             // idle poll after other work is recorded (one write(2) per transition).
             if (history)

@@ -10,6 +10,7 @@
 #include "cli/outage_text.h"
 #include "lab/broker/json_bytes.h"
 #include "outbox/duration.h"
+#include "outbox/lease.h"
 
 namespace outbox::cli {
 namespace {
@@ -97,6 +98,9 @@ void PrintLease(const LeaseEvent& event, bool json, std::int64_t dead_token) {
                event.previous.token == 0
                    ? std::string()
                // until_ms 0: the last leader released its lease (a clean stop), no failover.
+               : event.previous.until_ms == 0 && event.previous.owner == kResetLeaseOwner
+                   ? fmt::format(", after a reset of the outbox ended the last term (token {})",
+                                 event.previous.token)
                : event.previous.until_ms == 0 && event.previous.token != dead_token
                    ? fmt::format(", after its clean release by {} (token {})",
                                  lab::EscapeBytes(event.previous.owner), event.previous.token)
@@ -111,6 +115,20 @@ void PrintLease(const LeaseEvent& event, bool json, std::int64_t dead_token) {
                event.lease.token);
   } else {
     fmt::print("[relay] leader: released the lease of token {}\n", event.lease.token);
+  }
+  std::fflush(stdout);
+}
+
+void PrintNewRun(const std::string& previous, const std::string& run, std::int64_t dropped,
+                 bool json) {
+  if (json) {
+    nlohmann::ordered_json line = {{"report", "reset"}, {"previous_run", previous},
+                                   {"run", run}, {"dropped", dropped}};
+    fmt::print("{}\n", lab::DumpJson(line));
+  } else {
+    fmt::print("[relay] the outbox was reset: run {} ended, run {} began; the {} rows of the batch "
+               "read across it are not sent (the new outbox is read from its first row)\n",
+               lab::EscapeBytes(previous), lab::EscapeBytes(run), dropped);
   }
   std::fflush(stdout);
 }

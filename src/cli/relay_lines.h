@@ -27,4 +27,8 @@ void PrintLease(const LeaseEvent& event, bool json, std::int64_t dead_token);
 // "[relay] broker outage since ..." / "... over" (now_ms: epoch ms), printed even under --quiet.
 void PrintOutage(const OutageEvent& event, bool json, std::int64_t now_ms);
 
+// "[relay] the outbox was reset ..." (RelayOptions::on_new_run), printed even under --quiet.
+void PrintNewRun(const std::string& previous, const std::string& run, std::int64_t dropped,
+                 bool json);
+
 }  // namespace outbox::cli

@@ -306,22 +306,49 @@ Claim Relay::ReadNext() {
 
 bool Relay::StartBatch() {
   if (OutageWaitMs() > 0) return false;  // waiting out a broker outage: send nothing yet
+  if (!run_id_) run_id_ = store_.RunId();  // before the first rows: see RunOf
   Claim claim = leader_mode() ? ReadNext() : ClaimNext();
   if (claim.rows.empty()) {
     // "idle" only when nothing is in flight: with a batch in flight the relay is not idle.
     if (InFlight() == 0) Phase("idle", 0);
     return false;
   }
+  const std::optional<std::string> run_id = RunOf(claim);
+  if (!run_id) return false;
   Phase("claim", claim.token);
   HitFailpoint("relay.after_claim");
-  return SendRows(std::move(claim));
+  return SendRows(std::move(claim), *run_id);
 }
 
-bool Relay::SendRows(Claim claim) {
-  // Read per batch, after the rows: a `reset` while this relay runs starts a new run, and the
-  // rows just read belong to it (read once at start, every later record would carry the old
-  // run's id and check would count this run's events as lost).
-  const std::string run_id = store_.RunId();
+std::optional<std::string> Relay::RunOf(const Claim& claim) {
+  // Read per batch, after the rows: a `reset` while this relay runs starts a new run, and rows
+  // read after it belong to it (read once at start, every later record would carry the old
+  // run's id and check would count this run's events as lost). Rows read before the reset, from
+  // the old outbox, would carry the new run's id: phantoms of the new run. Read after the rows
+  // alone, the run id cannot tell the two apart; compared with the last batch's (read before
+  // these rows), it can: the same id, no reset fell between, the rows are of this run. A new id:
+  // the reset fell since the last batch, before or after these rows were read, so they are not
+  // sent; the next batch reads the new outbox. One batch per reset, not one per batch: no extra
+  // round trip.
+  std::string run_id = store_.RunId();
+  if (run_id == *run_id_) return run_id;
+  const std::string previous = std::exchange(*run_id_, run_id);
+  // A claim the reset let through is in the new outbox (its token given after the reset):
+  // released, so no row waits out a lease for it. Rows of our claims before it are in none.
+  if (!leader_mode() && !claim.rows.empty()) store_.ReleaseClaimsOf(options_.owner, claim.token);
+  cursor_.reset();  // the new outbox is read from its first row
+  // A PostgreSQL reset ends the term held (PgStore::ResetSchema): find out now, with one write,
+  // so the next page is read under a new term; sent under this one, it would be fenced out at
+  // its settle and sent again.
+  if (leader_mode() && lease_.token > 0 &&
+      !store_.RenewLease(lease_.token, options_.lease_ms, Now()))
+    LoseLease();
+  if (options_.on_new_run)
+    options_.on_new_run(previous, run_id, static_cast<std::int64_t>(claim.rows.size()));
+  return std::nullopt;
+}
+
+bool Relay::SendRows(Claim claim, const std::string& run_id) {
   std::vector<OutboundMessage> messages;
   messages.reserve(claim.rows.size());
   std::vector<FailedDelivery> failed;

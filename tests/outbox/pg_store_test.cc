@@ -558,12 +558,67 @@ TEST_CASE("PostgreSQL leader token grows by one per term through releases lapses
   CHECK(third.lease.token == 4);
   CHECK(third.previous.token == 3);
 
-  // A reset keeps the lease row: the next term's token is still greater than every earlier one.
+  // A reset keeps the lease row and ends the term held with its token (4 -> 5, held by nobody):
+  // the next term's token is still greater than every earlier one.
   relay_a.ResetSchema();
   CHECK_FALSE(relay_a.ReadLease().Live(WallMs()));
+  CHECK(relay_a.ReadLease().token == 5);
+  CHECK_FALSE(relay_b.RenewLease(4, 30000, WallMs()));
   const LeaseAcquisition after_reset = relay_a.AcquireLease("relay-a", 30000, WallMs());
   REQUIRE(after_reset.acquired);
-  CHECK(after_reset.lease.token == 5);
+  CHECK(after_reset.lease.token == 6);
+}
+
+TEST_CASE("PostgreSQL settle of a page read before a reset is fenced out and marks no new row of the same id", "[postgres]") {
+  Schema schema;
+  PgStore relay(schema.url());
+  PgStore writer(schema.url());
+  relay.ResetSchema();
+  const std::int64_t old_id = EnqueueOne(writer, Event("evt-1001"));
+  REQUIRE(relay.AcquireLease("relay-a", 30000, WallMs()).acquired);
+  REQUIRE(relay.ReadPage(PageRequest{}).size() == 1);
+  // The page is in Kafka's hands when another process resets and writes a new row: its id is
+  // the old row's.
+  writer.ResetSchema();
+  const std::int64_t new_id = EnqueueOne(writer, Event("evt-2001"));
+  REQUIRE(new_id == old_id);
+
+  const SettleReport late = relay.SettleUnderLease(1, {old_id}, {}, SettlePolicy{}, 0, 30000);
+  CHECK(late.fenced_out);
+  CHECK(late.marked == 0);
+  CHECK(writer.Count().published == 0);  // the new row was never sent: it must stay unpublished
+  // The relay's next term reads the new outbox.
+  const LeaseAcquisition next = relay.AcquireLease("relay-a", 30000, WallMs());
+  REQUIRE(next.acquired);
+  CHECK(next.lease.token == 3);
+  const std::vector<OutboxRow> page = relay.ReadPage(PageRequest{});
+  REQUIRE(page.size() == 1);
+  CHECK(page[0].event.event_id == "evt-2001");
+}
+
+TEST_CASE("PostgreSQL claim tokens given before a reset are never given again", "[postgres]") {
+  Schema schema;
+  PgStore relay_a(schema.url());
+  PgStore relay_b(schema.url());
+  relay_a.ResetSchema();
+  const std::int64_t old_id = EnqueueOne(relay_a, Event("evt-1001"));
+  const Claim old_claim = relay_a.ClaimBatch(Request("relay-a"));
+  REQUIRE(old_claim.rows.size() == 1);
+  // Reset while relay a's batch is in flight; relay b claims the new row of the same id.
+  relay_b.ResetSchema();
+  const std::int64_t new_id = EnqueueOne(relay_b, Event("evt-2001"));
+  REQUIRE(new_id == old_id);
+  const Claim new_claim = relay_b.ClaimBatch(Request("relay-b"));
+  REQUIRE(new_claim.rows.size() == 1);
+  CHECK(new_claim.token > old_claim.token);
+
+  // Relay a's late settle matches nothing: relay b's row stays claimed by b, unpublished.
+  const SettleReport late = relay_a.SettleBatch(old_claim.token, {old_id}, {}, SettlePolicy{});
+  CHECK(late.marked == 0);
+  CHECK(late.fenced == 1);
+  CHECK(relay_b.Count().published == 0);
+  const SettleReport owner = relay_b.SettleBatch(new_claim.token, {new_id}, {}, SettlePolicy{});
+  CHECK(owner.marked == 1);
 }
 
 TEST_CASE("PostgreSQL settle under a lease another relay took over is fenced out and writes nothing", "[postgres]") {

@@ -169,6 +169,11 @@ TEST_CASE("A relay sends each batch under the run id of the database it claimed 
   REQUIRE_FALSE(first_run.empty());
   EnqueueRange(f.store, 1, 2);
   FakePublisher publisher;
+  std::vector<std::string> new_runs;
+  f.options.on_new_run = [&new_runs](const std::string& previous, const std::string& run,
+                                     std::int64_t dropped) {
+    new_runs.push_back(previous + " " + run + " " + std::to_string(dropped));
+  };
   Relay relay(f.store, publisher, f.options);
   REQUIRE(relay.RunBatch().acked == 2);
 
@@ -177,11 +182,17 @@ TEST_CASE("A relay sends each batch under the run id of the database it claimed 
   const std::string second_run = f.store.RunId();
   REQUIRE(second_run != first_run);
   EnqueueRange(f.store, 3, 4);
+  // The first batch to find the new run is not sent (Relay::RunOf: it may have been read before
+  // the reset) and its claim is released; the next one goes out under the new run's id.
+  CHECK(relay.RunBatch().claimed == 0);
+  CHECK(new_runs == std::vector<std::string>{first_run + " " + second_run + " 2"});
+  CHECK(f.store.Status(kNowMs).claimed == 0);
   REQUIRE(relay.RunBatch().acked == 2);
 
   REQUIRE(publisher.calls.size() == 2);
   for (const auto& message : publisher.calls[0]) CHECK(message.run_id == first_run);
   for (const auto& message : publisher.calls[1]) CHECK(message.run_id == second_run);
+  CHECK(new_runs.size() == 1);
 }
 
 TEST_CASE("With key aggregate-id the record key is the aggregate id", "[relay]") {

@@ -160,20 +160,21 @@ std::unique_ptr<OutboxStore> ResetLabStore(const std::string& db, const StoreOpt
   if (StoreBackend(db) == Backend::kSqlite) return ResetLabDatabase(db, options, removed);
   auto store = std::make_unique<PgStore>(db, options.clock);
   std::int64_t loans = 0;
-  {
-    auto read = store->BeginRead();
-    if (read.connection().QueryInt("SELECT (to_regclass('business_loan') IS NOT NULL)::int", {},
-                                   "look for the business table") == 1)
-      loans = read.connection().QueryInt("SELECT COUNT(*) FROM business_loan", {},
-                                         "count the loans");
-    read.Commit();
-  }
-  const ResetCounts outbox = store->ResetSchema();
+  // In the outbox's reset transaction: a `write` running meanwhile waits for it and goes on
+  // with both tables new, never between a dropped and a created one.
+  const ResetCounts outbox = store->ResetSchema([&loans](pg::Connection& connection) {
+    if (connection.QueryInt("SELECT (to_regclass('business_loan') IS NOT NULL)::int", {},
+                            "look for the business table") == 1) {
+      // Locked before the count: a writer's transaction open now commits first, and none starts
+      // after, so the loans counted are the ones dropped, as the outbox rows counted are.
+      connection.Exec("LOCK TABLE business_loan IN ACCESS EXCLUSIVE MODE",
+                      "lock the business table");
+      loans = connection.QueryInt("SELECT COUNT(*) FROM business_loan", {}, "count the loans");
+    }
+    connection.Exec("DROP TABLE IF EXISTS business_loan", "drop the business table");
+    connection.Exec(kPgLoanSchema, "create the business table");
+  });
   if (removed) *removed = ResetRemoved{loans, outbox};
-  auto txn = store->BeginWrite();
-  txn.connection().Exec("DROP TABLE IF EXISTS business_loan", "drop the business table");
-  txn.connection().Exec(kPgLoanSchema, "create the business table");
-  txn.Commit();
   return store;
 }
 

@@ -3,7 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <string>
+
+#include "outbox/lease.h"
 
 #include "internal.h"
 
@@ -182,12 +185,12 @@ void PgStore::LockMigration() {
                       "restore lock_timeout");
 }
 
-ResetCounts PgStore::ResetSchema() {
+ResetCounts PgStore::ResetSchema(const std::function<void(pg::Connection&)>& also) {
   // The schema lock before the drop: a reset that could not take it after dropping would leave
   // no schema behind.
   LockMigration();
   try {
-    ResetCounts counts = ResetLocked();
+    ResetCounts counts = ResetLocked(also);
     UnlockMigration();
     return counts;
   } catch (...) {
@@ -201,52 +204,67 @@ void PgStore::UnlockMigration() {
                     "unlock the schema");
 }
 
-ResetCounts PgStore::ResetLocked() {
+ResetCounts PgStore::ResetLocked(const std::function<void(pg::Connection&)>& also) {
   ResetCounts counts;
-  {
-    pg::Transaction txn(connection_);
-    // What the drop removes, counted in its own transaction (as Store::ResetSchema does).
-    const auto exists = [this](const char* table) {
-      return connection_.QueryInt(
-                 "SELECT (to_regclass($1) IS NOT NULL)::int", {pg::Param::Text(table)},
-                 "look for a table") == 1;
-    };
-    if (exists("outbox")) {
-      counts.outbox_rows =
-          connection_.QueryInt("SELECT COUNT(*) FROM outbox", {}, "count the outbox rows");
-      // The lab's table has a boolean published column; a table of another design may not.
-      counts.lab_table =
-          connection_.QueryInt(
-              "SELECT COUNT(*) FROM pg_attribute WHERE attrelid = to_regclass('outbox') "
-              "AND attname = 'published' AND atttypid = 'boolean'::regtype AND NOT attisdropped",
-              {}, "look at the outbox table") == 1;
-      if (counts.lab_table)
-        counts.published = connection_.QueryInt("SELECT COUNT(*) FROM outbox WHERE published", {},
-                                                "count the published rows");
-    }
-    if (exists("outbox_archive"))
-      counts.archived = connection_.QueryInt("SELECT COUNT(*) FROM outbox_archive", {},
-                                             "count the archived rows");
-    connection_.Exec("DROP TABLE IF EXISTS outbox_archive; DROP TABLE IF EXISTS outbox_purged; "
-                     "DROP TABLE IF EXISTS outbox_broker; DROP TABLE IF EXISTS outbox_partitioning; "
-                     "DROP TABLE IF EXISTS outbox; "
-                     "DROP SEQUENCE IF EXISTS outbox_fence; DROP TABLE IF EXISTS outbox_run; "
-                     "DROP TABLE IF EXISTS outbox_offset;",
-                     "drop the outbox schema");
-    // The lease row stays, so the fencing token keeps growing across runs (a relay of the last
-    // run still holding token N can never settle under a new term that restarted at N); its
-    // current term ends, as ReleaseLease ends one.
-    if (exists("outbox_lease"))
-      connection_.Query("UPDATE outbox_lease SET until = '-infinity' WHERE id = 1", {},
-                        "end the leader's term");
-    txn.Commit();
+  // ONE transaction: the counts, the drop, the new term and the new schema and run commit
+  // together, so another session (a relay, a writer) never finds the tables missing. Its
+  // statement that queued behind the drop's lock runs after the commit on the new tables: the
+  // server looks the names up again once the lock is granted, and replans a prepared statement
+  // whose tables changed (https://www.postgresql.org/docs/15/sql-prepare.html, Notes). Dropped
+  // and created in two transactions, such a statement fell between them on `relation "outbox"
+  // does not exist` and the relay ended with exit 6.
+  pg::Transaction txn(connection_);
+  // First: a writer locks its business table before the outbox (one transaction), and this
+  // transaction must take them in the same order, or each would wait for the other (a
+  // deadlock the server ends by failing one of them).
+  if (also) also(connection_);
+  // What the drop removes, counted in its transaction (as Store::ResetSchema does).
+  const auto exists = [this](const char* table) {
+    return connection_.QueryInt("SELECT (to_regclass($1) IS NOT NULL)::int",
+                                {pg::Param::Text(table)}, "look for a table") == 1;
+  };
+  if (exists("outbox")) {
+    counts.outbox_rows =
+        connection_.QueryInt("SELECT COUNT(*) FROM outbox", {}, "count the outbox rows");
+    // The lab's table has a boolean published column; a table of another design may not.
+    counts.lab_table =
+        connection_.QueryInt(
+            "SELECT COUNT(*) FROM pg_attribute WHERE attrelid = to_regclass('outbox') "
+            "AND attname = 'published' AND atttypid = 'boolean'::regtype AND NOT attisdropped",
+            {}, "look at the outbox table") == 1;
+    if (counts.lab_table)
+      counts.published = connection_.QueryInt("SELECT COUNT(*) FROM outbox WHERE published", {},
+                                              "count the published rows");
   }
+  if (exists("outbox_archive"))
+    counts.archived = connection_.QueryInt("SELECT COUNT(*) FROM outbox_archive", {},
+                                           "count the archived rows");
+  // outbox_fence stays, as the lease row does: the ids start again at 1 in the new outbox, and a
+  // claim token the sequence gave before the reset is never given again, so a relay that claimed
+  // rows of the old outbox and settles after the reset (its claim's token on its UPDATE) can match
+  // no row of the new one, whatever its id.
+  connection_.Exec("DROP TABLE IF EXISTS outbox_archive; DROP TABLE IF EXISTS outbox_purged; "
+                   "DROP TABLE IF EXISTS outbox_broker; DROP TABLE IF EXISTS outbox_partitioning; "
+                   "DROP TABLE IF EXISTS outbox; DROP TABLE IF EXISTS outbox_run; "
+                   "DROP TABLE IF EXISTS outbox_offset;",
+                   "drop the outbox schema");
+  // The lease row stays, so the fencing token keeps growing across runs. The term held now ends,
+  // and its token with it (token + 1, a term nobody holds): a leader that read a page of the old
+  // outbox settles by its token alone, and the new outbox reuses the ids, so without the step its
+  // late settle would mark the new rows of those ids published, never sent. Now it is fenced out
+  // and takes a new term.
+  if (exists("outbox_lease"))
+    connection_.Query(
+        "UPDATE outbox_lease SET until = '-infinity', token = token + 1, owner = $1 "
+        "WHERE id = 1 AND token > 0",
+        {pg::Param::Text(kResetLeaseOwner)}, "end the leader's term");
   connection_.Exec(kSchema, "create the outbox schema");
   // The run id is the server's: epoch ms and 32 random bits, as on SQLite.
   connection_.Exec(
       "INSERT INTO outbox_run(run_id) SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint "
       "|| '-' || lpad(to_hex(floor(random() * 4294967296)::bigint), 8, '0')",
       "start a new run");
+  txn.Commit();
   return counts;
 }
 
