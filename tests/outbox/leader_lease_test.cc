@@ -813,7 +813,7 @@ TEST_CASE("ReadPage reads an unpublished row a foreign writer gave id 0 or a neg
   }
 }
 
-TEST_CASE("ReadAtOneInstant reads the page and the waiting rows at one snapshot, so another "
+TEST_CASE("ReadAtOneInstant reads the page and the waiting rows at one snapshot so another "
           "relay's settle between them cannot make a pending row look neither sendable nor "
           "waiting",
           "[store][ordering]") {

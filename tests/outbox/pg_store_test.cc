@@ -694,7 +694,7 @@ TEST_CASE("PostgreSQL settle under the lease records failures on the server cloc
 // COMMITTED each statement of the transaction had its own snapshot (one now(), but not one
 // instant of the rows), and a standby beside a claims-mode relay stopped with 5,475 rows pending
 // while the leader was still sending them.
-TEST_CASE("PostgreSQL ReadAtOneInstant reads the page and the waiting rows at one snapshot, so "
+TEST_CASE("PostgreSQL ReadAtOneInstant reads the page and the waiting rows at one snapshot so "
           "another relay's settle between them cannot make a pending row look neither sendable "
           "nor waiting",
           "[postgres]") {
