@@ -158,8 +158,13 @@ class Store : public OutboxStore {
   // unpublished rows, in one transaction, and starts a new run: a fresh run
   // id (epoch ms and 32 random bits, "1764545856000-3f9a0c1b") replaces the
   // old one in table outbox_run. Drops whatever table is named outbox, the
-  // lab's or not (a store opened kCreate on a foreign one). Returns what it
-  // removed, counted in the same transaction. Throws DbError.
+  // lab's or not (a store opened kCreate on a foreign one). The claim-token
+  // counter (outbox_fence) and the leader lease row stay: the new outbox's
+  // ids start again at 1, so a relay settling rows it read before the reset
+  // must match none of the new ones. No claim token is given twice, and the
+  // lease's term ends with its token stepped past it (owner kResetLeaseOwner,
+  // as PgStore::ResetSchema). Returns what it removed, counted in the same
+  // transaction. Throws DbError.
   ResetCounts ResetSchema();
   // The run id of the last ResetSchema(). The lab sends it as the Kafka
   // header "run_id" on every record, so that a reader of a topic shared by

@@ -844,3 +844,32 @@ TEST_CASE("ReadAtOneInstant reads the page and the waiting rows at one snapshot 
   CHECK(IdsOf(f.Page()) == Ids{2});
   CHECK(f.store.WaitingCount(f.clock.EpochMs()) == 0);
 }
+
+TEST_CASE("A leader's settle of a page read before a reset is fenced out and marks no new row of "
+          "the same id on SQLite",
+          "[store][ordering]") {
+  LeaderFixture f;
+  EnqueueAll(f.store, {EventOn(1, "L-a")});
+  REQUIRE(f.store.AcquireLease("relay-a", kLeaseMs, kNowMs).acquired);
+  REQUIRE(IdsOf(f.Page()) == Ids{1});
+  // The page is in Kafka's hands when another process resets and writes a new row: its id is
+  // the old row's.
+  Store other(f.dir.File("lab.db"), LeaderFixture::Options(f.clock), OpenMode::kExisting);
+  other.ResetSchema();
+  EnqueueAll(other, {EventOn(2001, "L-b")});
+  REQUIRE(IdsOf(f.Page()) == Ids{1});
+  // The reset ended the term and stepped its token; a relay takes the next term at once (the
+  // relay does so when it finds the new run): its token is past every term before the reset.
+  CHECK(f.store.ReadLease().owner == outbox::kResetLeaseOwner);
+  const LeaseAcquisition next = other.AcquireLease("relay-b", kLeaseMs, kNowMs + 1);
+  REQUIRE(next.acquired);
+  CHECK(next.lease.token == 3);
+
+  // The old term's late settle: with the token started again at 1 it would have been the new
+  // term's and marked the new row 1, never sent.
+  const SettleReport late =
+      f.store.SettleUnderLease(1, {1}, {}, SettlePolicy{}, kNowMs + 2, kLeaseMs);
+  CHECK(late.fenced_out);
+  CHECK(late.marked == 0);
+  CHECK_FALSE(IsPublished(f.store, 1));  // the new row was never sent: it stays unpublished
+}

@@ -672,3 +672,26 @@ TEST_CASE("The broker incarnations noted by publishers are kept once each in ord
   f.store.ResetSchema();
   CHECK(f.store.BrokerIncarnations().empty());
 }
+
+TEST_CASE("Claim tokens given before a reset are never given again on SQLite and a late settle "
+          "marks no new row of the same id",
+          "[store]") {
+  StoreFixture f;
+  EnqueueRange(f.store, 1, 1);
+  const Claim old_claim = f.store.ClaimBatch(Request(kNowMs));
+  REQUIRE(IdsOf(old_claim.rows) == Ids{1});
+  // Reset while that batch is in flight; another relay claims the new row of the same id.
+  Store other(f.dir.File("lab.db"), FastStoreOptions(), OpenMode::kExisting);
+  other.ResetSchema();
+  EnqueueRange(other, 1, 1);
+  const Claim new_claim = other.ClaimBatch(Request(kNowMs));
+  REQUIRE(IdsOf(new_claim.rows) == Ids{1});
+  CHECK(new_claim.token > old_claim.token);
+
+  // The late settle matches nothing: the new row stays claimed by the other relay, unpublished.
+  const auto late = f.store.SettleBatch(old_claim.token, {1}, {}, SettlePolicy{}, kNowMs + 1);
+  CHECK(late.marked == 0);
+  CHECK(late.fenced == 1);
+  CHECK_FALSE(IsPublished(f.store, 1));
+  CHECK(IntColumn(f.store, "claim_token", 1) == new_claim.token);
+}

@@ -10,6 +10,8 @@
 
 #include "outbox/error.h"
 
+#include "outbox/lease.h"
+
 #include "internal.h"
 
 namespace outbox {
@@ -285,18 +287,27 @@ ResetCounts Store::ResetSchema() {
   if (connection_.QueryInt64("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND "
                              "name = 'outbox_archive'") == 1)
     removed.archived = connection_.QueryInt64("SELECT COUNT(*) FROM outbox_archive");
+  // outbox_fence and outbox_lease stay (their migrations create them only when missing): the
+  // new outbox gives ids from 1 again, so a relay that read rows before the reset and settles
+  // after it names ids of new rows. A claim token is then never given twice (a late claims
+  // settle matches no new row), and the leader's term ends with its token stepped past it
+  // (a late leader settle is fenced out), as on PostgreSQL (PgStore::ResetSchema). Dropped,
+  // both counters started again and the late settle marked new rows published, never sent.
   connection_.Exec(
-      "DROP TABLE IF EXISTS outbox; DROP TABLE IF EXISTS outbox_fence; "
+      "DROP TABLE IF EXISTS outbox; "
       "DROP TABLE IF EXISTS outbox_archive; DROP TABLE IF EXISTS outbox_run; "
       "DROP TABLE IF EXISTS outbox_purged; DROP TABLE IF EXISTS outbox_broker; "
-      "DROP TABLE IF EXISTS outbox_partitioning; "
-      "DROP TABLE IF EXISTS outbox_lease; PRAGMA user_version = 0;");
+      "DROP TABLE IF EXISTS outbox_partitioning; PRAGMA user_version = 0;");
   connection_.Exec(kOutboxSchemaV1);
   MigrateToV2();
   MigrateToV3();
   MigrateToV4();
   MigrateToV5();
   MigrateToV6();
+  auto end_term = connection_.Prepare(
+      "UPDATE outbox_lease SET until_ms = 0, token = token + 1, owner = ?1 "
+      "WHERE id = 1 AND token > 0");
+  end_term.Bind(1, std::string_view(kResetLeaseOwner)).Run();
   // Not part of the versioned schema: a database reset before run ids existed
   // simply has no run (RunId() is empty) and needs no migration.
   connection_.Exec(
