@@ -165,11 +165,16 @@ std::vector<std::int64_t> TransactionalPublisher::Recover(int timeout_ms,
   for (;;) {
     err = rd_kafka_query_watermark_offsets(consumer.get(), state_topic_.c_str(), 0, &low, &high,
                                            std::max(1, LeftMs(deadline)));
-    // A topic created moments ago has no leader yet (measured on Kafka 4.3.0: the crash sweep's
-    // first read after CreateTopics got NOT_LEADER_FOR_PARTITION): wait for it, within the bound.
-    const bool no_leader_yet = err == RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION ||
-                               err == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE;
-    if (!no_leader_yet || LeftMs(deadline) == 0) break;
+    // A topic created moments ago has no leader yet, or this client's metadata does not list its
+    // partition yet: wait for it, within the bound. Both measured on Kafka 4.3.0 in the crash
+    // sweep's first read after CreateTopics: NOT_LEADER_FOR_PARTITION, and (under CI load)
+    // librdkafka's local _UNKNOWN_PARTITION. At the deadline the error is raised, never read as
+    // "no state": that would re-send records a committed transaction already carries.
+    const bool not_ready_yet = err == RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION ||
+                               err == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE ||
+                               err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION ||
+                               err == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+    if (!not_ready_yet || LeftMs(deadline) == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
   }
   if (err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) return {};

@@ -95,7 +95,9 @@ class TransactionalPublisher : public Publisher {
   // records still there: after compaction, the last one per key). Throws
   // KafkaError when the brokers cannot be reached or refuse transactions
   // (e.g. the cluster has fewer brokers than
-  // transaction.state.log.min.isr), or the read does not end in timeout_ms.
+  // transaction.state.log.min.isr), or the read does not end in timeout_ms
+  // (a partition with no leader yet, or not yet in this client's metadata,
+  // is waited for within timeout_ms, then raised).
   std::vector<std::int64_t> Recover(int timeout_ms, const std::string& run_id);
 
   // Publisher::Publish: Send, then AwaitOldest.
