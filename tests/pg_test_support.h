@@ -11,6 +11,7 @@
 #include <string>
 
 #include "outbox/pg/connection.h"
+#include "outbox/pg_store.h"
 
 namespace outbox::testing {
 
@@ -54,5 +55,16 @@ class PgSchema {
   std::string name_;
   std::string url_;
 };
+
+// The loan event with event id `id` (aggregate "L-" + id, a small JSON payload), and the same
+// enqueued alone in its own committed write transaction of `store`.
+inline OutboxEvent LoanEvent(const std::string& id) {
+  return OutboxEvent{id, "L-" + id, "LoanCreated", "{\"id\":\"" + id + "\"}", 0};
+}
+inline void EnqueueLoanEvent(PgStore& store, const std::string& id) {
+  auto txn = store.BeginWrite();
+  store.Enqueue(txn, LoanEvent(id));
+  txn.Commit();
+}
 
 }  // namespace outbox::testing

@@ -20,7 +20,9 @@
 using namespace outbox;
 using Wake = IdleWaiter::Wake;
 using SteadyClock = std::chrono::steady_clock;
+using outbox::testing::EnqueueLoanEvent;
 using outbox::testing::FakePublisher;
+using outbox::testing::LoanEvent;
 
 namespace {
 
@@ -30,16 +32,6 @@ namespace {
 // suite runs two at a time beside a shared PostgreSQL server).
 constexpr int kIdleMs = 5000;
 constexpr std::int64_t kWokenWithinMs = kIdleMs / 2;
-
-OutboxEvent Event(const std::string& id) {
-  return OutboxEvent{id, "L-" + id, "LoanCreated", "{\"id\":\"" + id + "\"}", 0};
-}
-
-void EnqueueOne(PgStore& store, const std::string& id) {
-  auto txn = store.BeginWrite();
-  store.Enqueue(txn, Event(id));
-  txn.Commit();
-}
 
 // A pipe standing in for the relay's signalfd.
 class StopPipe {
@@ -141,12 +133,12 @@ TEST_CASE("NotifyWatcher wakes on the commit of an enqueue and not on its rollba
   watcher.ForgetWakeups();
   {
     auto txn = writer.BeginWrite();
-    writer.Enqueue(txn, Event("rolled-back"));
+    writer.Enqueue(txn, LoanEvent("rolled-back"));
   }  // rolled back: no notification
   CHECK(watcher.Wait(300) == Wake::kTimeout);
   auto txn = writer.BeginWrite();
-  writer.Enqueue(txn, Event("e1"));
-  writer.Enqueue(txn, Event("e2"));
+  writer.Enqueue(txn, LoanEvent("e1"));
+  writer.Enqueue(txn, LoanEvent("e2"));
   CHECK(watcher.Wait(300) == Wake::kTimeout);  // not before the commit
   txn.Commit();
   CHECK(watcher.Wait(kIdleMs) == Wake::kChanged);
@@ -160,9 +152,9 @@ TEST_CASE("NotifyWatcher ignores another schema's outbox and forgets what it was
   PgStore our_store(ours.url());
   PgStore their_store(theirs.url());
   NotifyWatcher watcher(ours.url(), our_store.wake_channel(), -1);
-  EnqueueOne(their_store, "elsewhere");
+  EnqueueLoanEvent(their_store, "elsewhere");
   CHECK(watcher.Wait(300) == Wake::kTimeout);
-  EnqueueOne(our_store, "e1");
+  EnqueueLoanEvent(our_store, "e1");
   // Let it arrive, then forget it: the server delivers a notification on its own time (a fixed
   // 200 ms sleep was too short on a loaded machine, and the Wait below then got it). ForgetWakeups
   // reads and drops what has arrived; the 10 s bound only ends a failing test.
@@ -185,7 +177,7 @@ TEST_CASE("PostgreSQL relay with a 5 s idle interval publishes a row enqueued wh
   relay.AwaitIdle();
 
   const auto committed = SteadyClock::now();
-  EnqueueOne(writer, "e1");
+  EnqueueLoanEvent(writer, "e1");
   REQUIRE(relay.AwaitSent(1, kIdleMs * 2) == 1);
   const auto latency_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(relay.last_send() - committed).count();

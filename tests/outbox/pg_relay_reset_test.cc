@@ -13,19 +13,11 @@
 #include "test_support.h"
 
 using namespace outbox;
+using outbox::testing::EnqueueLoanEvent;
 using outbox::testing::FakePublisher;
+using outbox::testing::LoanEvent;
 
 namespace {
-
-OutboxEvent Event(const std::string& id) {
-  return OutboxEvent{id, "L-" + id, "LoanCreated", "{\"id\":\"" + id + "\"}", 0};
-}
-
-void EnqueueOne(PgStore& store, const std::string& id) {
-  auto txn = store.BeginWrite();
-  store.Enqueue(txn, Event(id));
-  txn.Commit();
-}
 
 struct NewRun {
   std::string previous;
@@ -43,7 +35,7 @@ TEST_CASE("PostgreSQL relay across a reset marks no new row and sends the new ru
   PgStore relay_store(schema.url());
   writer.ResetSchema();
   const std::string first_run = writer.RunId();
-  for (const char* id : {"evt-1001", "evt-1002", "evt-1003"}) EnqueueOne(writer, id);
+  for (const char* id : {"evt-1001", "evt-1002", "evt-1003"}) EnqueueLoanEvent(writer, id);
 
   FakePublisher publisher;
   // While the first batch is in Kafka's hands: a reset, and two new rows (ids 1 and 2, as two of
@@ -51,8 +43,8 @@ TEST_CASE("PostgreSQL relay across a reset marks no new row and sends the new ru
   publisher.on_publish = [&](const std::vector<OutboundMessage>&) {
     if (publisher.calls.size() != 1) return;
     writer.ResetSchema();
-    EnqueueOne(writer, "evt-2001");
-    EnqueueOne(writer, "evt-2002");
+    EnqueueLoanEvent(writer, "evt-2001");
+    EnqueueLoanEvent(writer, "evt-2002");
   };
   std::vector<NewRun> new_runs;
   RelayOptions options;
