@@ -158,18 +158,22 @@ std::vector<std::int64_t> TransactionalPublisher::Recover(int timeout_ms,
         p.first.rfind("ssl.", 0) == 0)
       properties.push_back(p);
   properties.push_back({"isolation.level", "read_committed"});
-  KafkaHandle consumer = MakeClient(RD_KAFKA_CONSUMER, MakeConf(properties));
+  KafkaHandle consumer;
   std::int64_t low = 0, high = 0;
   // read_committed: the high end is the last stable offset (ListOffsets with the isolation level).
   rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
   for (;;) {
+    // A new client each try: librdkafka caches a topic its metadata answer did not list as an
+    // errored topic, then answers from that cache (_UNKNOWN_PARTITION) without asking again.
+    consumer = MakeClient(RD_KAFKA_CONSUMER, MakeConf(properties));
     err = rd_kafka_query_watermark_offsets(consumer.get(), state_topic_.c_str(), 0, &low, &high,
                                            std::max(1, LeftMs(deadline)));
-    // A topic created moments ago has no leader yet, or this client's metadata does not list its
-    // partition yet: wait for it, within the bound. Both measured on Kafka 4.3.0 in the crash
-    // sweep's first read after CreateTopics: NOT_LEADER_FOR_PARTITION, and (under CI load)
-    // librdkafka's local _UNKNOWN_PARTITION. At the deadline the error is raised, never read as
-    // "no state": that would re-send records a committed transaction already carries.
+    // A topic created moments ago is not served yet: its partition has no leader, or the broker
+    // that answered the metadata request does not list the topic yet (KRaft brokers apply the
+    // controller's metadata asynchronously). Both measured on Kafka 4.3.0 in the crash sweep's
+    // first read after CreateTopics: NOT_LEADER_FOR_PARTITION, and under CI load
+    // _UNKNOWN_PARTITION. Wait for it within the bound; at the deadline the error is raised,
+    // never read as "no state", which would re-send what a committed transaction carries.
     const bool not_ready_yet = err == RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION ||
                                err == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE ||
                                err == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION ||
