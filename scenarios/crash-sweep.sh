@@ -194,6 +194,7 @@ under_failpoint() {
     case_fail "$what under $SPEC: killed (137) without the line '[failpoint] $POINT KILL'"
   elif [ "$RC" -ne 0 ]; then
     case_fail "$what under $SPEC: exit $RC"
+    STEP_ERROR=${STEP_ERROR:-"$what exited $RC"}
   fi
 }
 
@@ -237,6 +238,7 @@ sweep_case() {
   fi
   SPEC="$point=$((n - 1))*off->kill"
   FIRED=
+  STEP_ERROR=  # the first workload step under the failpoint that failed with an error
   CASE_FAILURES=()
   local effects=$TMP/$cell.effects.db
   local consume_args=(consume --dedupe --group sweep --effects-db "$effects")
@@ -320,14 +322,21 @@ sweep_case() {
 
   [ "$SWEEP_PURGE" = 1 ] && purge_phase "$n"
 
-  [ -n "$FIRED" ] || case_fail "the failpoint never fired: the workload of $LOANS loans did not reach hit $n"
+  if [ -z "$FIRED" ] && [ -n "$STEP_ERROR" ]; then
+    case_fail "the failpoint never fired: $STEP_ERROR before it got there (above)"
+  elif [ -z "$FIRED" ]; then
+    case_fail "the failpoint never fired: the workload of $LOANS loans did not reach hit $n"
+  fi
   [ "${#CASE_FAILURES[@]}" -gt 0 ] && [ -z "$reported" ] && cell_report "$cell" "$OUTBOX_HISTORY"
   unset OUTBOX_HISTORY OUTBOX_VFS LAB_SYNCHRONOUS
   local verdict=PASS
   [ "${#CASE_FAILURES[@]}" -eq 0 ] || verdict=FAIL
   CASE_MS=$((($(_now_us) - start) / 1000))
+  local killed_in=not-hit
+  [ -z "$STEP_ERROR" ] || killed_in=error
+  [ -z "$FIRED" ] || killed_in=$FIRED${suffix:++cut}
   CASE_ROW=$(printf '%-28s %4s  %-4s %-14s %4s %10s %7s %6s' "$point" "$n" "$verdict" \
-    "${FIRED:-not-hit}${FIRED:+${suffix:++cut}}" "$lost" "$dup" "$phantom" "$((CASE_MS / 1000)).$((CASE_MS % 1000 / 100))s")
+    "$killed_in" "$lost" "$dup" "$phantom" "$((CASE_MS / 1000)).$((CASE_MS % 1000 / 100))s")
 }
 
 step "sweep: ${#POINTS[@]} failpoints x ${#HITS[@]} hit counts"
