@@ -228,6 +228,15 @@ WalOpenReport WalRelay::Open() {
            "flush the WAL up to the position read");
   confirmed_ = report.confirmed;
   wal_at_open_ = report.wal_at_open;
+  // The run and its outbox table in one snapshot, before the stream starts: a reset that commits
+  // after it commits past the confirmed position, so it is in the stream, in its place.
+  const pg::Result run = sql.Query(
+      "SELECT to_regclass('outbox')::oid::bigint, (SELECT run_id FROM outbox_run LIMIT 1)", {},
+      "read the run id");
+  outbox_oid_ = run.IsNull(0, 0) ? 0 : static_cast<std::uint32_t>(run.Int(0, 0));
+  run_id_ = run.IsNull(0, 1) ? std::string() : run.Text(0, 1);
+  dropped_ = 0;
+  streamed_open_outbox_ = false;
 
   for (int step = 0;; ++step) {
     stream_ = std::make_unique<pg::ReplicationStream>(url_);
@@ -255,14 +264,6 @@ WalOpenReport WalRelay::Open() {
     }
   }
   report.walsender_pid = stream_->backend_pid();
-  // The run and its outbox table in one snapshot. A reset that commits after it is in the stream.
-  const pg::Result run = sql.Query(
-      "SELECT to_regclass('outbox')::oid::bigint, (SELECT run_id FROM outbox_run LIMIT 1)", {},
-      "read the run id");
-  outbox_oid_ = run.IsNull(0, 0) ? 0 : static_cast<std::uint32_t>(run.Int(0, 0));
-  run_id_ = run.IsNull(0, 1) ? std::string() : run.Text(0, 1);
-  dropped_ = 0;
-  streamed_open_outbox_ = false;
   return report;
 }
 
