@@ -90,7 +90,11 @@ class PgStore : public OutboxStore {
   // tables, without bound unless the URL sets lock_timeout. The fencing sequence stays (a claim
   // token is never given twice), and so does the leader lease row, its term ended and its token
   // stepped past it (owner kResetLeaseOwner): a settle of rows read before the reset marks none
-  // of the new outbox, whose ids start again at 1. also (may be empty): more work in that
+  // of the new outbox, whose ids start again at 1. Every publication that listed the outbox or
+  // outbox_run by name (the WAL relay's, wal_relay.h) lists the new tables of those names in the
+  // same transaction: a DROP TABLE takes the table out of its publications, and an insert that
+  // commits while its table is in none is never streamed, even once the table is added.
+  // also (may be empty): more work in that
   // transaction, first (the lab drops and creates its business table there, first as its
   // writers lock it first). Throws pg::PgError ("55P03" naming the lock's holder), or what also
   // throws; nothing is dropped then.

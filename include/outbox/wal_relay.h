@@ -91,6 +91,15 @@ struct WalRelayOptions {
       on_retry;
   // Stop waiting: checked between retries and while idle. May be empty.
   std::function<bool()> stop_requested;
+  // Called when the stream shows a `reset` (PgStore::ResetSchema): the insert of the new run id
+  // into outbox_run, in commit order. Every record carries the run its row was written in: the
+  // rows before it go out under previous, the rows after it under run. previous is "" when it is
+  // not known: the relay started after this reset (Open reads the current run only). dropped:
+  // rows before it that were not sent because their run is not known (rows of an outbox that a
+  // reset dropped before Open, streamed again from the slot's confirmed position). May be empty.
+  // Must not throw.
+  std::function<void(const std::string& previous, const std::string& run, std::int64_t dropped)>
+      on_new_run;
 };
 
 // What Open found and did.
@@ -104,6 +113,9 @@ struct WalOpenReport {
   // created_slot only: rows whose published flag was false right after the slot was created.
   // Rows committed before the slot are not in its stream: the polling relay must send them.
   std::int64_t unpublished_at_creation = 0;
+  // The outbox was not in the existing publication and was added: the outbox's rows then, which
+  // are not in the stream (send them with the polling relay). -1: it was in it.
+  std::int64_t unstreamed = -1;
   int walsender_pid = 0;
 };
 
@@ -119,14 +131,18 @@ struct WalBatchReport {
 class WalRelay {
  public:
   // url: a postgresql:// URL (its search_path names the outbox's schema). store: the outbox
-  // store on the same database (read for RunId only: header run_id). Not owned; store and
+  // store on the same database (read for RunId only, when a reset's run id in the stream is not
+  // text). Not owned; store and
   // publisher must outlive the relay. Throws ConfigError for batch_size, wait_ms or
   // max_attempts below 1, or a slot name that is not [a-z0-9_]{1,63}.
   WalRelay(std::string url, OutboxStore& store, Publisher& publisher, WalRelayOptions options);
   ~WalRelay();
 
-  // Makes sure the publication (FOR TABLE outbox, of the current schema) and the slot (pgoutput)
-  // exist, creating what is missing, then starts streaming from the slot's confirmed position.
+  // Makes sure the publication (FOR TABLE outbox, outbox_run, of the current schema: the run
+  // table's inserts are the resets, streamed in commit order with the rows) and the slot
+  // (pgoutput) exist, creating what is missing, then starts streaming from the slot's confirmed
+  // position. A publication without the outbox (a reset by an older outbox-lab took it out) gets
+  // it back; the rows committed meanwhile are not in the stream (WalOpenReport::unstreamed).
   // Call again after a connection loss: the server re-sends every unconfirmed transaction.
   // A slot held by an ordinary backend (verify, check or status peeking at its pending changes,
   // for one statement) is waited for, up to 5 s in steps of 20 ms.
@@ -158,14 +174,17 @@ class WalRelay {
     pg::Lsn end_lsn = 0;
     std::vector<OutboundMessage> messages;
   };
-  // The outbox's columns in a Relation message, by position (-1: absent).
+  // The outbox's columns in a Relation message, by position (-1: absent); or outbox_run's.
   struct OutboxColumns {
     bool is_outbox = false;
+    bool is_run = false;  // outbox_run: its insert is a reset's new run id
     int id = -1, event_id = -1, aggregate_id = -1, event_type = -1, payload = -1, headers = -1;
+    int run_id = -1;
   };
 
   void Handle(const pg::PgoutputMessage& message, std::int64_t& records);
   void OnInsert(const pg::PgoutputInsert& insert);
+  void OnNewRun(const pg::PgoutputInsert& insert, const OutboxColumns& columns);
   void Publish(std::vector<OutboundMessage> messages, WalBatchReport& report);
   void Wait(std::int64_t ms);
 
@@ -177,14 +196,22 @@ class WalRelay {
   std::unique_ptr<pg::Connection> sql_;
   std::unique_ptr<pg::ReplicationStream> stream_;
   std::unordered_map<std::uint32_t, OutboxColumns> relations_;
+  // The run the relay sends under, and the outbox table it belongs to. Open reads both in one
+  // statement; a reset in the stream replaces the run id, and every outbox insert after it in
+  // commit order is of that run (outbox_oid_ 0). Before that, an insert into another table named
+  // outbox is of an outbox a reset dropped while the relay was away, of a run not known: it is
+  // not sent (a record under a guessed run id could pass for a row of that run in `check`).
   std::string run_id_;
+  std::uint32_t outbox_oid_ = 0;
+  std::int64_t dropped_ = 0;  // rows of a dropped outbox not sent since the last on_new_run
+  bool streamed_open_outbox_ = false;  // a row of outbox_oid_'s table came since Open
   std::optional<Transaction> open_;   // between Begin and Commit
   std::vector<Transaction> ready_;    // committed, not yet confirmed
   pg::Lsn confirmed_ = 0;
   pg::Lsn wal_at_open_ = 0;
   pg::Lsn keepalive_end_ = 0;          // the last keepalive's wal_end
-  std::int64_t skipped_in_batch_ = 0;
-  bool batch_failed_ = false;          // a batch threw between receive and confirm: Open again  // rows on_skipped reported during this batch
+  std::int64_t skipped_in_batch_ = 0;  // rows on_skipped reported during this batch
+  bool batch_failed_ = false;          // a batch threw between receive and confirm: Open again
 };
 
 }  // namespace outbox

@@ -42,7 +42,9 @@ void PrintOpen(const WalOpenReport& open, bool reconnect, bool json) {
                {"walsender_pid", open.walsender_pid},
                {"unpublished_at_creation", open.created_slot
                                                ? nlohmann::ordered_json(open.unpublished_at_creation)
-                                               : nlohmann::ordered_json(nullptr)}});
+                                               : nlohmann::ordered_json(nullptr)},
+               {"unstreamed", open.unstreamed >= 0 ? nlohmann::ordered_json(open.unstreamed)
+                                                   : nlohmann::ordered_json(nullptr)}});
     return;
   }
   fmt::print("[relay] wal: {}slot {}{}, publication {}{}, streaming from LSN {} (walsender PID "
@@ -55,6 +57,32 @@ void PrintOpen(const WalOpenReport& open, bool reconnect, bool json) {
                "before the slot are not in its stream; send them with the polling relay "
                "(relay --until-empty)\n",
                open.unpublished_at_creation);
+  if (open.unstreamed >= 0)
+    fmt::print("[relay] wal: the outbox was not in publication {} (a reset by an older "
+               "outbox-lab took it out) and is added back; its {} rows committed before are not "
+               "in the stream: send them with the polling relay (relay --until-empty)\n",
+               open.publication, open.unstreamed);
+  std::fflush(stdout);
+}
+
+// One line per reset seen in the stream, printed under --quiet too, as the polling relay's.
+void PrintWalNewRun(const std::string& previous, const std::string& run, std::int64_t dropped,
+                    bool json) {
+  if (json) {
+    const nlohmann::ordered_json ended =
+        previous.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(previous);
+    PrintJson({{"report", "reset"}, {"previous_run", ended}, {"run", run}, {"dropped", dropped}});
+    return;
+  }
+  fmt::print("[relay] wal: the outbox was reset: {}run {} began at this commit; its rows go out "
+             "under its run id{}\n",
+             previous.empty() ? std::string()
+                              : fmt::format("run {} ended, ", lab::EscapeBytes(previous)),
+             lab::EscapeBytes(run),
+             dropped > 0 ? fmt::format("; {} rows of a dropped outbox whose run is not known are "
+                                       "not sent",
+                                       dropped)
+                         : std::string());
   std::fflush(stdout);
 }
 
@@ -124,6 +152,13 @@ ExitCode RunWalRelay(const GlobalOptions& global, const RelayCliOptions& o, bool
                "confirmed meanwhile\n",
                failed, error, retry_in_ms);
     std::fflush(stdout);
+  };
+  // A reset in the stream: the broker's incarnation is noted again, for the new run (check's
+  // exit 16 compares it with the run's), after its first records.
+  options.on_new_run = [json, &noted](const std::string& previous, const std::string& run,
+                                      std::int64_t dropped) {
+    PrintWalNewRun(previous, run, dropped, json);
+    noted = false;
   };
   WalRelay relay(global.db, *store, recording, options);
 

@@ -23,7 +23,8 @@ std::optional<WalProgress> ReadWalProgress(const std::string& url, const std::st
       "SELECT active, COALESCE(active_pid, 0), COALESCE(confirmed_flush_lsn::text, ''), "
       "COALESCE(wal_status, ''), COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), "
       "confirmed_flush_lsn), 0)::bigint, COALESCE(safe_wal_size, -1), "
-      "pg_size_bytes(current_setting('max_slot_wal_keep_size')) "
+      "pg_size_bytes(current_setting('max_slot_wal_keep_size')), "
+      "COALESCE(to_regclass('outbox')::oid::bigint, 0) "
       "FROM pg_replication_slots WHERE slot_name = $1",
       {pg::Param::Text(slot)}, "read the WAL relay's slot");
   if (row.rows() == 0) return std::nullopt;
@@ -36,6 +37,9 @@ std::optional<WalProgress> ReadWalProgress(const std::string& url, const std::st
   progress.lag_bytes = row.Int(0, 4);
   if (row.Int(0, 5) >= 0) progress.safe_wal_size_bytes = row.Int(0, 5);
   if (row.Int(0, 6) >= 0) progress.keep_size_bytes = row.Int(0, 6);
+  // Only inserts into the outbox there is now are pending: a row of one a reset dropped, whose
+  // id the new outbox may give again, is not one of its rows.
+  const auto outbox_oid = static_cast<std::uint32_t>(row.Int(0, 7));
   if (progress.active || progress.wal_status == "lost") return progress;
   pg::Result changes(nullptr);
   try {
@@ -58,7 +62,7 @@ std::optional<WalProgress> ReadWalProgress(const std::string& url, const std::st
     const pg::PgoutputMessage message = pg::DecodePgoutput(data);
     if (const auto* relation = std::get_if<pg::PgoutputRelation>(&message)) {
       id_column.erase(relation->oid);
-      if (relation->name != "outbox") continue;
+      if (relation->name != "outbox" || relation->oid != outbox_oid) continue;
       for (std::size_t c = 0; c < relation->columns.size(); ++c)
         if (relation->columns[c].name == "id") id_column[relation->oid] = c;
     } else if (const auto* insert = std::get_if<pg::PgoutputInsert>(&message)) {

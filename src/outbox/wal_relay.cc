@@ -122,20 +122,33 @@ WalOpenReport WalRelay::Open() {
           .rows() > 0;
   if (!publication_exists) {
     try {
-      sql.Exec(fmt::format("CREATE PUBLICATION {} FOR TABLE outbox", QuoteIdentifier(slot_)),
+      sql.Exec(fmt::format("CREATE PUBLICATION {} FOR TABLE outbox, outbox_run",
+                           QuoteIdentifier(slot_)),
                "create the publication");
       report.created_publication = true;
     } catch (const pg::PgError& e) {
       if (e.sqlstate() != "42710") throw;  // duplicate_object: another relay created it just now
     }
-  } else if (sql.Query("SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND "
-                       "schemaname = current_schema() AND tablename = 'outbox'",
-                       {pg::Param::Text(slot_)}, "look for the outbox in the publication")
-                 .rows() == 0) {
-    // A reset dropped and recreated the outbox table, and the table's publication membership
-    // went with it.
-    sql.Exec(fmt::format("ALTER PUBLICATION {} ADD TABLE outbox", QuoteIdentifier(slot_)),
-             "add the outbox to the publication");
+  } else {
+    // outbox_run is missing from a publication an older outbox-lab created. The outbox is
+    // missing after a reset by an older outbox-lab, which took it out of the publication (a reset
+    // now lists the new tables in its own transaction): the rows committed since are not in the
+    // slot's stream, whatever is added now.
+    const auto listed = [&sql, this](const char* table) {
+      return sql.Query("SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND "
+                       "schemaname = current_schema() AND tablename = $2",
+                       {pg::Param::Text(slot_), pg::Param::Text(table)},
+                       "look for the outbox in the publication")
+                 .rows() > 0;
+    };
+    for (const char* table : {"outbox", "outbox_run"}) {
+      if (listed(table)) continue;
+      sql.Exec(fmt::format("ALTER PUBLICATION {} ADD TABLE {}", QuoteIdentifier(slot_), table),
+               "add the outbox to the publication");
+      if (std::string(table) == "outbox")
+        report.unstreamed =
+            sql.QueryInt("SELECT count(*) FROM outbox", {}, "count the rows not streamed");
+    }
   }
 
   const auto read_slot = [&sql, this]() {
@@ -215,6 +228,15 @@ WalOpenReport WalRelay::Open() {
            "flush the WAL up to the position read");
   confirmed_ = report.confirmed;
   wal_at_open_ = report.wal_at_open;
+  // The run and its outbox table in one snapshot, before the stream starts: a reset that commits
+  // after it commits past the confirmed position, so it is in the stream, in its place.
+  const pg::Result run = sql.Query(
+      "SELECT to_regclass('outbox')::oid::bigint, (SELECT run_id FROM outbox_run LIMIT 1)", {},
+      "read the run id");
+  outbox_oid_ = run.IsNull(0, 0) ? 0 : static_cast<std::uint32_t>(run.Int(0, 0));
+  run_id_ = run.IsNull(0, 1) ? std::string() : run.Text(0, 1);
+  dropped_ = 0;
+  streamed_open_outbox_ = false;
 
   for (int step = 0;; ++step) {
     stream_ = std::make_unique<pg::ReplicationStream>(url_);
@@ -242,7 +264,6 @@ WalOpenReport WalRelay::Open() {
     }
   }
   report.walsender_pid = stream_->backend_pid();
-  run_id_ = store_.RunId();
   return report;
 }
 
@@ -253,7 +274,15 @@ void WalRelay::OnInsert(const pg::PgoutputInsert& insert) {
                                       "described by a Relation message",
                                       insert.relation_oid));
   const OutboxColumns& columns = found->second;
+  if (columns.is_run && open_) return OnNewRun(insert, columns);
   if (!columns.is_outbox || !open_) return;
+  if (outbox_oid_ != 0 && insert.relation_oid != outbox_oid_) {
+    // A row of an outbox that a reset dropped before Open: its run is not known, and the reset
+    // meant it gone.
+    ++dropped_;
+    return;
+  }
+  streamed_open_outbox_ = true;
   const auto text = [&](int index, const char* name, std::string& out) -> std::string {
     if (index < 0 || static_cast<std::size_t>(index) >= insert.values.size())
       return fmt::format("column {} is missing", name);
@@ -305,6 +334,27 @@ void WalRelay::OnInsert(const pg::PgoutputInsert& insert) {
   open_->messages.push_back(std::move(message));
 }
 
+void WalRelay::OnNewRun(const pg::PgoutputInsert& insert, const OutboxColumns& columns) {
+  // A reset's transaction: the outbox and outbox_run dropped and created, and the new run id
+  // inserted (PgStore::ResetSchema). An outbox insert commits before the reset's DROP or after
+  // its commit, so in commit order every outbox insert after this one is of the new run, and
+  // every one before it of an older run: each record carries the run its row was written in.
+  std::string run;
+  const std::size_t index = static_cast<std::size_t>(columns.run_id);
+  if (columns.run_id >= 0 && index < insert.values.size() &&
+      insert.values[index].kind == pg::TupleValue::Kind::kText)
+    run = insert.values[index].bytes;
+  else
+    run = store_.RunId();
+  // Before the first reset in the stream, the run read at Open is known to have ended here only
+  // if a row of its outbox came before: else this may be the reset that began it.
+  const bool previous_known = outbox_oid_ == 0 || streamed_open_outbox_;
+  if (options_.on_new_run) options_.on_new_run(previous_known ? run_id_ : "", run, dropped_);
+  run_id_ = std::move(run);
+  outbox_oid_ = 0;
+  dropped_ = 0;
+}
+
 void WalRelay::Handle(const pg::PgoutputMessage& message, std::int64_t& records) {
   std::visit(
       [&](const auto& m) {
@@ -321,6 +371,7 @@ void WalRelay::Handle(const pg::PgoutputMessage& message, std::int64_t& records)
         } else if constexpr (std::is_same_v<T, pg::PgoutputRelation>) {
           OutboxColumns columns;
           columns.is_outbox = m.name == "outbox";
+          columns.is_run = m.name == "outbox_run";
           for (std::size_t i = 0; i < m.columns.size(); ++i) {
             const std::string& name = m.columns[i].name;
             const int index = static_cast<int>(i);
@@ -330,6 +381,7 @@ void WalRelay::Handle(const pg::PgoutputMessage& message, std::int64_t& records)
             else if (name == "event_type") columns.event_type = index;
             else if (name == "payload") columns.payload = index;
             else if (name == "headers") columns.headers = index;
+            else if (name == "run_id") columns.run_id = index;
           }
           relations_[m.oid] = columns;
         } else if constexpr (std::is_same_v<T, pg::PgoutputInsert>) {

@@ -5,6 +5,8 @@
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "outbox/lease.h"
 
@@ -90,6 +92,16 @@ ALTER TABLE outbox_archive ADD COLUMN IF NOT EXISTS headers TEXT;
 // (acquired_at) or released (until). outbox_failed_by_aggregate once served the leader's hold-back
 // test (ReadPage), which now holds back behind any unpublished row, as the claim does, and reads
 // outbox_pending_by_aggregate; the index stays (it holds only failed rows: no cost on writes).
+
+// "name" as an SQL identifier: a publication's name comes from the catalog, whatever it is.
+std::string QuoteIdentifier(const std::string& name) {
+  std::string quoted = "\"";
+  for (const char c : name) {
+    if (c == '"') quoted += '"';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
 
 }  // namespace
 
@@ -243,6 +255,21 @@ ResetCounts PgStore::ResetLocked(const std::function<void(pg::Connection&)>& als
   // claim token the sequence gave before the reset is never given again, so a relay that claimed
   // rows of the old outbox and settles after the reset (its claim's token on its UPDATE) can match
   // no row of the new one, whatever its id.
+  // The publications that list the outbox or its run table by name (FOR TABLE; one FOR ALL
+  // TABLES or FOR TABLES IN SCHEMA gets the new tables by itself). The DROP takes the tables out
+  // of them, and pgoutput streams an insert only when its table was in the publication at the
+  // insert's commit: re-added later, as a restarted WAL relay did, the rows written meanwhile
+  // never reach its slot. So each gets the new tables back here, in this transaction, and the
+  // new run's first row is in its stream; so is the run id inserted below, which tells a WAL
+  // relay at which commit the new run begins.
+  std::vector<std::pair<std::string, std::string>> listed;  // publication, table
+  const pg::Result publications = connection_.Query(
+      "SELECT p.pubname, c.relname FROM pg_publication p JOIN pg_publication_rel r ON "
+      "r.prpubid = p.oid JOIN pg_class c ON c.oid = r.prrelid WHERE r.prrelid IN "
+      "(to_regclass('outbox'), to_regclass('outbox_run')) ORDER BY 1, 2",
+      {}, "read the publications of the outbox");
+  for (int i = 0; i < publications.rows(); ++i)
+    listed.emplace_back(publications.Text(i, 0), publications.Text(i, 1));
   connection_.Exec("DROP TABLE IF EXISTS outbox_archive; DROP TABLE IF EXISTS outbox_purged; "
                    "DROP TABLE IF EXISTS outbox_broker; DROP TABLE IF EXISTS outbox_partitioning; "
                    "DROP TABLE IF EXISTS outbox; DROP TABLE IF EXISTS outbox_run; "
@@ -259,6 +286,10 @@ ResetCounts PgStore::ResetLocked(const std::function<void(pg::Connection&)>& als
         "WHERE id = 1 AND token > 0",
         {pg::Param::Text(kResetLeaseOwner)}, "end the leader's term");
   connection_.Exec(kSchema, "create the outbox schema");
+  for (const auto& [publication, table] : listed)
+    connection_.Exec(fmt::format("ALTER PUBLICATION {} ADD TABLE {}", QuoteIdentifier(publication),
+                                 QuoteIdentifier(table)),
+                     "add the new outbox to its publication");
   // The run id is the server's: epoch ms and 32 random bits, as on SQLite.
   connection_.Exec(
       "INSERT INTO outbox_run(run_id) SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint "
