@@ -413,6 +413,47 @@ expect_eq() {
   [ "$1" = "$2" ] || fail "$3: got '$2', expected '$1'"
 }
 
+# --- relays across a reset (pg-relay-reset, sqlite-relay-reset) ---------------------------------
+
+# status_is JQ-CONDITION: `status --json` of this scenario's database makes the condition true.
+status_is() { "$LAB_BIN" --db "$DB" status --json 2>/dev/null | jq -e "$1" >/dev/null; }
+
+# wait_published PID N: until N rows are published and none waits (PID: the relay that must live).
+wait_published() {
+  wait_for 60 "$1" "$2 rows published" status_is ".published == $2 and .unpublished == 0"
+}
+
+# term_relay PID NAME: SIGTERM, and the relay must end by itself with 0.
+term_relay() {
+  echo "\$ kill -TERM $1"
+  kill -TERM "$1"
+  wait_exit "$1" 30 "$2"
+  expect_eq 0 "$BG_RC" "exit code of $2 (it lived through the reset)"
+}
+
+# expect_no_error LOG: no error line in a relay's log.
+expect_no_error() { expect_no_line 'error:' "$1"; }
+
+# expect_first_batch LOG JQ-CONDITION WHAT: the first batch report of a relay --json log.
+expect_first_batch() {
+  local first
+  first=$(json_lines "$1" | jq -c 'select(.report == "batch")' | head -n 1)
+  jq -e "$2" <<<"$first" >/dev/null || fail "$3: ($2) is false for ${first:-no batch line}"
+}
+
+# expect_tokens_above LOG: every batch of a claims relay's --json log has a claim token above that
+# of its first batch, whose settle came after a reset (the claim was made before it): none is
+# given twice, so the late settle could match no row claimed after the reset.
+expect_tokens_above() {
+  local log=$1 old t
+  old=$(json_lines "$log" | jq -r 'select(.report == "batch") | .token' | head -n 1)
+  [ -n "$old" ] || { fail "$(basename "$log"): no batch line"; return; }
+  while read -r t; do
+    [ "$t" -eq "$old" ] || [ "$t" -gt "$old" ] ||
+      fail "$(basename "$log"): claim token $t after the reset, not above its old $old"
+  done < <(json_lines "$log" | jq -r 'select(.report == "batch") | .token')
+}
+
 # --- the HTML report (issue 11) ------------------------------------------------------------------
 
 # Any scenario leaves the HTML report of its run when given `--report DIR` (or

@@ -164,8 +164,12 @@ class Store : public OutboxStore {
   // must match none of the new ones. No claim token is given twice, and the
   // lease's term ends with its token stepped past it (owner kResetLeaseOwner,
   // as PgStore::ResetSchema). Returns what it removed, counted in the same
-  // transaction. Throws DbError.
-  ResetCounts ResetSchema();
+  // transaction. also (may be empty): more work in that transaction, first
+  // (the lab drops and creates its business table there: a writer that waited
+  // for the lock then finds both tables new, never its loan in a table about
+  // to be dropped and its event in the new outbox). Throws DbError, or what
+  // also throws; nothing is dropped then.
+  ResetCounts ResetSchema(const std::function<void(sqlite::Connection&)>& also = nullptr);
   // The run id of the last ResetSchema(). The lab sends it as the Kafka
   // header "run_id" on every record, so that a reader of a topic shared by
   // several databases (or by earlier resets of this one) counts only this

@@ -114,16 +114,16 @@ std::unique_ptr<Store> ResetLabDatabase(const std::string& path, const StoreOpti
                                         ResetRemoved* removed) {
   auto store = std::make_unique<Store>(path, options, OpenMode::kCreate);
   std::int64_t loans = 0;
-  {
-    auto read = store->BeginRead();
-    if (HasLoanTable(read.connection())) loans = CountLoans(read.connection());
-  }
-  const ResetCounts outbox = store->ResetSchema();
+  // In the outbox's reset transaction, counted there too. Dropped and created in a transaction
+  // of its own after the outbox's, a `write` that waited for the lock took its turn between the
+  // two (Connection::EnableWriterTurns): its loan went into the old table, dropped next, and its
+  // event into the new outbox, an event without its business row.
+  const ResetCounts outbox = store->ResetSchema([&loans](sqlite::Connection& connection) {
+    if (HasLoanTable(connection)) loans = CountLoans(connection);
+    connection.Exec("DROP TABLE IF EXISTS business_loan");
+    connection.Exec(kLoanSchema);
+  });
   if (removed) *removed = ResetRemoved{loans, outbox};
-  auto txn = store->BeginWrite();
-  txn.connection().Exec("DROP TABLE IF EXISTS business_loan");
-  txn.connection().Exec(kLoanSchema);
-  txn.Commit();
   return store;
 }
 

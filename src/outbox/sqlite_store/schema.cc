@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -274,8 +275,9 @@ bool Store::HasSchema() {
              "SELECT COUNT(*) FROM sqlite_master WHERE type='table' AND name='outbox'") == 1;
 }
 
-ResetCounts Store::ResetSchema() {
+ResetCounts Store::ResetSchema(const std::function<void(sqlite::Connection&)>& also) {
   sqlite::Transaction txn(connection_);
+  if (also) also(connection_);
   // What is about to go, counted in the same transaction: whatever table is named outbox.
   ResetCounts removed;
   if (HasSchema()) {

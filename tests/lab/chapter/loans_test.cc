@@ -2,8 +2,14 @@
 // outbox row share one fate (chapter 7.1, 同库同事务).
 #include <catch2/catch.hpp>
 
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
 #include <string>
+#include <thread>
 
+#include "lab/check/checker.h"
 #include "lab/chapter/loans.h"
 #include "outbox/failpoint.h"
 #include "outbox/store.h"
@@ -68,4 +74,63 @@ TEST_CASE("WriteLoanWithEvent with an error after commit has committed both the 
   CHECK(rows[0].event.event_id == "evt-1001");
   CHECK(rows[0].event.aggregate_id == "L-1001");
   CHECK(rows[0].event.event_type == "LoanCreated");
+}
+
+TEST_CASE("A reset while another connection writes loans leaves no event without its business row",
+          "[store]") {
+  TempDir dir;
+  const std::string path = dir.File("lab.db");
+  outbox::lab::ResetLabDatabase(path, {});
+  // A writer of its own connection, one loan per transaction, as `write` runs beside `reset`:
+  // it waits for the reset's write lock and takes its turn (Connection::EnableWriterTurns) the
+  // moment the reset lets go of it.
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::int64_t written = 0;
+  bool stop = false;
+  std::exception_ptr error;
+  std::thread writer([&] {
+    try {
+      auto store = outbox::lab::OpenLabDatabase(path, {});
+      for (std::int64_t i = 1;; ++i) {
+        outbox::lab::WriteLoanWithEvent(*store, i);
+        std::lock_guard<std::mutex> lock(mutex);
+        ++written;
+        changed.notify_all();
+        if (stop) return;
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex);
+      error = std::current_exception();
+      stop = true;
+      changed.notify_all();
+    }
+  });
+  const auto wait_for_written = [&](std::int64_t n) {
+    std::unique_lock<std::mutex> lock(mutex);
+    changed.wait(lock, [&] { return written >= n || error; });
+  };
+  wait_for_written(20);
+  outbox::lab::ResetRemoved removed;
+  outbox::lab::ResetLabDatabase(path, {}, &removed);
+  std::int64_t at_reset = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    at_reset = written;
+  }
+  wait_for_written(at_reset + 20);  // the writer goes on in the new tables
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    stop = true;
+  }
+  writer.join();
+  REQUIRE_FALSE(error);
+
+  // Counted in one transaction: as many loans as outbox rows dropped.
+  CHECK(removed.loans == removed.outbox.outbox_rows);
+  auto store = outbox::lab::OpenLabDatabase(path, {});
+  const outbox::lab::CheckResult result = outbox::lab::CheckRun(*store, {});
+  CHECK(result.atomicity.empty());
+  CHECK(result.business_rows == result.outbox_rows);
+  CHECK(result.outbox_rows >= 20);
 }
