@@ -55,8 +55,13 @@ StatusView ReadStatusView(const GlobalOptions& global, std::int64_t horizon_thre
   // between, showed more time left than the lease has (lease-left-ms above the relay's --lease).
   const LeaderLease lease = store->ReadLease();
   const std::int64_t now_ms = store->clock().EpochMs();
-  StatusView view{store->Status(now_ms), store->ClaimOwners(now_ms), lease, now_ms,
-                  store->WalSizeBytes(), store->backend()};
+  StatusView view;
+  view.status = store->Status(now_ms);
+  view.owners = store->ClaimOwners(now_ms);
+  view.lease = lease;
+  view.now_ms = now_ms;
+  view.wal_bytes = store->WalSizeBytes();
+  view.backend = store->backend();
   if (view.status.parked > 0) view.stalls = store->Stalls(10);
   view.outage = store->ReadOutage();
   if (auto* pg_store = dynamic_cast<PgStore*>(store.get()))
