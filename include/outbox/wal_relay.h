@@ -143,7 +143,9 @@ class WalRelay {
   // (pgoutput) exist, creating what is missing, then starts streaming from the slot's confirmed
   // position. A publication without the outbox (a reset by an older outbox-lab took it out) gets
   // it back; the rows committed meanwhile are not in the stream (WalOpenReport::unstreamed).
-  // Call again after a connection loss: the server re-sends every unconfirmed transaction.
+  // Call again after a connection loss: the server re-sends every unconfirmed transaction, and
+  // their rows go out under the run they were written in (the last reset this relay saw at or
+  // before the confirmed position, else the run the first Open read), not the run now.
   // A slot held by an ordinary backend (verify, check or status peeking at its pending changes,
   // for one statement) is waited for, up to 5 s in steps of 20 ms.
   // Throws WalRelayError kWalLevel (wal_level is not logical), kSlotActive (a walsender, another
@@ -173,6 +175,12 @@ class WalRelay {
   struct Transaction {
     pg::Lsn end_lsn = 0;
     std::vector<OutboundMessage> messages;
+    std::optional<std::string> new_run;  // a reset's transaction: the run it began
+  };
+  // A reset seen in the stream: the run in effect from its commit on.
+  struct RunAt {
+    pg::Lsn end_lsn = 0;
+    std::string run;
   };
   // The outbox's columns in a Relation message, by position (-1: absent); or outbox_run's.
   struct OutboxColumns {
@@ -203,6 +211,15 @@ class WalRelay {
   // not sent (a record under a guessed run id could pass for a row of that run in `check`).
   std::string run_id_;
   std::uint32_t outbox_oid_ = 0;
+  // What the first Open read, and each reset the stream showed since. Open again (a lost
+  // connection) streams from the slot's confirmed position, which may lie before resets already
+  // seen: the run in effect there is the last reset at or before it, else what the first Open
+  // read. Read from the database again, it would be the newest run, and the old run's rows
+  // streamed again would be dropped, never sent, although this relay knew their run.
+  std::string open_run_id_;
+  std::uint32_t open_outbox_oid_ = 0;
+  bool opened_ = false;
+  std::vector<RunAt> runs_seen_;
   std::int64_t dropped_ = 0;  // rows of a dropped outbox not sent since the last on_new_run
   bool streamed_open_outbox_ = false;  // a row of outbox_oid_'s table came since Open
   std::optional<Transaction> open_;   // between Begin and Commit

@@ -230,11 +230,24 @@ WalOpenReport WalRelay::Open() {
   wal_at_open_ = report.wal_at_open;
   // The run and its outbox table in one snapshot, before the stream starts: a reset that commits
   // after it commits past the confirmed position, so it is in the stream, in its place.
-  const pg::Result run = sql.Query(
-      "SELECT to_regclass('outbox')::oid::bigint, (SELECT run_id FROM outbox_run LIMIT 1)", {},
-      "read the run id");
-  outbox_oid_ = run.IsNull(0, 0) ? 0 : static_cast<std::uint32_t>(run.Int(0, 0));
-  run_id_ = run.IsNull(0, 1) ? std::string() : run.Text(0, 1);
+  if (!opened_) {
+    const pg::Result run = sql.Query(
+        "SELECT to_regclass('outbox')::oid::bigint, (SELECT run_id FROM outbox_run LIMIT 1)", {},
+        "read the run id");
+    open_outbox_oid_ = run.IsNull(0, 0) ? 0 : static_cast<std::uint32_t>(run.Int(0, 0));
+    open_run_id_ = run.IsNull(0, 1) ? std::string() : run.Text(0, 1);
+    opened_ = true;
+  }
+  // A transaction is streamed again only if it commits past the confirmed position, so the
+  // resets at or before it are behind: the run is the last of them, and every outbox insert
+  // after it in commit order is of that run until the next reset in the stream.
+  run_id_ = open_run_id_;
+  outbox_oid_ = open_outbox_oid_;
+  for (const RunAt& seen : runs_seen_) {
+    if (seen.end_lsn > confirmed_) break;
+    run_id_ = seen.run;
+    outbox_oid_ = 0;
+  }
   dropped_ = 0;
   streamed_open_outbox_ = false;
 
@@ -350,6 +363,7 @@ void WalRelay::OnNewRun(const pg::PgoutputInsert& insert, const OutboxColumns& c
   // if a row of its outbox came before: else this may be the reset that began it.
   const bool previous_known = outbox_oid_ == 0 || streamed_open_outbox_;
   if (options_.on_new_run) options_.on_new_run(previous_known ? run_id_ : "", run, dropped_);
+  open_->new_run = run;
   run_id_ = std::move(run);
   outbox_oid_ = 0;
   dropped_ = 0;
@@ -365,6 +379,9 @@ void WalRelay::Handle(const pg::PgoutputMessage& message, std::int64_t& records)
           if (!open_)
             throw pg::DecodeError("decode pgoutput 'C' message: a commit without its begin");
           open_->end_lsn = m.end_lsn;
+          // Streamed again after a reconnect, a reset already seen is not noted twice.
+          if (open_->new_run && (runs_seen_.empty() || runs_seen_.back().end_lsn < m.end_lsn))
+            runs_seen_.push_back({m.end_lsn, *open_->new_run});
           records += static_cast<std::int64_t>(open_->messages.size());
           ready_.push_back(std::move(*open_));
           open_.reset();

@@ -262,6 +262,17 @@ ResetCounts PgStore::ResetLocked(const std::function<void(pg::Connection&)>& als
   // never reach its slot. So each gets the new tables back here, in this transaction, and the
   // new run's first row is in its stream; so is the run id inserted below, which tells a WAL
   // relay at which commit the new run begins.
+  // Read under a lock that keeps the list still until the commit: CREATE and ALTER PUBLICATION
+  // take SHARE UPDATE EXCLUSIVE on each table they add, as this does (it conflicts with itself,
+  // not with the writers' ROW EXCLUSIVE). Read unlocked, a WAL relay starting on a fresh slot
+  // could create its publication on the old tables between this read and the DROP: the DROP
+  // then took them out, nothing added the new ones back, and the relay streamed nothing of the
+  // new run (scenarios/pg-wal-reset-new-publication.sh). Now such a CREATE waits for the commit
+  // and finds the new tables by name (the server looks a name up again once its lock is given).
+  for (const char* table : {"outbox", "outbox_run"})
+    if (exists(table))
+      connection_.Exec(fmt::format("LOCK TABLE {} IN SHARE UPDATE EXCLUSIVE MODE", table),
+                       "lock the outbox's publications");
   std::vector<std::pair<std::string, std::string>> listed;  // publication, table
   const pg::Result publications = connection_.Query(
       "SELECT p.pubname, c.relname FROM pg_publication p JOIN pg_publication_rel r ON "
