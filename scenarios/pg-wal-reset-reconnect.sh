@@ -9,9 +9,9 @@
 #          termination and 1000 loans more.
 # Expects: the 20 go out under the old run id, the 30 under the new one (check: ok=30 lost=0 with
 #          20 records of other runs); after the second reconnect, from past the second reset, the
-#          loans go out under the newest run (ok=2000). Before, the reconnect read the run id from the database again
-#          (the new one) and dropped the 20 streamed again as rows of a dropped outbox
-#          (dropped=20): they were never sent, though the relay had seen their run.
+#          loans go out under the newest run (ok=2000). Before, the reconnect read the run id
+#          from the database again (the new one) and dropped the 20 streamed again as rows of a
+#          dropped outbox (dropped=20): they were never sent, though the relay had seen their run.
 # Synchronised on the relay's JSON lines (reset, wal-reconnect, wal-open, batch).
 # Skipped (exit 77) only when OUTBOX_PG_URL is unset; scripts/test.sh sets it.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
