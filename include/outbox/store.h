@@ -233,13 +233,14 @@ class Store : public OutboxStore {
   OutboxSnapshot Snapshot();
 
   // PRAGMA integrity_check (https://www.sqlite.org/pragma.html#pragma_integrity_check)
-  // over the whole file: "ok", or its findings joined with "; " (after a
-  // power cut with a torn sector, say). Throws DbError when the check itself
-  // cannot run.
+  // over the whole file: "ok", or its findings (after a power cut with a torn
+  // sector, say) on one line, joined with "; ", as are the line breaks within
+  // a finding. Throws DbError when the check itself cannot run.
   std::string IntegrityCheck();
   // PRAGMA quick_check (the same page and structure checks, without comparing indexes to
-  // their tables: O(N) instead of O(N log N)): "ok" or its findings joined with "; ". Throws
-  // DbError when the check itself cannot run (SQLITE_CORRUPT when the damage stops it).
+  // their tables: O(N) instead of O(N log N)): "ok" or its findings on one line, as
+  // IntegrityCheck's. Throws DbError when the check itself cannot run (SQLITE_CORRUPT when
+  // the damage stops it).
   std::string QuickCheck();
 
   // Unpublished rows with id > *after_id (every id when it is empty, 0 and negative ones

@@ -105,7 +105,7 @@ bool IsPublished(outbox::pg::Connection& connection, std::int64_t id) {
 }  // namespace
 
 TEST_CASE("PostgreSQL claims mode with a settle store marks batch N on it while it claims and "
-          "produces N+1: every row is sent once and each aggregate in id order",
+          "produces N+1 and sends every row once with each aggregate in id order",
           "[postgres][relay][claims][pipeline][overlap]") {
   outbox::testing::PgSchema schema("overlap");
   SettleGate gate;

@@ -173,8 +173,8 @@ Ids Flatten(const std::vector<Ids>& sends) {
 
 }  // namespace
 
-TEST_CASE("A leader with a settle store marks batch N on it while it reads and produces N+1: "
-          "the rows being marked are sent once and their aggregates in id order",
+TEST_CASE("A leader with a settle store marks batch N on it while it reads and produces N+1 "
+          "and sends the rows being marked once with their aggregates in id order",
           "[relay][leader][pipeline][overlap]") {
   OverlapFixture f;
   // 16 rows over 4 aggregates: row i's aggregate is agg-(i % 4), so row i follows row i - 4.
@@ -267,7 +267,7 @@ TEST_CASE("A leader's settle fenced out on the settle store makes it lose the le
 }
 
 TEST_CASE("An error in a settle on the settle store is thrown by the FinishBatch that collects "
-          "it: the batch in flight is settled by the next call and the failed one is sent again",
+          "it and the batch in flight is settled by the next call and the failed one sent again",
           "[relay][leader][pipeline][overlap]") {
   OverlapFixture f;
   std::vector<outbox::OutboxEvent> events;

@@ -69,18 +69,32 @@ OutboxSnapshot Store::Snapshot() {
   return Snapshot(txn);
 }
 
+namespace {
+
+// The rows of PRAGMA quick_check or integrity_check on one line, "; " between them: a row may hold
+// several lines itself ("*** in database main ***\nPage 4: ..."), and the answer goes into a
+// one-line error.
+std::string OneLineCheck(sqlite::Statement& check) {
+  std::string answer;
+  while (check.Step()) {
+    std::string row = check.ColumnText(0);
+    for (std::size_t at = row.find('\n'); at != std::string::npos; at = row.find('\n', at))
+      row.replace(at, 1, "; ");
+    answer += (answer.empty() ? "" : "; ") + row;
+  }
+  return answer;
+}
+
+}  // namespace
+
 std::string Store::QuickCheck() {
   auto check = connection_.Prepare("PRAGMA quick_check");
-  std::string answer;
-  while (check.Step()) answer += (answer.empty() ? "" : "; ") + check.ColumnText(0);
-  return answer;
+  return OneLineCheck(check);
 }
 
 std::string Store::IntegrityCheck() {
   auto check = connection_.Prepare("PRAGMA integrity_check");
-  std::string answer;
-  while (check.Step()) answer += (answer.empty() ? "" : "; ") + check.ColumnText(0);
-  return answer;
+  return OneLineCheck(check);
 }
 
 OutboxCounts Store::Count() {

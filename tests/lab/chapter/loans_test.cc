@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -133,4 +134,28 @@ TEST_CASE("A reset while another connection writes loans leaves no event without
   CHECK(result.atomicity.empty());
   CHECK(result.business_rows == result.outbox_rows);
   CHECK(result.outbox_rows >= 20);
+}
+
+TEST_CASE("quick_check of a corrupt lab file answers on one line", "[store]") {
+  TempDir dir;
+  const std::string path = dir.File("corrupt.db");
+  {
+    auto store = outbox::lab::ResetLabDatabase(path, {});
+    for (std::int64_t i = 1; i <= 300; ++i) outbox::lab::WriteLoanWithEvent(*store, i);
+  }  // the last close checkpoints every page into the file
+  // Pages 3 and 4 (4,096 bytes each) overwritten with 0xFF, as scenarios/corrupt-db.sh does with
+  // random bytes: SQLite answers one row for the main database, and that row holds line breaks
+  // ("*** in database main ***\nPage 4: btreeInitPage() returns error code 11\nPage 3: ...").
+  {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(2 * 4096);
+    const std::string garbage(2 * 4096, '\xff');
+    file.write(garbage.data(), static_cast<std::streamsize>(garbage.size()));
+  }
+  // (integrity_check stops at this damage with SQLITE_CORRUPT; it joins its rows the same way.)
+  outbox::Store store(path, outbox::StoreOptions{}, outbox::OpenMode::kExisting);
+  const std::string answer = store.QuickCheck();
+  INFO(answer);
+  CHECK(answer.find("*** in database main ***; Page ") == 0);
+  CHECK(answer.find('\n') == std::string::npos);
 }
