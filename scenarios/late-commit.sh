@@ -24,13 +24,19 @@ killed_write() {
   expect_no_line '^\[write\] txn' "$OUT"
 }
 
+# holder_then_killed_write: 3 loans, a 4th by `write-hold` at its HOLD line (the database kept
+# open), then the killed writer.
+holder_then_killed_write() {
+  run reset
+  expect_rc 0 "reset"
+  run write 3
+  expect_rc 0 "write 3"
+  start_hold holder write-hold 1
+  killed_write
+}
+
 step "(a) the killed commit surfaces once no process holds the index"
-run reset
-expect_rc 0 "reset"
-run write 3
-expect_rc 0 "write 3"
-start_hold holder write-hold 1
-killed_write
+holder_then_killed_write
 run verify --no-kafka --json
 expect_json "$OUT" '.business_loan == 4 and .outbox == 4' \
   "the other process open: the killed commit is not visible"
@@ -40,12 +46,7 @@ expect_json "$OUT" '.business_loan == 5 and .outbox == 5' \
   "every process gone: the killed commit surfaced, loan and outbox row together"
 
 step "(b) a writer that starts while the index is held writes over the killed commit"
-run reset
-expect_rc 0 "reset"
-run write 3
-expect_rc 0 "write 3"
-start_hold holder write-hold 1
-killed_write
+holder_then_killed_write
 run write 1 --verbose
 expect_rc 0 "the next write"
 expect_line '^\[write\] txn i=5 .*event=evt-1005 committed' "$OUT"

@@ -454,6 +454,19 @@ expect_tokens_above() {
   done < <(json_lines "$log" | jq -r 'select(.report == "batch") | .token')
 }
 
+# run_id: this scenario's current run id (PostgreSQL: outbox_run).
+run_id() { psql "$DB" -qAtc "SELECT run_id FROM outbox_run"; }
+
+# wal_sent N LOG: a WAL relay's batch lines (--json) add up to at least N records.
+wal_sent() {
+  local sent
+  sent=$(json_lines "$2" | jq -s '[.[] | select(.report == "batch") | .records] | add // 0')
+  [ "$sent" -ge "$1" ]
+}
+
+# wal_streaming LOG: a WAL relay's --json log has its wal-open line (it streams).
+wal_streaming() { json_lines "$1" | jq -s -e 'any(.[]; .report == "wal-open")' >/dev/null; }
+
 # --- the HTML report (issue 11) ------------------------------------------------------------------
 
 # Any scenario leaves the HTML report of its run when given `--report DIR` (or

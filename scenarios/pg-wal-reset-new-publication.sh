@@ -22,13 +22,6 @@ use_postgres
 start_broker
 
 sql() { psql "$DB" -qAtc "$1"; }
-_wal_sent() {
-  local sent
-  sent=$(json_lines "$2" | jq -s '[.[] | select(.report == "batch") | .records] | add // 0')
-  [ "$sent" -ge "$1" ]
-}
-_wal_streaming() { json_lines "$1" | jq -s -e 'any(.[]; .report == "wal-open")' >/dev/null; }
-_has_line_re() { grep -q -- "$1" "$2" 2>/dev/null; }
 # The reset waits for its DROP of outbox_archive (it read the publications already).
 _reset_blocked() {
   [ "$(sql "SELECT count(*) FROM pg_locks WHERE relation = to_regclass('outbox_archive')
@@ -53,7 +46,7 @@ psql "$DB" -qAt <"$TMP/lock.in" >"$TMP/lock.log" 2>&1 &
 PIDS+=("$!")
 exec 7>"$TMP/lock.in"
 echo "BEGIN; LOCK TABLE outbox_archive IN ACCESS SHARE MODE; SELECT 'locked';" >&7
-wait_until 30 "the lock holder's lock" _has_line_re '^locked$' "$TMP/lock.log" ||
+wait_until 30 "the lock holder's lock" _has_line '^locked$' "$TMP/lock.log" ||
   die "the lock holder did not lock outbox_archive"
 start_bg reset reset
 pid_reset=$BG_PID log_reset=$BG_LOG
@@ -67,14 +60,14 @@ exec 7>&-
 wait_exit "$pid_reset" 30 reset
 expect_eq 0 "$BG_RC" "exit code of the reset"
 sed 's/^/  | /' "$log_reset"
-wait_for 60 "$pid_relay" "relay streaming" _wal_streaming "$log_relay" || die "relay did not stream"
+wait_for 60 "$pid_relay" "relay streaming" wal_streaming "$log_relay" || die "relay did not stream"
 publication_sql="SELECT tablename FROM pg_publication_tables WHERE pubname = '$PG_WAL_SLOT'
   AND schemaname = current_schema() ORDER BY 1"
 expect_eq "outbox outbox_run" "$(sql "$publication_sql" | tr '\n' ' ' | sed 's/ $//')" \
   "tables of the relay's publication after the reset"
 run write 10 --quiet
 expect_rc 0 "write 10 after the reset"
-wait_for 30 "$pid_relay" "the relay sending the 10" _wal_sent 10 "$log_relay"
+wait_for 30 "$pid_relay" "the relay sending the 10" wal_sent 10 "$log_relay"
 echo "\$ kill -TERM $pid_relay"
 kill -TERM "$pid_relay"
 wait_exit "$pid_relay" 30 relay

@@ -20,12 +20,6 @@
 use_postgres
 start_broker
 
-run_id() { psql "$DB" -qAtc "SELECT run_id FROM outbox_run"; }
-_wal_sent() {
-  local sent
-  sent=$(json_lines "$2" | jq -s '[.[] | select(.report == "batch") | .records] | add // 0')
-  [ "$sent" -ge "$1" ]
-}
 _lines() { [ "$(json_lines "$3" | jq -c "select(.report == \"$2\")" | wc -l)" -ge "$1" ]; }
 terminate_walsender() {
   echo "\$ SELECT pg_terminate_backend(walsender of $PG_WAL_SLOT)"
@@ -51,7 +45,7 @@ expect_rc 0 "write 30 after the reset"
 wait_for 30 "$pid" "the relay's reset line" _lines 1 reset "$log" || die "the relay saw no reset"
 terminate_walsender
 wait_for 30 "$pid" "the relay streaming again" _lines 2 wal-open "$log" || die "no reconnect"
-wait_for 90 "$pid" "the relay sending the 20 and the 30" _wal_sent 50 "$log"
+wait_for 90 "$pid" "the relay sending the 20 and the 30" wal_sent 50 "$log"
 json_lines "$log" | jq -c 'select(.report != "batch")'
 jq -e --arg old "$old_run" --arg new "$new_run" '.previous_run == $old and .run == $new and .dropped == 0' \
   <<<"$(json_lines "$log" | jq -c 'select(.report == "reset")' | tail -n 1)" >/dev/null ||
@@ -63,12 +57,12 @@ expect_rc 0 "second reset"
 newest_run=$(run_id)
 run write 1000 --batch 100 --quiet
 expect_rc 0 "write 1000"
-wait_for 90 "$pid" "the relay sending the 1000" _wal_sent 1050 "$log"
+wait_for 90 "$pid" "the relay sending the 1000" wal_sent 1050 "$log"
 terminate_walsender
 wait_for 30 "$pid" "the relay streaming again" _lines 3 wal-open "$log" || die "no reconnect"
 run write 1000 --batch 100 --quiet
 expect_rc 0 "write 1000 after the reconnect"
-wait_for 90 "$pid" "the relay sending the 1000 more" _wal_sent 2050 "$log"
+wait_for 90 "$pid" "the relay sending the 1000 more" wal_sent 2050 "$log"
 echo "\$ kill -TERM $pid"
 kill -TERM "$pid"
 wait_exit "$pid" 30 relay

@@ -19,20 +19,12 @@
 use_postgres
 start_broker
 
-run_id() { psql "$DB" -qAtc "SELECT run_id FROM outbox_run"; }
-# _wal_sent N LOG: the relay's batch lines (--json) add up to at least N records.
-_wal_sent() {
-  local sent
-  sent=$(json_lines "$2" | jq -s '[.[] | select(.report == "batch") | .records] | add // 0')
-  [ "$sent" -ge "$1" ]
-}
-_wal_streaming() { json_lines "$1" | jq -s -e 'any(.[]; .report == "wal-open")' >/dev/null; }
 # start_wal NAME ARGS...: a WAL relay in the background, waited for until it streams.
 start_wal() {
   local name=$1
   shift
   start_bg "$name" relay --source wal --json "$@"
-  wait_for 60 "$BG_PID" "$name streaming" _wal_streaming "$BG_LOG" ||
+  wait_for 60 "$BG_PID" "$name streaming" wal_streaming "$BG_LOG" ||
     die "$name did not start streaming"
   PG_WAL_SLOT=$(json_lines "$BG_LOG" | jq -r 'select(.report == "wal-open") | .slot' | head -n 1)
 }
@@ -67,7 +59,7 @@ expect_eq "outbox outbox_run" "$(psql "$DB" -qAtc "$publication_sql" | tr '\n' '
   "tables of the relay's publication after the reset"
 run write 30 --quiet
 expect_rc 0 "write 30 after the reset"
-wait_for 90 "$pid_a" "relay-a sending the 20 and the 30" _wal_sent 50 "$log_a"
+wait_for 90 "$pid_a" "relay-a sending the 20 and the 30" wal_sent 50 "$log_a"
 reset_lines "$log_a"
 expect_eq 1 "$(reset_lines "$log_a" | wc -l)" "reset lines of relay-a"
 jq -e --arg old "$old_run" --arg new "$new_run" \
@@ -89,7 +81,7 @@ start_wal relay-b
 pid_b=$BG_PID log_b=$BG_LOG
 run write 10 --quiet
 expect_rc 0 "write 10"
-wait_for 60 "$pid_b" "relay-b sending the 10" _wal_sent 10 "$log_b"
+wait_for 60 "$pid_b" "relay-b sending the 10" wal_sent 10 "$log_b"
 stop_wal "$pid_b" relay-b
 run write 15 --quiet
 expect_rc 0 "write 15 with no relay running"
@@ -101,7 +93,7 @@ run write 25 --quiet
 expect_rc 0 "write 25 after the reset"
 start_wal relay-c
 pid_c=$BG_PID log_c=$BG_LOG
-wait_for 60 "$pid_c" "relay-c sending the 25" _wal_sent 25 "$log_c"
+wait_for 60 "$pid_c" "relay-c sending the 25" wal_sent 25 "$log_c"
 reset_lines "$log_c"
 jq -e --arg new "$new_run" '.previous_run == null and .run == $new and .dropped == 15' \
   <<<"$(reset_lines "$log_c")" >/dev/null ||

@@ -24,15 +24,6 @@ bool ValidSlotName(const std::string& name) {
   });
 }
 
-std::string QuoteIdentifier(const std::string& name) {
-  std::string quoted = "\"";
-  for (const char c : name) {
-    if (c == '"') quoted += '"';
-    quoted += c;
-  }
-  return quoted + "\"";
-}
-
 // verify, check and status peek at an inactive slot (pg_logical_slot_peek_binary_changes),
 // which holds it for that one statement. A relay starting meanwhile waits this long for it, in
 // steps of kPeekStep, before it calls the slot busy. A walsender is another WAL relay: no wait.
@@ -123,7 +114,7 @@ WalOpenReport WalRelay::Open() {
   if (!publication_exists) {
     try {
       sql.Exec(fmt::format("CREATE PUBLICATION {} FOR TABLE outbox, outbox_run",
-                           QuoteIdentifier(slot_)),
+                           sql.QuoteIdentifier(slot_)),
                "create the publication");
       report.created_publication = true;
     } catch (const pg::PgError& e) {
@@ -143,7 +134,7 @@ WalOpenReport WalRelay::Open() {
     };
     for (const char* table : {"outbox", "outbox_run"}) {
       if (listed(table)) continue;
-      sql.Exec(fmt::format("ALTER PUBLICATION {} ADD TABLE {}", QuoteIdentifier(slot_), table),
+      sql.Exec(fmt::format("ALTER PUBLICATION {} ADD TABLE {}", sql.QuoteIdentifier(slot_), table),
                "add the outbox to the publication");
       if (std::string(table) == "outbox")
         report.unstreamed =

@@ -188,6 +188,16 @@ Result Connection::QueryPrepared(const std::string& sql, const std::vector<Param
   return Checked(conn_.get(), std::move(result), what);
 }
 
+std::string Connection::QuoteIdentifier(std::string_view name) const {
+  std::unique_ptr<char, decltype(&PQfreemem)> quoted(
+      PQescapeIdentifier(conn_.get(), name.data(), name.size()), PQfreemem);
+  if (!quoted)
+    throw PgError(fmt::format("quote the identifier '{}': {}", name,
+                              OneLine(PQerrorMessage(conn_.get()))),
+                  "");
+  return quoted.get();
+}
+
 std::int64_t Connection::QueryInt(std::string_view sql, const std::vector<Param>& params,
                                   std::string_view what) {
   Result result = Query(sql, params, what);

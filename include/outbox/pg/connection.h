@@ -112,6 +112,12 @@ class Connection {
   // One integer from the first column of the first row. Throws PgError when there is no row.
   std::int64_t QueryInt(std::string_view sql, const std::vector<Param>& params, std::string_view what);
 
+  // name quoted as an SQL identifier for this connection (libpq's PQescapeIdentifier: double
+  // quotes around it, each double quote doubled), for a name from the catalog or the user that
+  // a statement cannot take as a parameter. Throws PgError when libpq refuses it (say, bytes
+  // that are not valid in the connection's encoding).
+  std::string QuoteIdentifier(std::string_view name) const;
+
   // The URL it connected with, the password removed (for messages).
   const std::string& display_url() const noexcept { return display_url_; }
   PGconn* get() const noexcept { return conn_.get(); }

@@ -93,16 +93,6 @@ ALTER TABLE outbox_archive ADD COLUMN IF NOT EXISTS headers TEXT;
 // test (ReadPage), which now holds back behind any unpublished row, as the claim does, and reads
 // outbox_pending_by_aggregate; the index stays (it holds only failed rows: no cost on writes).
 
-// "name" as an SQL identifier: a publication's name comes from the catalog, whatever it is.
-std::string QuoteIdentifier(const std::string& name) {
-  std::string quoted = "\"";
-  for (const char c : name) {
-    if (c == '"') quoted += '"';
-    quoted += c;
-  }
-  return quoted + "\"";
-}
-
 }  // namespace
 
 bool PgStore::SchemaCurrent() {
@@ -298,8 +288,9 @@ ResetCounts PgStore::ResetLocked(const std::function<void(pg::Connection&)>& als
         {pg::Param::Text(kResetLeaseOwner)}, "end the leader's term");
   connection_.Exec(kSchema, "create the outbox schema");
   for (const auto& [publication, table] : listed)
-    connection_.Exec(fmt::format("ALTER PUBLICATION {} ADD TABLE {}", QuoteIdentifier(publication),
-                                 QuoteIdentifier(table)),
+    connection_.Exec(fmt::format("ALTER PUBLICATION {} ADD TABLE {}",
+                                 connection_.QuoteIdentifier(publication),
+                                 connection_.QuoteIdentifier(table)),
                      "add the new outbox to its publication");
   // The run id is the server's: epoch ms and 32 random bits, as on SQLite.
   connection_.Exec(
