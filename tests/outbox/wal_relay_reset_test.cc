@@ -13,44 +13,14 @@
 #include "outbox/wal_relay.h"
 #include "pg_test_support.h"
 #include "test_support.h"
+#include "wal_test_support.h"
 
 namespace outbox {
 namespace {
 
-constexpr int kPollTries = 400;  // as wal_relay_test.cc: 8 to 20 s, for a failing test only
-
 using testing::FakePublisher;
-
-// A schema with the outbox tables; the slot and the publication dropped at the end.
-class ResetSchema : public testing::PgSchema {
- public:
-  ResetSchema() : PgSchema("walreset") {
-    PgStore store(url());
-    store.ResetSchema();
-    pg::Connection sql(url());
-    slot_ = DefaultWalSlotName(sql.Query("SELECT current_database()", {}, "db").Text(0, 0), name());
-  }
-  ~ResetSchema() {
-    try {
-      pg::Connection sql(url());
-      for (int i = 0; i < kPollTries; ++i) {
-        if (sql.Query("SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active",
-                      {pg::Param::Text(slot_)}, "slot active")
-                .rows() == 0)
-          break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      sql.Query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE "
-                "slot_name = $1",
-                {pg::Param::Text(slot_)}, "drop the slot");
-      sql.Exec("DROP PUBLICATION IF EXISTS " + slot_, "drop the publication");
-    } catch (...) {
-    }
-  }
-
- private:
-  std::string slot_;
-};
+using testing::WalSchema;
+constexpr int kPollTries = testing::kWalPollTries;
 
 void Enqueue(PgStore& store, int first, int count) {
   for (int i = first; i < first + count; ++i) {
@@ -86,7 +56,7 @@ WalOpenReport OpenOnceFree(WalRelay& relay) {
 }  // namespace
 
 TEST_CASE("A WAL relay streaming across a reset sends each row under the run it was written in", "[postgres][wal]") {
-  ResetSchema schema;
+  WalSchema schema("walreset");
   PgStore store(schema.url());
   FakePublisher publisher;
   std::vector<NewRun> runs;
@@ -127,7 +97,7 @@ TEST_CASE("A WAL relay streaming across a reset sends each row under the run it 
 }
 
 TEST_CASE("A WAL relay started after a reset does not send the dropped outbox's rows and sends the new run's", "[postgres][wal]") {
-  ResetSchema schema;
+  WalSchema schema("walreset");
   PgStore store(schema.url());
   {
     // Opens the slot and sends two rows; three more are received by nobody before the reset.

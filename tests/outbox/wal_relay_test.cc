@@ -17,51 +17,14 @@
 #include "outbox/wal_relay.h"
 #include "pg_test_support.h"
 #include "test_support.h"
+#include "wal_test_support.h"
 
 namespace outbox {
 namespace {
 
-// Polls for what the server does on its own time (a walsender letting go of its slot, a status
-// update reaching confirmed_flush_lsn) end as soon as it is done; their bound is only for a
-// failing test: 400 tries, 8 to 20 s. 100 tries (2 to 5 s) left little room on the loaded 2-core
-// CI machine, where every PostgreSQL test and scenario shares one server.
-constexpr int kPollTries = 400;
-
 using testing::FakePublisher;
-
-// A schema with the outbox tables, and the WAL relay's slot and publication dropped at the end
-// (a slot left behind would pin the shared server's WAL).
-class WalSchema : public testing::PgSchema {
- public:
-  WalSchema() : PgSchema("wal") {
-    PgStore store(url());
-    store.ResetSchema();
-    pg::Connection sql(url());
-    slot_ = DefaultWalSlotName(sql.Query("SELECT current_database()", {}, "db").Text(0, 0), name());
-  }
-  ~WalSchema() {
-    try {
-      pg::Connection sql(url());
-      // The walsender of a closed stream exits a moment later: wait for the slot to be free.
-      for (int i = 0; i < kPollTries; ++i) {
-        if (sql.Query("SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active",
-                      {pg::Param::Text(slot_)}, "slot active")
-                .rows() == 0)
-          break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      sql.Query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE "
-                "slot_name = $1",
-                {pg::Param::Text(slot_)}, "drop the slot");
-      sql.Exec("DROP PUBLICATION IF EXISTS " + slot_, "drop the publication");
-    } catch (...) {
-    }
-  }
-  const std::string& slot() const { return slot_; }
-
- private:
-  std::string slot_;
-};
+using testing::WalSchema;
+constexpr int kPollTries = testing::kWalPollTries;
 
 OutboxEvent Event(const std::string& id, std::string payload) {
   return OutboxEvent{id, "L-" + id, "LoanCreated", std::move(payload), 0};
@@ -105,7 +68,7 @@ WalOpenReport OpenOnceFree(WalRelay& relay) {
 }  // namespace
 
 TEST_CASE("The WAL relay publishes committed outbox inserts in commit order with the polling relay's record fields", "[postgres][wal]") {
-  WalSchema schema;
+  WalSchema schema("wal");
   PgStore store(schema.url());
   FakePublisher publisher;
   WalRelay relay(schema.url(), store, publisher, {});
@@ -148,7 +111,7 @@ TEST_CASE("The WAL relay publishes committed outbox inserts in commit order with
 }
 
 TEST_CASE("A WAL relay that stops between the ack and the confirm gets the same commits again after a restart", "[postgres][wal]") {
-  WalSchema schema;
+  WalSchema schema("wal");
   PgStore store(schema.url());
   {
     FakePublisher publisher;
@@ -203,7 +166,7 @@ TEST_CASE("A WAL relay that stops between the ack and the confirm gets the same 
 }
 
 TEST_CASE("A second WAL relay on the same slot is refused in one line naming the PID", "[postgres][wal]") {
-  WalSchema schema;
+  WalSchema schema("wal");
   PgStore store(schema.url());
   FakePublisher publisher;
   WalRelay first(schema.url(), store, publisher, {});
@@ -222,7 +185,7 @@ TEST_CASE("A second WAL relay on the same slot is refused in one line naming the
 }
 
 TEST_CASE("A WAL relay that starts while status peeks at its slot waits for the peek instead of being refused", "[postgres][wal]") {
-  WalSchema schema;
+  WalSchema schema("wal");
   PgStore store(schema.url());
   FakePublisher publisher;
   pg::Connection sql(schema.url());
@@ -276,7 +239,7 @@ TEST_CASE("A WAL relay that starts while status peeks at its slot waits for the 
 }
 
 TEST_CASE("A dropped slot whose publication remains is a clear error with the resync", "[postgres][wal]") {
-  WalSchema schema;
+  WalSchema schema("wal");
   PgStore store(schema.url());
   FakePublisher publisher;
   {
@@ -306,7 +269,7 @@ TEST_CASE("A dropped slot whose publication remains is a clear error with the re
 }
 
 TEST_CASE("A terminated walsender breaks the stream with a connection-lost error and Open streams again", "[postgres][wal]") {
-  WalSchema schema;
+  WalSchema schema("wal");
   PgStore store(schema.url());
   FakePublisher publisher;
   WalRelay relay(schema.url(), store, publisher, {});
@@ -342,7 +305,7 @@ TEST_CASE("A terminated walsender breaks the stream with a connection-lost error
 namespace outbox {
 
 TEST_CASE("The WAL relay's progress names the inserts still pending in an inactive slot and only the state of an active one", "[postgres][wal]") {
-  WalSchema schema;
+  WalSchema schema("wal");
   PgStore store(schema.url());
   CHECK_FALSE(ReadWalProgress(schema.url()).has_value());
   FakePublisher publisher;
@@ -381,7 +344,7 @@ TEST_CASE("A stop at each WAL relay failpoint loses nothing and re-sends only th
   for (const char* point : {"relay.wal.after_receive", "relay.wal.after_produce",
                             "relay.wal.after_ack_before_confirm"}) {
     INFO("failpoint " << point);
-    WalSchema schema;
+    WalSchema schema("wal");
     PgStore store(schema.url());
     WalRelayOptions options;
     options.batch_size = 2;
@@ -427,7 +390,7 @@ TEST_CASE("A stop at each WAL relay failpoint loses nothing and re-sends only th
 }
 
 TEST_CASE("A row that keeps failing for its own sake stops the WAL relay with nothing confirmed past it", "[postgres][wal]") {
-  WalSchema schema;
+  WalSchema schema("wal");
   PgStore store(schema.url());
   FakePublisher publisher({false, false, false});
   WalRelayOptions options;
@@ -467,7 +430,7 @@ TEST_CASE("A row that keeps failing for its own sake stops the WAL relay with no
 }
 
 TEST_CASE("The WAL relay forwards a row's traceparent unchanged and skips a row whose headers are bad with the reason", "[postgres][wal][headers]") {
-  WalSchema schema;
+  WalSchema schema("wal");
   PgStore store(schema.url());
   FakePublisher publisher;
   WalRelayOptions options;
@@ -532,7 +495,7 @@ TEST_CASE("The WAL slot lag warning fires at the threshold or on a dangerous wal
 }
 
 TEST_CASE("A WAL slot with no relay lags more with each insert and warns past the threshold", "[postgres][wal]") {
-  WalSchema schema;
+  WalSchema schema("wal");
   PgStore store(schema.url());
   FakePublisher publisher;
   {
@@ -588,7 +551,7 @@ namespace outbox {
 // had not read past it, and CaughtUp took that for "had nothing more to send": the relay stopped
 // before the outbox rows committed before it started (3 of 3 runs: 0 of 5 records sent).
 TEST_CASE("A WAL relay run until caught up does not stop early after its walsender stalls", "[postgres][wal]") {
-  WalSchema schema;
+  WalSchema schema("wal");
   PgStore store(schema.url());
   CreateSlot(schema, store);  // what follows is in its stream
   pg::Connection sql(schema.url());
@@ -643,7 +606,7 @@ namespace outbox {
 // asynchronous commit, this check failed). On the shared test server other sessions' commits
 // may flush it anyway; on an idle one, without Open's commit, the flush stays short of it.
 TEST_CASE("A WAL relay's Open flushes the WAL past a record another session left unflushed", "[postgres][wal]") {
-  WalSchema schema;
+  WalSchema schema("wal");
   PgStore store(schema.url());
   // The slot first: creating one waits for every transaction with an xid to end, the idle one
   // below included.
