@@ -175,6 +175,7 @@ class WalRelay {
   struct Transaction {
     pg::Lsn end_lsn = 0;
     std::vector<OutboundMessage> messages;
+    std::vector<std::string> aggregates;  // messages[i]'s aggregate id (Publish's waves)
     std::optional<std::string> new_run;  // a reset's transaction: the run it began
   };
   // A reset seen in the stream: the run in effect from its commit on.
@@ -193,7 +194,16 @@ class WalRelay {
   void Handle(const pg::PgoutputMessage& message, std::int64_t& records);
   void OnInsert(const pg::PgoutputInsert& insert);
   void OnNewRun(const pg::PgoutputInsert& insert, const OutboxColumns& columns);
-  void Publish(std::vector<OutboundMessage> messages, WalBatchReport& report);
+  // Sends a batch in waves: the n-th wave holds the n-th record of each aggregate in the batch,
+  // in commit order, and goes out only once every record of the waves before it is acknowledged.
+  // So a later record of an aggregate is never acked before an earlier one that failed and waits
+  // for its retry: an ack cannot be recalled (the polling relay's rule: docs/relay.md, "Order in
+  // leader mode"). A batch of distinct aggregates is one wave.
+  void Publish(std::vector<OutboundMessage> messages, const std::vector<std::string>& aggregates,
+               WalBatchReport& report);
+  // Produces one wave and retries its failed records until every one is acknowledged. first: the
+  // batch's first produce (failpoint relay.wal.after_produce).
+  void DeliverWave(std::vector<OutboundMessage> messages, bool first, WalBatchReport& report);
   void Wait(std::int64_t ms);
 
   std::string url_;

@@ -6,8 +6,10 @@
 #include <charconv>
 #include <chrono>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 #include <type_traits>
+#include <unordered_map>
 #include <variant>
 
 #include "outbox/failpoint.h"
@@ -336,6 +338,7 @@ void WalRelay::OnInsert(const pg::PgoutputInsert& insert) {
   message.run_id = run_id_;
   if (options_.key == KeyChoice::kAggregateId) message.key = row.event.aggregate_id;
   open_->messages.push_back(std::move(message));
+  open_->aggregates.push_back(std::move(row.event.aggregate_id));
 }
 
 void WalRelay::OnNewRun(const pg::PgoutputInsert& insert, const OutboxColumns& columns) {
@@ -412,10 +415,22 @@ void WalRelay::Wait(std::int64_t ms) {
   }
 }
 
-void WalRelay::Publish(std::vector<OutboundMessage> messages, WalBatchReport& report) {
+void WalRelay::Publish(std::vector<OutboundMessage> messages,
+                       const std::vector<std::string>& aggregates, WalBatchReport& report) {
+  std::vector<std::vector<OutboundMessage>> waves;
+  std::unordered_map<std::string_view, std::size_t> seen;  // records per aggregate so far
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    const std::size_t wave = seen[aggregates[i]]++;
+    if (wave == waves.size()) waves.emplace_back();
+    waves[wave].push_back(std::move(messages[i]));
+  }
+  for (std::size_t w = 0; w < waves.size(); ++w) DeliverWave(std::move(waves[w]), w == 0, report);
+}
+
+void WalRelay::DeliverWave(std::vector<OutboundMessage> messages, bool first,
+                           WalBatchReport& report) {
   std::unordered_map<std::int64_t, int> attempts;
   std::int64_t outage_tries = 0;
-  bool first = true;
   while (!messages.empty()) {
     publisher_.Send(messages);
     if (first) HitFailpoint("relay.wal.after_produce");
@@ -532,9 +547,12 @@ WalBatchReport WalRelay::RunBatch() {
   // Received, nothing produced: the server sends these commits again after a crash here.
   HitFailpoint("relay.wal.after_receive");
   std::vector<OutboundMessage> messages;
-  for (Transaction& txn : ready_)
+  std::vector<std::string> aggregates;
+  for (Transaction& txn : ready_) {
     for (OutboundMessage& m : txn.messages) messages.push_back(std::move(m));
-  Publish(std::move(messages), report);
+    for (std::string& a : txn.aggregates) aggregates.push_back(std::move(a));
+  }
+  Publish(std::move(messages), aggregates, report);
   // Every record acknowledged, nothing confirmed: a crash here re-sends the whole batch.
   HitFailpoint("relay.wal.after_ack_before_confirm");
   confirmed_ = std::max(confirmed_, ready_.back().end_lsn);
