@@ -1,6 +1,7 @@
 // Per-aggregate order under random delivery failures: many aggregates, both
 // coordination modes, pipelines of 1 to 4 batches. A seeded sweep: the seed is
-// printed, and OUTBOX_ORDER_SEED=N replays one run.
+// printed, and OUTBOX_ORDER_SEED=N replays one run. On SQLite and on the PostgreSQL server in
+// OUTBOX_PG_URL.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -12,8 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "outbox/pg_store.h"
 #include "outbox/relay.h"
 #include "outbox/store.h"
+#include "pg_test_support.h"
 #include "relay_test_support.h"
 #include "test_support.h"
 
@@ -87,18 +90,14 @@ struct OrderRun {
 };
 
 // Events on kAggregates aggregates in random order, written in random-sized
-// transactions, some while batches are in flight; drained until empty.
-OrderRun RunOnce(Coordination coordination, int pipeline, std::uint64_t seed) {
+// transactions, some while batches are in flight; drained until empty. store:
+// a fresh outbox (Store or PgStore) whose clock is clock.
+template <typename AnyStore>
+OrderRun RunOnce(AnyStore& store, FakeClock& clock, Coordination coordination, int pipeline,
+                 std::uint64_t seed) {
   constexpr int kEvents = 240;
   constexpr int kAggregates = 12;
   std::mt19937_64 random(seed);
-  TempDir dir;
-  FakeClock clock;
-  outbox::StoreOptions store_options = outbox::testing::FastStoreOptions();
-  store_options.clock = &clock;
-  outbox::Store store(dir.File("lab.db"), store_options, outbox::OpenMode::kCreate);
-  store.ResetSchema();
-
   int written = 0;
   const auto write_some = [&](int n) {
     auto txn = store.BeginWrite();
@@ -158,18 +157,36 @@ OrderRun RunOnce(Coordination coordination, int pipeline, std::uint64_t seed) {
   return run;
 }
 
-TEST_CASE("Under random delivery failures each aggregate's events are acked in order in both "
-          "coordination modes and every pipeline depth",
-          "[relay]") {
+OrderRun RunOnSqlite(Coordination coordination, int pipeline, std::uint64_t seed) {
+  TempDir dir;
+  FakeClock clock;
+  outbox::StoreOptions store_options = outbox::testing::FastStoreOptions();
+  store_options.clock = &clock;
+  outbox::Store store(dir.File("lab.db"), store_options, outbox::OpenMode::kCreate);
+  store.ResetSchema();
+  return RunOnce(store, clock, coordination, pipeline, seed);
+}
+
+// The server's clock times the backoffs here (PgStore): the fake clock only moves the relay's.
+OrderRun RunOnPostgres(Coordination coordination, int pipeline, std::uint64_t seed) {
+  outbox::testing::PgSchema schema("order");
+  FakeClock clock;
+  outbox::PgStore store(schema.url(), &clock);
+  store.ResetSchema();
+  return RunOnce(store, clock, coordination, pipeline, seed);
+}
+
+// Every coordination mode and pipeline depth, rounds seeds each.
+void Sweep(OrderRun (*run_once)(Coordination, int, std::uint64_t), std::uint64_t rounds) {
   const std::uint64_t base = BaseSeed();
   std::printf("relay order sweep: OUTBOX_ORDER_SEED=%llu\n", static_cast<unsigned long long>(base));
   for (const Coordination coordination : {Coordination::kLeader, Coordination::kClaims}) {
     for (int pipeline = 1; pipeline <= 4; ++pipeline) {
-      for (std::uint64_t round = 0; round < 3; ++round) {
+      for (std::uint64_t round = 0; round < rounds; ++round) {
         const std::uint64_t seed = base * 1000 + round * 10 + static_cast<std::uint64_t>(pipeline);
         INFO((coordination == Coordination::kLeader ? "leader" : "claims")
              << " pipeline " << pipeline << " seed " << seed);
-        const OrderRun run = RunOnce(coordination, pipeline, seed);
+        const OrderRun run = run_once(coordination, pipeline, seed);
         INFO("first violation: " << run.first_violation);
         CHECK(run.violations == 0);
         CHECK(run.duplicates == 0);
@@ -181,3 +198,15 @@ TEST_CASE("Under random delivery failures each aggregate's events are acked in o
 }
 
 }  // namespace
+
+TEST_CASE("Under random delivery failures each aggregate's events are acked in order in both "
+          "coordination modes and every pipeline depth",
+          "[relay]") {
+  Sweep(&RunOnSqlite, 3);
+}
+
+TEST_CASE("On PostgreSQL each aggregate's events are acked in order under random delivery "
+          "failures in both coordination modes and every pipeline depth",
+          "[relay][postgres]") {
+  Sweep(&RunOnPostgres, 3);
+}
