@@ -162,9 +162,15 @@ expect_eq 2 "$(json_lines "$OUT" | jq -s '[.[] | select(.report == "batch") | .r
   "relay --json: records over its batch lines"
 expect_json "$OUT" '.report == "final" and .source == "wal" and .stopped == false and .records == 2 and .skipped == 0 and .reconnects == 0 and (.confirmed | test("^[0-9A-F]+/[0-9A-F]+$"))' \
   "relay --json: the final line"
-run consume
+RELAY_OUT=$OUT
+run consume --with-offsets
 expect_rc 0 "consume"
 LAST_TWO=$(grep -o '"eventId":"[^"]*"' "$OUT" | tail -n 2 | sed 's/"eventId":"\(.*\)"/\1/' | paste -sd ' ')
+if [ "$LAST_TWO" != "$B_EVENT $A_EVENT" ]; then  # what a failure needs to be understood
+  echo "(the topic's last records)"; tail -n 4 "$OUT"
+  echo "(the relay's lines)"; cat "$RELAY_OUT"
+  psql "$DB" -c "SELECT id, event_id, aggregate_id, created_at FROM outbox ORDER BY id DESC LIMIT 3"
+fi
 expect_eq "$B_EVENT $A_EVENT" "$LAST_TWO" "the topic's last two records: writer B's event (id $B_ID) before writer A's (id $A_ID)"
 run check
 expect_rc 0 "check after the out-of-order commits"
