@@ -54,6 +54,7 @@
 #include "outbox/publisher.h"
 #include "outbox/store.h"
 #include "outbox/topic_template.h"
+#include "outbox/worker_thread.h"
 
 namespace outbox {
 
@@ -454,13 +455,15 @@ class Relay {
   // The run id the last batch was read in (OutboxStore::RunId, read after its rows); before
   // the first batch, read before its rows.
   std::optional<std::string> run_id_;
-  // The batch whose settle runs on options_.settle_store (overlap_mark). Last member: destroyed
-  // first, and a std::async future's destructor waits for its worker.
+  // The batch whose settle runs on options_.settle_store (overlap_mark), and the thread it runs
+  // on, started at the first hand-off. The worker is the last member: destroyed first, it waits
+  // for the settle in hand, which reads only its own copies and the store and clock outside.
   struct Settling {
     AckedBatch batch;
     std::future<SettleOutcome> outcome;
   };
   std::optional<Settling> settling_;
+  std::optional<WorkerThread> settle_worker_;
 };
 
 // Waits while the relay is idle. Implementations: ChangeWatcher (inotify),

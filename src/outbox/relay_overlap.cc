@@ -25,8 +25,16 @@ void Relay::HandOff(AckedBatch batch, bool on_worker) {
                  acked = std::move(batch.acked), failed = std::move(batch.failed)]() {
     return Settle(*store, *clock, policy, lease_ms, leader, token, acked, failed);
   };
-  std::future<SettleOutcome> outcome =
-      std::async(on_worker ? std::launch::async : std::launch::deferred, std::move(settle));
+  if (!on_worker) {  // run by CollectSettle, on this thread
+    std::future<SettleOutcome> deferred = std::async(std::launch::deferred, std::move(settle));
+    settling_.emplace(Settling{std::move(batch), std::move(deferred)});
+    return;
+  }
+  // On the relay's one long-lived worker (WorkerThread: a thread per batch started late).
+  std::packaged_task<SettleOutcome()> task(std::move(settle));
+  std::future<SettleOutcome> outcome = task.get_future();
+  if (!settle_worker_) settle_worker_.emplace();
+  settle_worker_->Post(std::packaged_task<void()>([task = std::move(task)]() mutable { task(); }));
   settling_.emplace(Settling{std::move(batch), std::move(outcome)});
 }
 
