@@ -198,7 +198,8 @@ class WalRelay {
   // in commit order, and goes out only once every record of the waves before it is acknowledged.
   // So a later record of an aggregate is never acked before an earlier one that failed and waits
   // for its retry: an ack cannot be recalled (the polling relay's rule: docs/relay.md, "Order in
-  // leader mode"). A batch of distinct aggregates is one wave.
+  // leader mode"). A batch of distinct aggregates is one wave. Between waves it sends the
+  // server a status update, at most one a second, so a long batch keeps its stream.
   void Publish(std::vector<OutboundMessage> messages, const std::vector<std::string>& aggregates,
                WalBatchReport& report);
   // Produces one wave and retries its failed records until every one is acknowledged. first: the

@@ -424,11 +424,23 @@ void WalRelay::Publish(std::vector<OutboundMessage> messages,
     if (wave == waves.size()) waves.emplace_back();
     waves[wave].push_back(std::move(messages[i]));
   }
-  for (std::size_t w = 0; w < waves.size(); ++w) DeliverWave(std::move(waves[w]), w == 0, report);
+  auto last_status = std::chrono::steady_clock::now();
+  for (std::size_t w = 0; w < waves.size(); ++w) {
+    // A hot aggregate's waves can outlast wal_sender_timeout (60 s by default): answer the server
+    // between them (the confirmed position is unchanged). A stop request lets the batch finish:
+    // only a wave waiting for a retry ends on one.
+    if (w > 0 && std::chrono::steady_clock::now() - last_status >= std::chrono::seconds(1)) {
+      stream_->SendStatus(confirmed_, false);
+      last_status = std::chrono::steady_clock::now();
+    }
+    DeliverWave(std::move(waves[w]), w == 0, report);
+  }
 }
 
 void WalRelay::DeliverWave(std::vector<OutboundMessage> messages, bool first,
                            WalBatchReport& report) {
+  // Fresh per wave: a wave starts only once the one before it was delivered whole, so a broker
+  // outage met here is a new one.
   std::unordered_map<std::int64_t, int> attempts;
   std::int64_t outage_tries = 0;
   while (!messages.empty()) {

@@ -91,10 +91,11 @@ struct OrderRun {
 
 // Events on kAggregates aggregates in random order, written in random-sized
 // transactions, some while batches are in flight; drained until empty. store:
-// a fresh outbox (Store or PgStore) whose clock is clock.
+// a fresh outbox (Store or PgStore) whose clock is clock; settle_store: a second
+// connection to it for the marks (relay --overlap-mark), or null.
 template <typename AnyStore>
 OrderRun RunOnce(AnyStore& store, FakeClock& clock, Coordination coordination, int pipeline,
-                 std::uint64_t seed) {
+                 std::uint64_t seed, outbox::OutboxStore* settle_store = nullptr) {
   constexpr int kEvents = 240;
   constexpr int kAggregates = 12;
   std::mt19937_64 random(seed);
@@ -123,6 +124,7 @@ OrderRun RunOnce(AnyStore& store, FakeClock& clock, Coordination coordination, i
   options.settle.max_attempts = 1000;  // nothing parks: every event gets through
   options.settle.backoff_base_ms = 10;
   options.settle.backoff_max_ms = 40;
+  options.settle_store = settle_store;
   outbox::Relay relay(store, publisher, options);
   FakeWaiter waiter;
   waiter.max_waits = 100000;
@@ -167,6 +169,18 @@ OrderRun RunOnSqlite(Coordination coordination, int pipeline, std::uint64_t seed
   return RunOnce(store, clock, coordination, pipeline, seed);
 }
 
+// A leader marking on a second connection, on its worker thread (relay --overlap-mark).
+OrderRun RunOnSqliteMarkingApart(Coordination coordination, int pipeline, std::uint64_t seed) {
+  TempDir dir;
+  FakeClock clock;
+  outbox::StoreOptions store_options = outbox::testing::FastStoreOptions();
+  store_options.clock = &clock;
+  outbox::Store store(dir.File("lab.db"), store_options, outbox::OpenMode::kCreate);
+  store.ResetSchema();
+  outbox::Store settle_store(dir.File("lab.db"), store_options, outbox::OpenMode::kExisting);
+  return RunOnce(store, clock, coordination, pipeline, seed, &settle_store);
+}
+
 // The server's clock times the backoffs here (PgStore): the fake clock only moves the relay's.
 OrderRun RunOnPostgres(Coordination coordination, int pipeline, std::uint64_t seed) {
   outbox::testing::PgSchema schema("order");
@@ -176,12 +190,14 @@ OrderRun RunOnPostgres(Coordination coordination, int pipeline, std::uint64_t se
   return RunOnce(store, clock, coordination, pipeline, seed);
 }
 
-// Every coordination mode and pipeline depth, rounds seeds each.
-void Sweep(OrderRun (*run_once)(Coordination, int, std::uint64_t), std::uint64_t rounds) {
+// The coordination modes and pipeline depths given, rounds seeds each.
+void Sweep(OrderRun (*run_once)(Coordination, int, std::uint64_t), std::uint64_t rounds,
+           std::vector<Coordination> coordinations = {Coordination::kLeader, Coordination::kClaims},
+           int first_pipeline = 1) {
   const std::uint64_t base = BaseSeed();
   std::printf("relay order sweep: OUTBOX_ORDER_SEED=%llu\n", static_cast<unsigned long long>(base));
-  for (const Coordination coordination : {Coordination::kLeader, Coordination::kClaims}) {
-    for (int pipeline = 1; pipeline <= 4; ++pipeline) {
+  for (const Coordination coordination : coordinations) {
+    for (int pipeline = first_pipeline; pipeline <= 4; ++pipeline) {
       for (std::uint64_t round = 0; round < rounds; ++round) {
         const std::uint64_t seed = base * 1000 + round * 10 + static_cast<std::uint64_t>(pipeline);
         INFO((coordination == Coordination::kLeader ? "leader" : "claims")
@@ -209,4 +225,10 @@ TEST_CASE("On PostgreSQL each aggregate's events are acked in order under random
           "failures in both coordination modes and every pipeline depth",
           "[relay][postgres]") {
   Sweep(&RunOnPostgres, 3);
+}
+
+TEST_CASE("A leader marking on a second connection acks each aggregate's events in order under "
+          "random delivery failures at pipelines 2 to 4",
+          "[relay]") {
+  Sweep(&RunOnSqliteMarkingApart, 3, {Coordination::kLeader}, 2);
 }

@@ -2,6 +2,7 @@
 // reach their futures, and the destructor runs what was posted before it joins.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <future>
 #include <stdexcept>
 #include <thread>
@@ -47,10 +48,22 @@ TEST_CASE("A worker thread's job result and exception reach the job's future", "
 
 TEST_CASE("A worker thread's destructor runs the jobs still queued before it joins", "[relay]") {
   int ran = 0;
+  std::promise<void> release;
+  std::thread releaser;
   {
     WorkerThread worker;
+    // The first job holds the thread until the releaser lets it go, so the other 20 are still
+    // queued when the destructor begins (unless the releaser is very late: then the test only
+    // checks less, it never fails wrongly).
+    std::shared_future<void> go = release.get_future().share();
+    worker.Post(std::packaged_task<void()>([go] { go.wait(); }));
     for (int i = 0; i < 20; ++i) worker.Post(std::packaged_task<void()>([&ran] { ++ran; }));
+    releaser = std::thread([&release] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      release.set_value();
+    });
   }
+  releaser.join();
   CHECK(ran == 20);
 }
 
