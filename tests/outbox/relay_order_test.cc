@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <deque>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -159,26 +160,21 @@ OrderRun RunOnce(AnyStore& store, FakeClock& clock, Coordination coordination, i
   return run;
 }
 
-OrderRun RunOnSqlite(Coordination coordination, int pipeline, std::uint64_t seed) {
+// mark_apart: a leader marking on a second connection, on its worker thread (relay
+// --overlap-mark).
+OrderRun RunOnSqlite(Coordination coordination, int pipeline, std::uint64_t seed,
+                     bool mark_apart) {
   TempDir dir;
   FakeClock clock;
   outbox::StoreOptions store_options = outbox::testing::FastStoreOptions();
   store_options.clock = &clock;
   outbox::Store store(dir.File("lab.db"), store_options, outbox::OpenMode::kCreate);
   store.ResetSchema();
-  return RunOnce(store, clock, coordination, pipeline, seed);
-}
-
-// A leader marking on a second connection, on its worker thread (relay --overlap-mark).
-OrderRun RunOnSqliteMarkingApart(Coordination coordination, int pipeline, std::uint64_t seed) {
-  TempDir dir;
-  FakeClock clock;
-  outbox::StoreOptions store_options = outbox::testing::FastStoreOptions();
-  store_options.clock = &clock;
-  outbox::Store store(dir.File("lab.db"), store_options, outbox::OpenMode::kCreate);
-  store.ResetSchema();
-  outbox::Store settle_store(dir.File("lab.db"), store_options, outbox::OpenMode::kExisting);
-  return RunOnce(store, clock, coordination, pipeline, seed, &settle_store);
+  std::optional<outbox::Store> settle_store;
+  if (mark_apart)
+    settle_store.emplace(dir.File("lab.db"), store_options, outbox::OpenMode::kExisting);
+  return RunOnce(store, clock, coordination, pipeline, seed,
+                 settle_store ? &*settle_store : nullptr);
 }
 
 // The server's clock times the backoffs here (PgStore): the fake clock only moves the relay's.
@@ -218,7 +214,9 @@ void Sweep(OrderRun (*run_once)(Coordination, int, std::uint64_t), std::uint64_t
 TEST_CASE("Under random delivery failures each aggregate's events are acked in order in both "
           "coordination modes and every pipeline depth",
           "[relay]") {
-  Sweep(&RunOnSqlite, 3);
+  Sweep([](Coordination c, int pipeline, std::uint64_t seed) {
+    return RunOnSqlite(c, pipeline, seed, false);
+  }, 3);
 }
 
 TEST_CASE("On PostgreSQL each aggregate's events are acked in order under random delivery "
@@ -230,5 +228,7 @@ TEST_CASE("On PostgreSQL each aggregate's events are acked in order under random
 TEST_CASE("A leader marking on a second connection acks each aggregate's events in order under "
           "random delivery failures at pipelines 2 to 4",
           "[relay]") {
-  Sweep(&RunOnSqliteMarkingApart, 3, {Coordination::kLeader}, 2);
+  Sweep([](Coordination c, int pipeline, std::uint64_t seed) {
+    return RunOnSqlite(c, pipeline, seed, true);
+  }, 3, {Coordination::kLeader}, 2);
 }
