@@ -2,7 +2,9 @@
 // against the PostgreSQL server in OUTBOX_PG_URL (wal_level=logical, scripts/postgres.sh).
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "outbox/pg_store.h"
@@ -47,31 +49,35 @@ class FailsFirstOnce : public Publisher {
   bool failed_ = false;
 };
 
-void EnqueueOn(PgStore& store, const std::string& event_id, const std::string& aggregate) {
-  auto txn = store.BeginWrite();
-  store.Enqueue(txn, OutboxEvent{event_id, aggregate, "LoanCreated", "{}", 0});
-  txn.Commit();
+// Commits each (event id, aggregate) in a transaction of its own, in order, and runs the WAL
+// relay (keyed by aggregate) until it sends one batch of all of them through publisher.
+WalBatchReport SendAsOneBatch(Publisher& publisher,
+                              const std::vector<std::pair<std::string, std::string>>& events) {
+  WalSchema schema("walorder");
+  PgStore store(schema.url());
+  WalRelayOptions options;
+  options.key = KeyChoice::kAggregateId;
+  options.batch_size = static_cast<std::int64_t>(events.size());
+  options.linger_ms = 5000;  // one batch of every commit
+  options.backoff_base_ms = 1;
+  WalRelay relay(schema.url(), store, publisher, options);
+  relay.Open();
+  for (const auto& [event_id, aggregate] : events) {
+    auto txn = store.BeginWrite();
+    store.Enqueue(txn, OutboxEvent{event_id, aggregate, "LoanCreated", "{}", 0});
+    txn.Commit();
+  }
+  WalBatchReport report;
+  for (int i = 0; i < 50 && report.records == 0; ++i) report = relay.RunBatch();
+  return report;
 }
 
 }  // namespace
 
 TEST_CASE("The WAL relay never acks a later record of an aggregate before an earlier one that failed", "[postgres][wal]") {
-  WalSchema schema("walorder");
-  PgStore store(schema.url());
   FailsFirstOnce publisher;
-  WalRelayOptions options;
-  options.key = KeyChoice::kAggregateId;
-  options.batch_size = 4;
-  options.linger_ms = 5000;  // one batch of all four commits
-  options.backoff_base_ms = 1;
-  WalRelay relay(schema.url(), store, publisher, options);
-  relay.Open();
-  EnqueueOn(store, "evt-a1", "L-A");
-  EnqueueOn(store, "evt-a2", "L-A");
-  EnqueueOn(store, "evt-b1", "L-B");
-  EnqueueOn(store, "evt-a3", "L-A");
-  WalBatchReport report;
-  for (int i = 0; i < 50 && report.records == 0; ++i) report = relay.RunBatch();
+  const WalBatchReport report = SendAsOneBatch(
+      publisher, {{"evt-a1", "L-A"}, {"evt-a2", "L-A"}, {"evt-b1", "L-B"}, {"evt-a3", "L-A"}});
   CHECK(report.transactions == 4);
   CHECK(report.records == 4);
   CHECK(report.retries == 1);
@@ -82,20 +88,9 @@ TEST_CASE("The WAL relay never acks a later record of an aggregate before an ear
 }
 
 TEST_CASE("The WAL relay sends a batch of distinct aggregates in one produce", "[postgres][wal]") {
-  WalSchema schema("walorder");
-  PgStore store(schema.url());
   FailsFirstOnce publisher;
-  WalRelayOptions options;
-  options.batch_size = 3;
-  options.linger_ms = 5000;
-  options.backoff_base_ms = 1;
-  WalRelay relay(schema.url(), store, publisher, options);
-  relay.Open();
-  EnqueueOn(store, "evt-1001", "L-1001");
-  EnqueueOn(store, "evt-1002", "L-1002");
-  EnqueueOn(store, "evt-1003", "L-1003");
-  WalBatchReport report;
-  for (int i = 0; i < 50 && report.records == 0; ++i) report = relay.RunBatch();
+  const WalBatchReport report = SendAsOneBatch(
+      publisher, {{"evt-1001", "L-1001"}, {"evt-1002", "L-1002"}, {"evt-1003", "L-1003"}});
   CHECK(report.records == 3);
   CHECK(publisher.acked == std::vector<std::string>{"evt-1002", "evt-1003", "evt-1001"});
   CHECK(publisher.produces == 2);  // the batch, then the retry of evt-1001
