@@ -501,6 +501,11 @@ PIDS+=("${SUPS[@]}")
 SOAK_TIMEOUT_S=$((30 + KILLS * 4 + (CUT_EVERY > 0 ? KILLS / CUT_EVERY * 5 : 0)))
 for sup in "${SUPS[@]}"; do
   wait_until "$SOAK_TIMEOUT_S" "supervisor $sup to finish" process_gone "$sup"
+  if ! process_gone "$sup"; then  # what a hang needs to be understood (seen once, under load)
+    echo "(the supervisors' errors)"; tail -n 20 "$TMP/supervise.err" 2>/dev/null
+    echo "(the kills so far)"; tail -n 20 "$RESULTS" 2>/dev/null
+    echo "(this run's processes)"; pgrep -af -- "$TMP" || true
+  fi
 done
 if [ "$CUT_EVERY" -gt 0 ]; then
   : >"$TMP/soak.done"
