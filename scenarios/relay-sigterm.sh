@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Graceful stop of the production relay: SIGTERM in the middle of a backlog.
 # Injects: `kill -TERM` to `relay --batch-size 1000` (forever mode) over 20,000 unpublished events,
-#          while its second batch is paused between the broker's acks and its mark (failpoint
-#          relay.after_ack_before_mark=1*off->1*pause->off; released by SIGUSR1 after the
+#          while its third batch is paused between the broker's acks and its mark (failpoint
+#          relay.after_ack_before_mark=2*off->1*pause->off; released by SIGUSR1 after the
 #          SIGTERM), so the signal lands in exactly that acked-but-unmarked window, the one
 #          kill -9 turns into duplicates.
-# Expects: the relay finishes the batches in flight (batch 2, and batch 3, which its pipeline of
-#          depth 2 had claimed and produced before settling batch 2), marks what was acked and
-#          exits 0 with a last line `[relay] stopped on signal: batches=3 ...`, leaving part of the backlog pending; nothing
+# Expects: the relay finishes the batches in flight (batch 3, and batch 4, which its pipeline of
+#          depth 2 had claimed and produced while batch 2 was marked on the second connection),
+#          marks what was acked and exits 0 with a last line
+#          `[relay] stopped on signal: batches=4 ...`, leaving part of the backlog pending; nothing
 #          stays claimed (status claimed=0); every marked row is in Kafka (lost-after-mark 0) and
 #          every record in Kafka belongs to a marked row, exactly once: records = distinct ids =
 #          published = the relay's marked count. A second `relay --until-empty` drains the rest:
@@ -27,9 +28,9 @@ expect_rc 0 "reset"
 run --synchronous normal write "$EVENTS" --quiet
 expect_rc 0 "write $EVENTS"
 
-step "a relay in forever mode; SIGTERM while batch 2 is acked and not yet marked"
-echo "(OUTBOX_FAILPOINTS='relay.after_ack_before_mark=1*off->1*pause->off')"
-export OUTBOX_FAILPOINTS='relay.after_ack_before_mark=1*off->1*pause->off'
+step "a relay in forever mode; SIGTERM while batch 3 is acked and not yet marked"
+echo "(OUTBOX_FAILPOINTS='relay.after_ack_before_mark=2*off->1*pause->off')"
+export OUTBOX_FAILPOINTS='relay.after_ack_before_mark=2*off->1*pause->off'
 start_bg relay relay --batch-size "$BATCH" --json
 unset OUTBOX_FAILPOINTS
 relay_pid=$BG_PID relay_log=$BG_LOG
@@ -47,10 +48,12 @@ acked=$(relay_final "$relay_log" acked)
 pending=$(relay_final "$relay_log" pending)
 batches=$(relay_final "$relay_log" batches)
 echo "stopped relay: batches=${batches:-?} acked=${acked:-?} marked=${marked:-?} pending=${pending:-?}"
-# The signal came while batch 2 stood acked and unmarked, with batch 3 already in flight (the
-# pipeline claims and produces the next batch before it settles this one): both are finished and
-# counted, and no batch 4 starts.
-expect_eq 3 "${batches:-?}" "batches of the relay stopped during batch 2 (depth-2 pipeline: batch 3 in flight)"
+# The signal came while batch 3 stood acked and unmarked, with batch 4 already in flight (the
+# pipeline claims and produces the next batches while the one before is marked): both are
+# finished and counted, and no batch 5 starts. (The pause is at the third batch: the relay hands
+# a batch to its mark's thread right after the acks, so batch 2's pause would come before batch 3
+# was read.)
+expect_eq 4 "${batches:-?}" "batches of the relay stopped during batch 3 (depth-2 pipeline: batch 4 in flight)"
 expect_eq "${batches:-0}" "$(json_lines "$relay_log" | jq -c 'select(.report == "batch" and .claimed == 1000 and .acked == 1000 and .failed == 0 and .marked == 1000)' | grep -c .)" "full batches acked and marked"
 expect_eq "${acked:-?}" "${marked:-?}" "rows marked vs rows acked by the stopped relay"
 [ "${pending:-0}" -gt 0 ] ||

@@ -84,7 +84,9 @@ def options_of(help_text, subcommand):
         m = re.match(r'^  (-[^ ]+)', line)
         if not m:
             continue
-        for name in m.group(1).split(','):
+        # CLI11 prints a flag with its negation as "--flag,--no-flag{false}": the default after
+        # the braces is not part of the name.
+        for name in re.sub(r'\{[^}]*\}$', '', m.group(1)).split(','):
             if name.startswith('--') and name != '--help':
                 names.add(name)
     return names

@@ -13,8 +13,9 @@
 // and each row is marked only after its own ack, under its batch's token.
 //
 // Delivery is at-least-once: a crash between the ack and the settle re-sends
-// at most the batches in flight, pipeline_depth of them (chapter 7.1, decision 3). A relay paused past its lease
-// (e.g. SIGSTOP, a long GC-like stall) can have its rows claimed and sent by
+// at most the batches in flight, pipeline_depth of them, and one more being marked on
+// RelayOptions::settle_store when there is one (chapter 7.1, decision 3). A relay paused past
+// its lease (e.g. SIGSTOP, a long GC-like stall) can have its rows claimed and sent by
 // another relay; its own settle is then fenced out, but its records were
 // already produced: duplicates, never losses.
 //
@@ -354,6 +355,10 @@ class Relay {
   bool StartSettle();
   // Batches started and not yet finished: in flight, or settling on the settle store.
   std::size_t InFlight() const noexcept { return in_flight_.size() + (settling_ ? 1 : 0); }
+  // Batches sent and not yet handed to a settle: the ones at the broker. What a pipeline's
+  // depth (LoopOptions::pipeline_depth) bounds; the batch settling on the settle store, if any,
+  // is one more (so a kill -9 re-sends at most depth + 1 batches with a settle store).
+  std::size_t Sending() const noexcept { return in_flight_.size(); }
   // The store it claims from (to reconnect it, say).
   OutboxStore& store() noexcept { return store_; }
   // RelayOptions::settle_store, or null (to reconnect it, say: after WaitForSettle).
@@ -514,7 +519,8 @@ struct LoopOptions {
   // Batches in flight at once, >= 1 (1: claim, produce, wait, settle, one after
   // the other). Depth 2 hides the broker's round trip behind the database work
   // of the next claim and the last settle. A kill -9 re-sends at most this
-  // many batches. kOnce always runs one batch.
+  // many batches, one more with RelayOptions::settle_store (the batch being marked there
+  // takes no slot: Relay::Sending). kOnce always runs one batch.
   int pipeline_depth = 2;
   // RunRelayLoopReconnecting only: called while the database server is unreachable
   // (OutboxStore::ConnectionLost: a PostgreSQL server crashed or restarting), before each wait
@@ -540,9 +546,10 @@ struct LoopReport {
   std::string server_unreachable;
 };
 
-// Runs batches per mode, up to options.pipeline_depth in flight (a batch being settled on
-// RelayOptions::settle_store counts: after each batch's report the loop hands the next batch's
-// settle to the worker, Relay::StartSettle, and reads the next batch meanwhile). A stop
+// Runs batches per mode, up to options.pipeline_depth at the broker (Relay::Sending; a batch
+// being settled on RelayOptions::settle_store is one more: after each batch's report the loop
+// hands the next batch's settle to the worker, Relay::StartSettle, and reads and sends the next
+// batches meanwhile). A stop
 // request starts no new batch: every batch in flight finishes (its deliveries
 // are bounded by the delivery timeout) and is settled first, so every acked
 // row is marked. Throws ConfigError for pipeline_depth < 1.

@@ -66,14 +66,14 @@ void AddRelayCliOptions(CLI::App& sub, RelayCliOptions& o) {
             return {};
           },
           "NAME", "Owner"));
-  sub.add_flag("--overlap-mark", o.overlap_mark,
-               "Leader mode, or claims mode on PostgreSQL, with --pipeline 2 or more (not "
-               "--exactly-once, --tail-check, --once; ignored otherwise, and in claims mode on "
-               "SQLite, where each claim is a write that would wait for the mark): open a second "
-               "database connection and mark batch N on it, in a thread of its own, while batch "
-               "N+1 is read (or claimed) and produced. The mark takes one of the --pipeline "
-               "slots: faster on PostgreSQL with a nearby broker, slower when the broker's round "
-               "trip is long (use --pipeline 3 then)");
+  sub.add_flag("--overlap-mark,!--no-overlap-mark", o.overlap_mark,
+               "On by default; --no-overlap-mark turns it off. Leader mode, or claims mode on "
+               "PostgreSQL, with --pipeline 2 or more (not --exactly-once, --tail-check, --once; "
+               "ignored otherwise, and in claims mode on SQLite, where each claim is a write "
+               "that would wait for the mark): open a second database connection and mark each "
+               "batch on it, in a thread of its own, while the next batches are read (or "
+               "claimed) and produced. The batch being marked takes no --pipeline slot, so a "
+               "kill -9 re-sends at most --pipeline + 1 batches (--pipeline without it)");
   sub.add_flag("--no-listen", o.no_listen,
                "PostgreSQL: do not LISTEN for the writers' notifications, only poll (every "
                "--idle-max at the longest); for a connection pooler in transaction mode, where "

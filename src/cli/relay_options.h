@@ -28,8 +28,9 @@ struct RelayCliOptions {
   std::int64_t idle_max_ms = 1000;
   std::string owner;
   bool quiet = false;
-  // --overlap-mark: mark on a second connection (leader mode; claims mode on PostgreSQL)
-  bool overlap_mark = false;
+  // On unless --no-overlap-mark: mark on a second connection (leader mode; claims mode on
+  // PostgreSQL)
+  bool overlap_mark = true;
   bool no_listen = false;  // --no-listen: PostgreSQL polls only (TimedWaiter, no NotifyWatcher)
   bool allow_partitioner_change = false;  // --allow-partitioner-change
   bool fail_on_parked = false;

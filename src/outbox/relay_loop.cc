@@ -58,9 +58,11 @@ void RunRelayLoopInto(Relay& relay, IdleWaiter& waiter, const LoopOptions& optio
     retry_reported = true;
   };
   for (;;) {
-    // Fill the pipeline: claim and send batch N+1 while batch N is in flight.
+    // Fill the pipeline: claim and send batch N+1 while batch N is in flight. A batch whose
+    // settle runs on the settle store is no longer at the broker: it takes no slot, so the next
+    // batches are sent while it is marked.
     bool failed = false;
-    while (!waiter.StopRequested() && relay.InFlight() < depth &&
+    while (!waiter.StopRequested() && relay.Sending() < depth &&
            !(options.mode == LoopMode::kOnce &&
              loop.batches - batches_before + static_cast<std::int64_t>(relay.InFlight()) > 0)) {
       try {

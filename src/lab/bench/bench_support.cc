@@ -116,13 +116,15 @@ std::int64_t RunPipelinedSlice(Relay& relay, std::int64_t batch_size, std::int64
   const auto depth = static_cast<std::size_t>(LoopOptions{}.pipeline_depth);
   for (;;) {
     // As RunRelayLoop: after each settle, try again (a settle may make rows of an aggregate in
-    // flight sendable under block-key).
-    while (relay.InFlight() < depth &&
+    // flight sendable under block-key); with a settle store, the next batch's settle runs on
+    // its worker while the next batches are read and sent.
+    while (relay.Sending() < depth &&
            marked + static_cast<std::int64_t>(relay.InFlight()) * batch_size < until &&
            relay.StartBatch()) {
     }
     if (relay.InFlight() == 0) return marked;
     marked += relay.FinishBatch().settle.marked;
+    relay.StartSettle();
   }
 }
 

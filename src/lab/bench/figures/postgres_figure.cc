@@ -11,6 +11,7 @@
 #include "lab/bench/statistics.h"
 #include "lab/chapter/loans.h"
 #include "outbox/kafka/kafka_publisher.h"
+#include "outbox/open_store.h"
 #include "outbox/per_row_relay.h"
 #include "outbox/pg/connection.h"
 #include "outbox/pg_store.h"
@@ -126,6 +127,11 @@ RelayFigures MeasurePgRelays(const BenchmarkOptions& options, pg::Connection& ad
   relay_options.batch_size = options.batch_size;
   relay_options.owner = fmt::format("bench-pg-{}", getpid());
   relay_options.coordination = Coordination::kClaims;  // the default on PostgreSQL
+  // The settles on a second connection (a second backend), in a worker thread, as `relay` does
+  // by default. Declared after the schemas: closed before they are dropped.
+  const std::unique_ptr<OutboxStore> settle_store =
+      OpenStore(relay_schema.url(), OpenMode::kExisting, options.store);
+  relay_options.settle_store = settle_store.get();
   Relay relay(relay_store, relay_publisher, relay_options);
 
   RelayFigures figures =
