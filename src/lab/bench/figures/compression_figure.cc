@@ -68,6 +68,9 @@ Round DrainOnce(const BenchmarkOptions& options, const TempDir& dir, const std::
   relay_options.batch_size = options.batch_size;
   relay_options.owner = fmt::format("bench-{}-{}", getpid(), codec);
   relay_options.coordination = Coordination::kLeader;  // the default on SQLite, as `relay` runs
+  // The marks on a second connection, in a worker thread, as `relay` does by default.
+  Store settle_store(db, options.store, OpenMode::kExisting);
+  relay_options.settle_store = &settle_store;
   Relay relay(*store, publisher, relay_options);
 
   const std::int64_t before = SettledTxBytes(publisher, tx, codec);

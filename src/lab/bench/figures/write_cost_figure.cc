@@ -133,6 +133,9 @@ CheckpointFigure MeasureCheckpoint(const BenchmarkOptions& options, const TempDi
       relay_options.owner = fmt::format("bench-{}", getpid());
       relay_options.checkpoint_after_settle = variant == 0;
       relay_options.coordination = Coordination::kLeader;  // the default on SQLite
+      // The marks on a second connection, in a worker thread, as `relay` does by default.
+      Store settle_store(path, options.store, OpenMode::kExisting);
+      relay_options.settle_store = &settle_store;
       Relay relay(store, publisher, relay_options);
       const auto start = SteadyClock::now();
       const std::int64_t marked =
