@@ -6,9 +6,10 @@
 // claims; its settle is fenced by the lease's token instead of per-row
 // tokens, and the other relays stand by until the lease runs out.
 // No database transaction is open while talking to the broker. RunRelayLoop
-// keeps up to LoopOptions::pipeline_depth batches in flight: batch N+1 is
+// keeps up to LoopOptions::pipeline_depth batches at the broker: batch N+1 is
 // claimed and produced while batch N's reports are on their way, and batch N
-// is settled while N+1 is in flight. Each batch still passes its failpoints
+// is settled while N+1 is in flight (with RelayOptions::settle_store, on a worker thread while
+// the next batches are claimed and produced). Each batch still passes its failpoints
 // in order (after_claim, after_produce, after_ack_before_mark, after_mark),
 // and each row is marked only after its own ack, under its batch's token.
 //
@@ -516,7 +517,7 @@ struct LoopOptions {
   // is meant to end must not wait silently on another process's lock. May be
   // empty; must not throw.
   std::function<void(const DbError& error, int retry_in_ms)> on_retry;
-  // Batches in flight at once, >= 1 (1: claim, produce, wait, settle, one after
+  // Batches at the broker at once, >= 1 (1: claim, produce, wait, settle, one after
   // the other). Depth 2 hides the broker's round trip behind the database work
   // of the next claim and the last settle. A kill -9 re-sends at most this
   // many batches, one more with RelayOptions::settle_store (the batch being marked there

@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <tuple>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -247,6 +249,22 @@ void PrintTable(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
     row(fmt::format("  bytes sent to the broker, compression.type={} (per event)", f.codec),
         fmt::format("{:.1f}", f.bytes_per_event), fmt::format("{} KiB", f.tx_bytes / 1024));
   }
+  // PostgreSQL's whole-process drains: measured there only, so the value is in the pg column.
+  if (pg) {
+    const lab::BenchmarkTargets targets;
+    for (const auto& [d, min_per_s] :
+         {std::pair{&pg->leader_drain, targets.pg_leader_min_per_s},
+          std::pair{&pg->claims_drain, targets.pg_claims_min_per_s}}) {
+      if (d->program.empty()) continue;
+      std::string rounds;
+      for (const double seconds : d->seconds)
+        rounds += fmt::format("{}{:.2f}", rounds.empty() ? "" : " ", seconds);
+      row(fmt::format("process: {} (events/s)", d->program), "n/a",
+          fmt::format(">= {:.0f}", min_per_s),
+          fmt::format("{} ({} s)", d->events_per_s >= min_per_s ? "PASS" : "MISS", rounds),
+          fmt::format("{:.0f}", d->events_per_s));
+    }
+  }
   fmt::print("poll = has-claimable + claim of {} rows (median of {}); has-claimable {:.0f} / {:.0f} "
              "us, claim {:.0f} / {:.0f} us, release (untimed) {:.0f} / {:.0f} us\n",
              o.history_backlog, o.poll_repetitions, r.history.without_history.has_claimable_us,
@@ -417,6 +435,16 @@ void PrintJson(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
                                 {check.at_least ? "min" : "max", check.target},
                                 {"pass", check.pass()}};
     }
+    const lab::BenchmarkTargets drain_targets;
+    nlohmann::ordered_json processes = nlohmann::ordered_json::object();
+    for (const auto& [name, d, min_per_s] :
+         {std::tuple{"relay_leader", &pg.leader_drain, drain_targets.pg_leader_min_per_s},
+          std::tuple{"relay_claims", &pg.claims_drain, drain_targets.pg_claims_min_per_s}}) {
+      if (d->program.empty()) continue;
+      processes[name] = drain_json(*d);
+      pg_targets[std::string("process_") + name + "_events_per_s"] = {
+          {"value", d->events_per_s}, {"min", min_per_s}, {"pass", d->events_per_s >= min_per_s}};
+    }
     out["postgresql"] = {
         {"server", pg.server},
         {"server_version", pg.server_version},
@@ -425,6 +453,7 @@ void PrintJson(const lab::BenchmarkOptions& o, const lab::BenchmarkResult& r,
         {"relay", ThroughputJson(pg.relay)},
         {"relay_over_chapter", pg.relay_over_chapter},
         {"relay_over_raw", pg.relay_over_raw},
+        {"processes", processes},
         {"write",
          {{"txns", pg.write.txns},
           {"business_only_tps", pg.write.business_only_tps},

@@ -16,9 +16,11 @@ void AddRelayCliOptions(CLI::App& sub, RelayCliOptions& o) {
       ->check(PositiveInteger())
       ->capture_default_str();
   sub.add_option("--pipeline", o.pipeline,
-                 "Batches in flight at once: the next batch is claimed and produced while the "
-                 "last one's acks arrive (1: one batch at a time). kill -9 re-sends at most "
-                 "this many batches")
+                 "Batches at the broker at once: the next batch is claimed and produced while "
+                 "the last one's acks arrive (1: one batch at a time). A batch being marked on "
+                 "the second connection (--overlap-mark, the default) is one more, so kill -9 "
+                 "re-sends at most this many batches plus one (this many with "
+                 "--no-overlap-mark or --pipeline 1)")
       ->check(PositiveInteger())
       ->capture_default_str();
   // --send-timeout: the name this option had before --delivery-timeout was shared with publish.

@@ -1,5 +1,6 @@
 // The relay loop: drives a Relay batch after batch (RunRelayLoop), keeping up to
-// LoopOptions::pipeline_depth batches in flight, waiting while idle, letting busy and I/O errors
+// LoopOptions::pipeline_depth batches at the broker (and one more being marked on a settle
+// store), waiting while idle, letting busy and I/O errors
 // pass, and reconnecting after a lost database connection (RunRelayLoopReconnecting).
 #include "outbox/relay.h"
 
@@ -157,8 +158,9 @@ LoopReport RunRelayLoopReconnecting(Relay& relay, IdleWaiter& waiter, const Loop
   for (;;) {
     std::string error;
     try {
-      // Batches still in flight from before a lost connection are finished first: the loop
-      // settles whatever the relay holds before it claims more.
+      // Batches still in flight from before a lost connection are settled by this run too
+      // (oldest first, as ever); it may send a batch more before the oldest is settled, and
+      // their rows stay in flight (unsendable) until then.
       RunRelayLoopInto(relay, waiter, options, on_batch, total);
       return total;
     } catch (const DbError&) {

@@ -178,12 +178,18 @@ OrderRun RunOnSqlite(Coordination coordination, int pipeline, std::uint64_t seed
 }
 
 // The server's clock times the backoffs here (PgStore): the fake clock only moves the relay's.
-OrderRun RunOnPostgres(Coordination coordination, int pipeline, std::uint64_t seed) {
+// mark_apart: the settles on a second connection (a second backend), on the relay's worker
+// thread, as `relay` does by default.
+OrderRun RunOnPostgres(Coordination coordination, int pipeline, std::uint64_t seed,
+                       bool mark_apart) {
   outbox::testing::PgSchema schema("order");
   FakeClock clock;
   outbox::PgStore store(schema.url(), &clock);
   store.ResetSchema();
-  return RunOnce(store, clock, coordination, pipeline, seed);
+  std::optional<outbox::PgStore> settle_store;
+  if (mark_apart) settle_store.emplace(schema.url(), &clock);
+  return RunOnce(store, clock, coordination, pipeline, seed,
+                 settle_store ? &*settle_store : nullptr);
 }
 
 // The coordination modes and pipeline depths given, rounds seeds each.
@@ -222,7 +228,17 @@ TEST_CASE("Under random delivery failures each aggregate's events are acked in o
 TEST_CASE("On PostgreSQL each aggregate's events are acked in order under random delivery "
           "failures in both coordination modes and every pipeline depth",
           "[relay][postgres]") {
-  Sweep(&RunOnPostgres, 3);
+  Sweep([](Coordination c, int pipeline, std::uint64_t seed) {
+    return RunOnPostgres(c, pipeline, seed, false);
+  }, 3);
+}
+
+TEST_CASE("On PostgreSQL a relay settling on a second connection acks each aggregate's events "
+          "in order under random delivery failures in both modes at pipelines 2 to 4",
+          "[relay][postgres]") {
+  Sweep([](Coordination c, int pipeline, std::uint64_t seed) {
+    return RunOnPostgres(c, pipeline, seed, true);
+  }, 3, {Coordination::kLeader, Coordination::kClaims}, 2);
 }
 
 TEST_CASE("A leader marking on a second connection acks each aggregate's events in order under "

@@ -153,6 +153,15 @@ void RequirePostgresBenchUrl(const std::string& url);  // postgres_figure.cc
 // run's raw produce figure.
 PostgresFigures MeasurePostgres(const BenchmarkOptions& options, const std::string& brokers,
                                 const std::string& topic, const ThroughputFigure& raw);
+// postgres_figure.cc: `relay --until-empty` (options.lab_binary) as a child process in leader and
+// in claims mode, options.drain_rounds rounds alternated, each on a fresh copy of one backlog of
+// options.events rows in a schema of its own (the copy not timed; every schema dropped after);
+// fills figures.leader_drain and figures.claims_drain (seconds per round, median, events/s). The
+// children's output goes to dir. Throws pg::PgError from the server, Error when a child exits
+// non-zero or leaves a row unpublished.
+void MeasurePgDrains(const BenchmarkOptions& options, const TempDir& dir,
+                     const std::string& brokers, const std::string& topic,
+                     PostgresFigures& figures);
 // compression_figure.cc: {none, lz4}; see CompressionFigure. Throws KafkaError when a drain's
 // deliveries fail or rows stay pending, or no statistics arrive; DbError from SQLite.
 std::vector<CompressionFigure> MeasureCompression(const BenchmarkOptions& options,

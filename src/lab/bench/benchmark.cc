@@ -146,8 +146,13 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
   result.fsync_us.push_back(MeasureFsyncUs(dir));
   result.write = MeasureWritePath(options, dir);
   result.fsync_us.push_back(MeasureFsyncUs(dir));
-  if (!options.postgres_url.empty())
+  if (!options.postgres_url.empty()) {
     result.postgres = MeasurePostgres(options, result.brokers, result.topic, result.raw);
+    progress(fmt::format("PostgreSQL: relay --until-empty as a whole process, leader and claims, "
+                         "{} events, {} rounds",
+                         options.events, options.drain_rounds));
+    MeasurePgDrains(options, dir, result.brokers, result.topic, *result.postgres);
+  }
   progress("WAL frames per transaction, and the mark by id vs by range");
   result.wal_frames = MeasureWalFrames(options, dir);
   result.mark = MeasureMark(options, dir);

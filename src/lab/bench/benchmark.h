@@ -77,6 +77,10 @@ struct BenchmarkTargets {
   double relay_rss_max_mib = 32.0;        // peak RSS of the relay child, MiB
   double latency_p99_max_ms = 10.0;       // commit-to-mark p99 at a steady rate, each workload, ms
   double idle_cpu_max_percent = 1.0;      // idle relay child's CPU, % of one core
+  // With --db postgresql://: `relay --until-empty` as a whole process draining BenchmarkOptions::
+  // events rows, events/s, per coordination mode.
+  double pg_leader_min_per_s = 80000;
+  double pg_claims_min_per_s = 50000;
 };
 
 struct BenchmarkOptions {
@@ -303,6 +307,11 @@ struct PostgresFigures {
   double relay_over_chapter = 0;
   double relay_over_raw = 0;  // relay events/s ÷ BenchmarkResult::raw events/s
   WritePathFigure write;
+  // `relay --until-empty --coordination leader` and `... claims` as child processes, each run on
+  // a fresh copy of one backlog of BenchmarkOptions::events rows, drain_rounds rounds, the two
+  // modes alternated (MeasurePgDrains). Empty program when not measured.
+  DrainFigure leader_drain;
+  DrainFigure claims_drain;
 };
 
 struct BenchmarkResult {

@@ -2,14 +2,19 @@
 // namesakes (throughput_figure.cc, write_path_figure.cc) so the two columns of `bench` compare.
 #include <fmt/format.h>
 #include <libpq-fe.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 #include <string_view>
+#include <utility>
 
 #include "lab/bench/bench_support.h"
 #include "lab/bench/statistics.h"
+#include "lab/broker/subprocess.h"
 #include "lab/chapter/loans.h"
+#include "outbox/error.h"
 #include "outbox/kafka/kafka_publisher.h"
 #include "outbox/open_store.h"
 #include "outbox/per_row_relay.h"
@@ -79,6 +84,7 @@ class ScratchSchema {
   ScratchSchema& operator=(const ScratchSchema&) = delete;
 
   const std::string& url() const noexcept { return url_; }
+  const std::string& quoted() const noexcept { return quoted_; }  // for DDL and qualified names
 
  private:
   pg::Connection& admin_;
@@ -176,7 +182,80 @@ WritePathFigure MeasurePgWritePath(const BenchmarkOptions& options, pg::Connecti
   });
 }
 
+// One whole-process drain: the lab's tables, empty, in a fresh schema, the backlog's rows copied
+// into its outbox (INSERT ... SELECT and ANALYZE, not measured), then `relay --until-empty` in
+// mode as a child process, timed from spawn to exit. Requires exit 0 and every row published.
+double TimeOnePgDrain(const BenchmarkOptions& options, pg::Connection& admin,
+                      const ScratchSchema& backlog, std::int64_t events, const std::string& mode,
+                      const std::string& brokers, const std::string& topic,
+                      const std::string& output) {
+  ScratchSchema run(admin, options.postgres_url, "drain_run");
+  {
+    std::unique_ptr<OutboxStore> holder;
+    FreshLab(holder, run, options);
+  }
+  // The same CREATE TABLE made both tables: the same columns in the same order.
+  admin.Exec(fmt::format("INSERT INTO {0}.outbox SELECT * FROM {1}.outbox; ANALYZE {0}.outbox",
+                         run.quoted(), backlog.quoted()),
+             "copy the drain's backlog");
+  std::vector<std::string> args = {
+      options.lab_binary, "relay", "--until-empty", "--quiet", "--coordination", mode,
+      "--batch-size", std::to_string(options.batch_size),
+      "--delivery-timeout", fmt::format("{}ms", options.delivery_timeout_ms),
+      "--lease", fmt::format("{}ms", std::max(30000, 3 * options.delivery_timeout_ms)),
+      "--db", run.url(), "--brokers", brokers, "--topic", topic};
+  for (const auto& [name, value] : options.properties) {
+    args.push_back("-X");
+    args.push_back(fmt::format("{}={}", name, value));
+  }
+  const auto start = SteadyClock::now();
+  ChildProcess child(args, output);
+  const ChildExit exit = child.Wait();
+  const double seconds = SecondsSince(start);
+  if (!WIFEXITED(exit.status) || WEXITSTATUS(exit.status) != 0)
+    throw Error(fmt::format("child 'relay --coordination {}' on PostgreSQL: {} (output in '{}')",
+                            mode, DescribeStatus(exit.status), output));
+  const std::int64_t published = admin.QueryInt(
+      fmt::format("SELECT COUNT(*) FROM {}.outbox WHERE published", run.quoted()), {},
+      "count the drain's published rows");
+  if (published != events)
+    throw Error(fmt::format("child 'relay --coordination {}' on PostgreSQL: {} of {} rows "
+                            "published", mode, published, events));
+  return seconds;
+}
+
 }  // namespace
+
+void MeasurePgDrains(const BenchmarkOptions& options, const TempDir& dir,
+                     const std::string& brokers, const std::string& topic,
+                     PostgresFigures& figures) {
+  pg::Connection admin(options.postgres_url);
+  ScratchSchema backlog(admin, options.postgres_url, "drain_backlog");
+  {
+    std::unique_ptr<OutboxStore> holder;
+    PopulatePg(FreshLab(holder, backlog, options), options.events);
+  }
+  const std::string batch = std::to_string(options.batch_size);
+  figures.leader_drain = {"relay --until-empty --coordination leader --batch-size " + batch,
+                          options.events, {}, 0, 0};
+  figures.claims_drain = {"relay --until-empty --coordination claims --batch-size " + batch,
+                          options.events, {}, 0, 0};
+  for (std::int64_t round = 0; round < options.drain_rounds; ++round) {
+    // Alternated, so drift (the server's checkpoints, other load) hits both modes alike.
+    DrainFigure* order[2] = {&figures.leader_drain, &figures.claims_drain};
+    if (round % 2 == 1) std::swap(order[0], order[1]);
+    for (DrainFigure* figure : order) {
+      const std::string mode = figure == &figures.leader_drain ? "leader" : "claims";
+      figure->seconds.push_back(TimeOnePgDrain(options, admin, backlog, options.events, mode,
+                                               brokers, topic,
+                                               dir.File("pg-drain-" + mode + ".out")));
+    }
+  }
+  for (DrainFigure* figure : {&figures.leader_drain, &figures.claims_drain}) {
+    figure->median_seconds = Median(figure->seconds);
+    figure->events_per_s = Rate(figure->events, figure->median_seconds);
+  }
+}
 
 PostgresFigures MeasurePostgres(const BenchmarkOptions& options, const std::string& brokers,
                                 const std::string& topic, const ThroughputFigure& raw) {
