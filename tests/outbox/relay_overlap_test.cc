@@ -96,7 +96,9 @@ class GatedSettleStore : public Store {
       else
         ++timeouts;
     }
-    return Store::SettleUnderLease(token, acked, failed, policy, now_ms, lease_ms);
+    SettleReport report = Store::SettleUnderLease(token, acked, failed, policy, now_ms, lease_ms);
+    if (after_settle) after_settle(n);
+    return report;
   }
 
   // Claims mode's settle: only counted (claims mode on SQLite never hands one to this store).
@@ -112,6 +114,7 @@ class GatedSettleStore : public Store {
 
   int wait_from = 1 << 30;  // no settle waits unless a test says so
   std::function<void(int n)> before_settle;
+  std::function<void(int n)> after_settle;  // once settle n committed, before it returns
   // Written under the gate's mutex by the settling thread; read by the test once it is done.
   int settles = 0;
   int claim_settles = 0;  // SettleBatch calls
@@ -224,6 +227,59 @@ TEST_CASE("A leader with a settle store marks batch N on it while it reads and p
   for (std::size_t i = 1; i < f.settle_store.threads.size(); ++i)
     CHECK(f.settle_store.threads[i] != std::this_thread::get_id());
   CHECK(f.leases == std::vector<std::string>{"acquired 1"});
+}
+
+TEST_CASE("While a leader marks a batch on the settle store a depth-2 pipeline sends the next "
+          "two batches and no third",
+          "[relay][leader][pipeline][overlap]") {
+  OverlapFixture f;
+  std::vector<outbox::OutboxEvent> events;  // distinct aggregates: no row is held back
+  for (int i = 1; i <= 12; ++i) events.push_back(EventOn(i, "agg-" + std::to_string(i)));
+  EnqueueAll(f.store, events);
+
+  std::mutex mutex;
+  std::condition_variable sent_more;
+  int sent = 0;  // batches handed to the publisher, under mutex
+  PipelineFakePublisher publisher;
+  publisher.on_send = [&](const std::vector<outbox::OutboundMessage>&) {
+    {
+      std::lock_guard lock(mutex);
+      ++sent;
+    }
+    sent_more.notify_all();
+  };
+  // Settle 1 runs on this thread (nothing was settling); settle 2 is the first on the worker. It
+  // waits until batches 3 and 4 were sent: the batch being marked takes no pipeline slot. Until
+  // it returns, the relay's thread waits for it, so the count at its end is what was sent meanwhile.
+  bool batch_4_sent_while_marking = false;
+  int sent_when_mark_2_ended = -1;
+  f.settle_store.before_settle = [&](int n) {
+    if (n != 2) return;
+    std::unique_lock lock(mutex);
+    batch_4_sent_while_marking =
+        sent_more.wait_for(lock, std::chrono::seconds(10), [&] { return sent >= 4; });
+  };
+  f.settle_store.after_settle = [&](int n) {
+    if (n != 2) return;
+    std::lock_guard lock(mutex);
+    sent_when_mark_2_ended = sent;
+  };
+  Relay relay(f.store, publisher, f.LeaderOptions(2));
+  FakeWaiter waiter;
+  outbox::LoopOptions loop;
+  loop.mode = outbox::LoopMode::kUntilEmpty;
+  loop.pipeline_depth = 2;
+
+  const outbox::LoopReport report = outbox::RunRelayLoop(relay, waiter, loop, nullptr);
+
+  CHECK(batch_4_sent_while_marking);
+  // Batches 2 (acked, being marked), 3 and 4 unmarked at once: what a kill -9 there re-sends,
+  // depth + 1 batches.
+  CHECK(sent_when_mark_2_ended == 4);
+  CHECK(report.batches == 6);
+  CHECK(report.marked == 12);
+  CHECK(f.settle_store.settles == 6);
+  CHECK(relay.InFlight() == 0);
 }
 
 TEST_CASE("A leader's settle fenced out on the settle store makes it lose the lease when the "
