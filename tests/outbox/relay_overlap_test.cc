@@ -168,6 +168,15 @@ class OverlapFixture {
   std::vector<std::string> leases;
 };
 
+// RunRelayLoop until empty at pipeline depth 2, `relay --until-empty`'s default.
+outbox::LoopReport DrainAtDepth2(Relay& relay) {
+  FakeWaiter waiter;
+  outbox::LoopOptions loop;
+  loop.mode = outbox::LoopMode::kUntilEmpty;
+  loop.pipeline_depth = 2;
+  return outbox::RunRelayLoop(relay, waiter, loop, nullptr);
+}
+
 Ids Flatten(const std::vector<Ids>& sends) {
   Ids ids;
   for (const Ids& batch : sends) ids.insert(ids.end(), batch.begin(), batch.end());
@@ -203,12 +212,8 @@ TEST_CASE("A leader with a settle store marks batch N on it while it reads and p
     sends.push_back(batch);
   };
   Relay relay(f.store, publisher, f.LeaderOptions(2));
-  FakeWaiter waiter;
-  outbox::LoopOptions loop;
-  loop.mode = outbox::LoopMode::kUntilEmpty;
-  loop.pipeline_depth = 2;
 
-  const outbox::LoopReport report = outbox::RunRelayLoop(relay, waiter, loop, nullptr);
+  const outbox::LoopReport report = DrainAtDepth2(relay);
 
   const Ids sent = Flatten(sends);
   Ids sorted = sent;
@@ -265,12 +270,8 @@ TEST_CASE("While a leader marks a batch on the settle store a depth-2 pipeline s
     sent_when_mark_2_ended = sent;
   };
   Relay relay(f.store, publisher, f.LeaderOptions(2));
-  FakeWaiter waiter;
-  outbox::LoopOptions loop;
-  loop.mode = outbox::LoopMode::kUntilEmpty;
-  loop.pipeline_depth = 2;
 
-  const outbox::LoopReport report = outbox::RunRelayLoop(relay, waiter, loop, nullptr);
+  const outbox::LoopReport report = DrainAtDepth2(relay);
 
   CHECK(batch_4_sent_while_marking);
   // Batches 2 (acked, being marked), 3 and 4 unmarked at once: what a kill -9 there re-sends,
