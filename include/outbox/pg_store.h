@@ -314,6 +314,15 @@ class PgStore : public OutboxStore {
   bool SchemaCurrent();  // every table of the schema exists
 
   void ReadWakeChannel();  // sets wake_channel_ from the outbox table's schema
+  // Reconnect() when the session ended while it sat idle (pg::Connection::ClosedWhileIdle), so
+  // the relay's next statement runs instead of failing on a closed socket. Called first by the
+  // relay's per-batch and per-poll operations (claim, page, look, settle, lease): the relay's
+  // second connection, which marks batches, is idle whenever the relay is, and a server or
+  // pooler that ends idle sessions (idle_session_timeout) would otherwise fail the first mark
+  // after every quiet spell, leaving that batch to be sent again. The session holds nothing
+  // those operations need across statements: named statements are prepared again. Throws
+  // pg::PgError (ConnectionLost true) while the server is down.
+  void ReopenIfClosedWhileIdle();
   Claim NaiveClaim(const ClaimRequest& request);  // PgClaimMode::kNaiveCursor's claim
   // With block key: whether this claim or look walks the aggregates' heads (see ClaimBatch), and
   // what the walk found (gave_up: more aggregates than its cap).

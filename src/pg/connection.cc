@@ -1,7 +1,9 @@
 #include "outbox/pg/connection.h"
 
 #include <fmt/format.h>
+#include <sys/socket.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
 
@@ -88,6 +90,24 @@ Connection::Connection(const std::string& url)
   }
   // Notices (e.g. "relation already exists, skipping") are not errors: keep them off stderr.
   PQsetNoticeProcessor(conn_.get(), [](void*, const char*) {}, nullptr);
+}
+
+bool Connection::ClosedWhileIdle() noexcept {
+  PGconn* conn = conn_.get();
+  if (PQstatus(conn) != CONNECTION_OK) return true;
+  if (PQtransactionStatus(conn) != PQTRANS_IDLE) return false;
+  // A server that ends a session sends its FATAL ErrorResponse, then closes the socket. Idle,
+  // libpq takes that message for a notice and keeps the connection OK, and sees the end only at
+  // a read that finds nothing more: so peek, read what is there, and peek again (a few rounds:
+  // a TLS session's close_notify is more bytes before the end).
+  for (int round = 0; round < 8; ++round) {
+    char byte;
+    const ssize_t peeked = recv(PQsocket(conn), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (peeked == 0) return true;  // the peer closed it
+    if (peeked < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    if (PQconsumeInput(conn) == 0 || PQstatus(conn) != CONNECTION_OK) return true;
+  }
+  return false;
 }
 
 void Connection::Exec(std::string_view sql, std::string_view what) {

@@ -13,6 +13,7 @@
 #include <optional>
 #include <memory>
 #include <cstdlib>
+#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -959,6 +960,104 @@ TEST_CASE("PostgreSQL a terminated connection counts as lost and reconnect heals
   store.Reconnect();
   CHECK(store.Count().total == 1);
   CHECK_FALSE(store.ConnectionLost(std::runtime_error("not a database error")));
+}
+
+namespace {
+
+// Ends backend pid as a server's idle_session_timeout does (a FATAL message, then the socket's
+// end) and waits until its process has exited, which closes the socket: pg_terminate_backend
+// only signals it, and pg_stat_activity drops a backend before its process ends. Reads /proc:
+// the server must run on this machine, as scripts/test.sh's does.
+void EndSession(pg::Connection& admin, int pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::ifstream comm(proc + "/comm");
+  std::string name;
+  std::getline(comm, name);
+  INFO("backend " << pid << " is process '" << name << "' here: is the server on this machine?");
+  REQUIRE(name.starts_with("postgres"));
+  REQUIRE(admin.QueryInt("SELECT pg_terminate_backend($1)::int", {pg::Param::Int(pid)},
+                         "end a session") == 1);
+  const auto ended = [&proc] {
+    std::ifstream status(proc + "/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.starts_with("State:")) return line.find_first_of("ZX") != std::string::npos;
+    return true;  // no such process any more
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!ended()) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("PostgreSQL ClosedWhileIdle sees a session the server ended only outside a transaction",
+          "[postgres]") {
+  Schema schema;
+  pg::Connection admin(schema.url());
+  pg::Connection idle(schema.url());
+  CHECK_FALSE(idle.ClosedWhileIdle());  // alive: nothing to read, nothing closed
+  CHECK(idle.QueryInt("SELECT 1", {}, "run a statement") == 1);
+  EndSession(admin, PQbackendPID(idle.get()));
+  CHECK(idle.ClosedWhileIdle());
+  CHECK(idle.ClosedWhileIdle());  // and stays so
+
+  pg::Connection busy(schema.url());
+  pg::Transaction txn(busy);
+  EndSession(admin, PQbackendPID(busy.get()));
+  // Inside a transaction nothing is read: its next statement fails, as it did before.
+  CHECK_FALSE(busy.ClosedWhileIdle());
+  CHECK_THROWS_AS(busy.QueryInt("SELECT 1", {}, "run a statement"), pg::PgError);
+}
+
+TEST_CASE("PostgreSQL sessions the server ended while idle are reopened by the relay's claim "
+          "settle page and lease calls",
+          "[postgres]") {
+  Schema schema;
+  pg::Connection admin(schema.url());
+  PgStore writer(schema.url());
+  PgStore relay(schema.url());
+  PgStore settle(schema.url());  // the relay's second connection, idle between marks
+  const std::int64_t first = EnqueueOne(writer, Event("evt-1001"));
+  const std::int64_t second = EnqueueOne(writer, Event("evt-1002"));
+
+  EndSession(admin, relay.backend_pid());
+  const Claim claim = relay.ClaimBatch(Request("relay-a"));
+  REQUIRE(claim.rows.size() == 2);
+  int ended = settle.backend_pid();
+  EndSession(admin, ended);
+  const SettleReport settled = settle.SettleBatch(claim.token, {first, second}, {}, SettlePolicy{});
+  CHECK(settled.marked == 2);
+  CHECK(settled.fenced == 0);
+  CHECK(settle.backend_pid() != ended);
+  EndSession(admin, relay.backend_pid());
+  CHECK_FALSE(relay.HasClaimable(Request("relay-a")));
+
+  // Leader mode: the lease, the page, the settle under the lease.
+  const std::int64_t third = EnqueueOne(writer, Event("evt-1003"));
+  EndSession(admin, relay.backend_pid());
+  const LeaseAcquisition lease = relay.AcquireLease("relay-a", 30000, 0);
+  REQUIRE(lease.acquired);
+  EndSession(admin, relay.backend_pid());
+  CHECK(relay.RenewLease(lease.lease.token, 30000, 0));
+  EndSession(admin, relay.backend_pid());
+  PageRequest page;
+  const std::vector<OutboxRow> rows = relay.ReadPage(page);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].id == third);
+  ended = settle.backend_pid();
+  EndSession(admin, ended);
+  const SettleReport led =
+      settle.SettleUnderLease(lease.lease.token, {third}, {}, SettlePolicy{}, 0, 30000);
+  CHECK(led.marked == 1);
+  CHECK_FALSE(led.fenced_out);
+  CHECK(settle.backend_pid() != ended);
+  EndSession(admin, relay.backend_pid());
+  CHECK(relay.ReleaseLease(lease.lease.token));
+  const OutboxCounts counts = writer.Count();
+  CHECK(counts.published == 3);
+  CHECK(counts.unpublished == 0);
 }
 
 namespace {

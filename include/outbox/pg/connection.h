@@ -118,6 +118,16 @@ class Connection {
   // that are not valid in the connection's encoding).
   std::string QuoteIdentifier(std::string_view name) const;
 
+  // True when the session is known to be gone: the server, a pooler or a proxy ended it while
+  // it sat idle outside a transaction (idle_session_timeout, PgBouncer's client_idle_timeout, a
+  // server restart), or an earlier call found it broken. Reads whatever the server sent
+  // meanwhile without blocking (a recv(2) MSG_PEEK, then PQconsumeInput: its FATAL message and
+  // the socket's end), so it costs one recv(2) when the session is alive. Inside a transaction it reads nothing and
+  // returns false unless the session already broke: the transaction's next statement then fails
+  // as it would have. A peer that vanished without closing the socket (a NAT that drops its
+  // entry silently) is not seen here. Never throws.
+  bool ClosedWhileIdle() noexcept;
+
   // The URL it connected with, the password removed (for messages).
   const std::string& display_url() const noexcept { return display_url_; }
   PGconn* get() const noexcept { return conn_.get(); }

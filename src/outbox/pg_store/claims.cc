@@ -199,6 +199,7 @@ SELECT CASE WHEN (SELECT complete IS TRUE FROM walk) THEN
 }  // namespace
 
 Claim PgStore::ClaimBatch(const ClaimRequest& request, PgClaimMode mode) {
+  ReopenIfClosedWhileIdle();
   Claim claim;
   if (mode == PgClaimMode::kNaiveCursor) return NaiveClaim(request);
   const bool walk = request.block_key && WalkHeadsNow();
@@ -266,6 +267,7 @@ bool PgStore::WalkHeadsNow() {
 void PgStore::NoteHeadsWalk(bool gave_up) { heads_walk_skips_ = gave_up ? kHeadWalkRetryEvery : 0; }
 
 bool PgStore::HasClaimable(const ClaimRequest& request) {
+  ReopenIfClosedWhileIdle();
   const bool naive = mode_ == PgClaimMode::kNaiveCursor;
   const bool walk = request.block_key && !naive && WalkHeadsNow();
   const pg::Result result = connection_.QueryPrepared(
@@ -279,6 +281,7 @@ bool PgStore::HasClaimable(const ClaimRequest& request) {
 SettleReport PgStore::SettleBatch(std::int64_t token, const std::vector<std::int64_t>& acked,
                                   const std::vector<FailedDelivery>& failed,
                                   const SettlePolicy& policy) {
+  ReopenIfClosedWhileIdle();
   SettleReport report;
   // Only acks (the common batch): the marking UPDATE alone, its own transaction, one round trip.
   // Failures too: one transaction around the marks and the failures' rows.

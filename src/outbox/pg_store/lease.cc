@@ -64,6 +64,7 @@ LeaderLease PgStore::ReadLease() {
 LeaseAcquisition PgStore::AcquireLease(const std::string& owner, std::int64_t lease_ms,
                                        std::int64_t now_ms) {
   RequirePositiveLease(lease_ms);
+  ReopenIfClosedWhileIdle();
   LeaseAcquisition out;
   out.previous = LeaseAt(connection_.Query(kLeaseSelect, {}, "read the leader lease"), now_ms);
   out.lease = out.previous;
@@ -90,10 +91,12 @@ LeaseAcquisition PgStore::AcquireLease(const std::string& owner, std::int64_t le
 
 bool PgStore::RenewLease(std::int64_t token, std::int64_t lease_ms, std::int64_t /*now_ms*/) {
   RequirePositiveLease(lease_ms);
+  ReopenIfClosedWhileIdle();
   return ExtendLease(connection_, token, lease_ms);
 }
 
 bool PgStore::ReleaseLease(std::int64_t token) {
+  ReopenIfClosedWhileIdle();
   return connection_
              .Query("UPDATE outbox_lease SET until = '-infinity' WHERE id = 1 AND token = $1",
                     {pg::Param::Int(token)}, "release the leader lease")
@@ -105,6 +108,7 @@ SettleReport PgStore::SettleUnderLease(std::int64_t token, const std::vector<std
                                        const SettlePolicy& policy, std::int64_t /*now_ms*/,
                                        std::int64_t lease_ms) {
   RequirePositiveLease(lease_ms);
+  ReopenIfClosedWhileIdle();
   SettleReport report;
   // The token check, the renewal and the marks in ONE statement (one round trip, its own
   // transaction when no failure needs recording): the lease's UPDATE holds the lease row's lock

@@ -40,6 +40,10 @@ void PgStore::ReadWakeChannel() {
 
 void PgStore::Reconnect() { connection_ = pg::Connection(url_); }  // same schema: same channel
 
+void PgStore::ReopenIfClosedWhileIdle() {
+  if (connection_.ClosedWhileIdle()) Reconnect();
+}
+
 bool PgStore::ConnectionLost(const std::exception& e) const noexcept {
   const auto* pg_error = dynamic_cast<const pg::PgError*>(&e);
   return pg_error != nullptr && pg_error->connection_lost();

@@ -128,6 +128,7 @@ std::int64_t SaturatedAdd(std::int64_t a, std::int64_t b) {
 }  // namespace
 
 std::vector<OutboxRow> PgStore::ReadPage(const PageRequest& request) {
+  ReopenIfClosedWhileIdle();
   const IdRange ids = IdsAfter(request.after_id, request.up_to_id);
   const pg::Param first = pg::Param::Int(ids.first);
   const pg::Param last = pg::Param::Int(ids.last);
