@@ -5,7 +5,8 @@
 # Injects: nothing; `bench --db $OUTBOX_PG_URL --json` with 2,000 events and one round of each.
 # Expects: exit 0; postgresql.processes.relay_leader and .relay_claims each drained the 2,000
 #          events in one timed round, their programs name their modes, their targets (80,000 and
-#          50,000 events/s) are in postgresql.targets; the bench's drain schemas are gone after.
+#          50,000 events/s) are in postgresql.targets; relay / raw and relay / chapter are above 0
+#          (slices smaller than a batch are left out of them); the drain schemas are gone after.
 # Skipped (exit 77) only when OUTBOX_PG_URL is unset; scripts/test.sh sets it.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -32,6 +33,11 @@ jq -e '.postgresql.targets.process_relay_leader_events_per_s.min == 80000
   and .postgresql.targets.process_relay_claims_events_per_s.min == 50000' "$OUT" >/dev/null ||
   fail "bench --json: the drains' targets are missing: $(jq -c ".postgresql.targets" "$OUT")"
 echo "leader $(jq '.postgresql.processes.relay_leader.events_per_s | floor' "$OUT")/s, claims $(jq '.postgresql.processes.relay_claims.events_per_s | floor' "$OUT")/s (tiny counts: not a measurement)"
+
+# A slice smaller than one batch moves no relay events; those slices are left out of the ratios,
+# which must not read 0 (they did: every slice after the first was counted as a rate of 0).
+jq -e '.targets.relay_over_raw.value > 0 and .targets.relay_over_chapter.value > 0' "$OUT" >/dev/null ||
+  fail "bench --json: a relay ratio is 0 with tiny counts: $(jq -c '.targets | {relay_over_raw, relay_over_chapter}' "$OUT")"
 
 step "the drains' schemas are dropped"
 # Only the drains make schemas named outbox_bench_PID_drain_*; the Catch2 bench test makes others.

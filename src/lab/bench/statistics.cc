@@ -43,7 +43,8 @@ std::vector<double> RoundRatios(const std::vector<double>& numerators,
                                 const std::vector<double>& denominators) {
   std::vector<double> ratios;
   for (std::size_t i = 0; i < std::min(numerators.size(), denominators.size()); ++i)
-    ratios.push_back(Ratio(numerators[i], denominators[i]));
+    if (numerators[i] > 0 && denominators[i] > 0)
+      ratios.push_back(Ratio(numerators[i], denominators[i]));
   return ratios;
 }
 

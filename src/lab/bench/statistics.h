@@ -34,7 +34,9 @@ struct Spread {
 // Median, minimum and maximum of values; all 0 for none.
 Spread SpreadOf(const std::vector<double>& values);
 
-// One value per round: numerators[i] ÷ denominators[i] (Ratio), for the shorter length.
+// One value per round: numerators[i] ÷ denominators[i] (Ratio), for the shorter length, leaving
+// out a round where either rate is 0: a lane that moved no events in it (a slice smaller than
+// one batch, which the relay finished in an earlier slice) measured nothing there.
 std::vector<double> RoundRatios(const std::vector<double>& numerators,
                                 const std::vector<double>& denominators);
 

@@ -56,6 +56,15 @@ TEST_CASE("RoundRatios divides round by round up to the shorter list", "[bench]"
   CHECK(ratios[1] == 3);
 }
 
+TEST_CASE("RoundRatios leaves out a round where either lane moved no events", "[bench]") {
+  // Rounds 2 and 3: the relay had finished in round 1 (a slice smaller than its batch), then
+  // the raw lane had nothing to do in round 4.
+  const std::vector<double> ratios = RoundRatios({40, 0, 0, 60}, {10, 20, 30, 0});
+  REQUIRE(ratios.size() == 1);
+  CHECK(ratios[0] == 4);
+  CHECK(RoundRatios({0, 0}, {5, 5}).empty());
+}
+
 TEST_CASE("Noisy holds when the range is wider than the distance to the target", "[bench]") {
   CHECK_FALSE(Noisy({1.0, 0.75, 1.25, 5}, 1.5));  // range 0.5, distance 0.5: not wider
   CHECK_FALSE(Noisy({1.0, 0.9, 1.1, 5}, 1.5));  // range 0.2 < distance 0.5
