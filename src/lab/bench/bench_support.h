@@ -143,6 +143,12 @@ CheckpointFigure MeasureCheckpoint(const BenchmarkOptions& options, const TempDi
 WorkloadThroughputFigure MeasureRelayOnWorkload(const BenchmarkOptions& options,
                                                 const std::string& db, Publisher& publisher,
                                                 Workload workload);
+// The same drain with every event its own aggregate under a random-looking 128-bit id in hex
+// (kRandomKeysWorkload), as a UUID key column holds: such ids sort in no relation to the rows'
+// ids, so a batch's rows sit all over the aggregate index, where the mark removes them
+// (outbox_pending_by_aggregate). The ids are fixed (splitmix64 of the row's index).
+WorkloadThroughputFigure MeasureRelayOnRandomKeys(const BenchmarkOptions& options,
+                                                  const std::string& db, Publisher& publisher);
 LatencyFigure MeasureLatency(const BenchmarkOptions& options, const TempDir& dir,
                              const std::string& brokers, const std::string& topic,
                              Workload workload);                                  // latency_figure.cc

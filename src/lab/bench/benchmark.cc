@@ -141,6 +141,10 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
       result.relay_by_workload.push_back(MeasureRelayOnWorkload(
           options, dir.File("relay-" + WorkloadName(workload) + ".db"), publisher, workload));
     }
+    progress(fmt::format("relay: {} events, batches of {}, workload {}", options.workload_events,
+                         options.batch_size, kRandomKeysWorkload));
+    result.relay_by_workload.push_back(
+        MeasureRelayOnRandomKeys(options, dir.File("relay-random-keys.db"), publisher));
   }
 
   result.fsync_us.push_back(MeasureFsyncUs(dir));

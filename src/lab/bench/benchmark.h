@@ -19,7 +19,8 @@
 //                     draining a large backlog (its VmHWM, read from /proc
 //                     until it exits);
 //   relay per workload the in-process Relay draining the same backlog size
-//                     with the aggregates of each workload (own, 50, zipf);
+//                     with the aggregates of each workload (own, 50, zipf), and
+//                     with random 128-bit aggregate ids (random-keys);
 //   commit-to-mark    a `write --rate R --workload W` child commits at a steady
 //                     pace while a `relay` child with its default options
 //                     waits as in production (inotify); each row's
@@ -235,8 +236,12 @@ struct LatencyFigure {
 // follow one workload (lab/chapter/workload.h), batch by batch until none is pending;
 // the same relay and publisher settings as BenchmarkResult::relay, on a fresh
 // database per workload, the workloads one after the other (not interleaved).
+// The workload name of the drain whose every event has its own aggregate under a random 128-bit
+// id in hex, as a UUID key column holds (MeasureRelayOnRandomKeys).
+inline constexpr const char* kRandomKeysWorkload = "random-keys";
+
 struct WorkloadThroughputFigure {
-  std::string workload;     // "own", "50" or "zipf"
+  std::string workload;     // "own", "50", "zipf" or kRandomKeysWorkload
   std::int64_t aggregates = 0;  // distinct aggregates in the backlog
   ThroughputFigure relay;   // events acknowledged and marked
 };
@@ -343,7 +348,7 @@ struct BenchmarkResult {
   WalFramesFigure wal_frames;
   MarkFigure mark;
   CheckpointFigure checkpoint;
-  std::vector<WorkloadThroughputFigure> relay_by_workload;  // own, 50, zipf
+  std::vector<WorkloadThroughputFigure> relay_by_workload;  // own, 50, zipf, random-keys
   std::vector<LatencyFigure> latency;  // own, 50, zipf
   IdleFigure idle;
   std::vector<CompressionFigure> compression;  // none, lz4

@@ -198,22 +198,36 @@ RelayFigures MeasureRelays(const BenchmarkOptions& options, const TempDir& dir,
   return figures;
 }
 
-WorkloadThroughputFigure MeasureRelayOnWorkload(const BenchmarkOptions& options,
-                                                const std::string& db, Publisher& publisher,
-                                                Workload workload) {
+namespace {
+
+// splitmix64 (Steele, Lea and Flood, "Fast splittable pseudorandom number generators", 2014):
+// a fixed scramble of i, so the random keys are the same in every run.
+std::uint64_t SplitMix64(std::uint64_t i) {
+  std::uint64_t z = i + 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// Loads options.workload_events unpublished rows made by make_event(i, now) (i from 0, now the
+// store's clock in epoch ms) into a fresh lab database at db, then times a Relay (leader mode, a
+// settle store, as `relay` runs) on publisher until none is pending.
+WorkloadThroughputFigure DrainWorkload(const BenchmarkOptions& options, const std::string& db,
+                                       Publisher& publisher, const std::string& name,
+                                       const std::function<OutboxEvent(std::int64_t, std::int64_t)>& make_event) {
   auto store = FreshDatabase(db, options.store);
-  std::set<std::int64_t> loans;
+  std::set<std::string> aggregates;
   store->BulkLoad(
       options.workload_events,
-      [workload, &loans, now = store->clock().EpochMs()](std::int64_t i) {
-        const std::int64_t loan = LoanNumberFor(workload, i + 1);
-        loans.insert(loan);
-        return LoanCreatedEvent(ChapterLoan(loan, now), i + 1);
+      [&, now = store->clock().EpochMs()](std::int64_t i) {
+        OutboxEvent event = make_event(i, now);
+        aggregates.insert(event.aggregate_id);
+        return event;
       },
       /*published=*/false);
   RelayOptions relay_options;
   relay_options.batch_size = options.batch_size;
-  relay_options.owner = fmt::format("bench-{}-{}", getpid(), WorkloadName(workload));
+  relay_options.owner = fmt::format("bench-{}-{}", getpid(), name);
   // Leader mode, the relay's default on SQLite: a claim (claims mode) takes at most one row per
   // aggregate, which caps a batch at 50 rows on workload 50 (issue 8, item 3).
   relay_options.coordination = Coordination::kLeader;
@@ -224,18 +238,40 @@ WorkloadThroughputFigure MeasureRelayOnWorkload(const BenchmarkOptions& options,
   Relay relay(*store, publisher, relay_options);
 
   WorkloadThroughputFigure figure;
-  figure.workload = WorkloadName(workload);
-  figure.aggregates = static_cast<std::int64_t>(loans.size());
+  figure.workload = name;
+  figure.aggregates = static_cast<std::int64_t>(aggregates.size());
   const auto start = SteadyClock::now();
   figure.relay.events = RunPipelinedSlice(relay, options.batch_size, 0, options.workload_events);
   figure.relay.seconds = SecondsSince(start);
-  const std::string name = "relay, workload " + figure.workload;
-  RequireAllDelivered(name.c_str(), options.workload_events, figure.relay.events);
+  const std::string lane = "relay, workload " + figure.workload;
+  RequireAllDelivered(lane.c_str(), options.workload_events, figure.relay.events);
   if (store->PendingCount() != 0)
-    throw KafkaError(fmt::format("{}: {} rows still pending in '{}'", name, store->PendingCount(), db),
+    throw KafkaError(fmt::format("{}: {} rows still pending in '{}'", lane, store->PendingCount(), db),
                      RD_KAFKA_RESP_ERR__MSG_TIMED_OUT);
   figure.relay.events_per_s = Rate(figure.relay.events, figure.relay.seconds);
   return figure;
+}
+
+}  // namespace
+
+WorkloadThroughputFigure MeasureRelayOnWorkload(const BenchmarkOptions& options,
+                                                const std::string& db, Publisher& publisher,
+                                                Workload workload) {
+  return DrainWorkload(options, db, publisher, WorkloadName(workload),
+                       [workload](std::int64_t i, std::int64_t now) {
+    return LoanCreatedEvent(ChapterLoan(LoanNumberFor(workload, i + 1), now), i + 1);
+  });
+}
+
+WorkloadThroughputFigure MeasureRelayOnRandomKeys(const BenchmarkOptions& options,
+                                                  const std::string& db, Publisher& publisher) {
+  return DrainWorkload(options, db, publisher, kRandomKeysWorkload,
+                       [](std::int64_t i, std::int64_t now) {
+    OutboxEvent event = LoanCreatedEvent(ChapterLoan(i + 1, now), i + 1);
+    const auto n = static_cast<std::uint64_t>(i);
+    event.aggregate_id = fmt::format("{:016x}{:016x}", SplitMix64(2 * n), SplitMix64(2 * n + 1));
+    return event;
+  });
 }
 
 }  // namespace outbox::lab::bench
