@@ -104,6 +104,9 @@ class PgStore : public OutboxStore {
 
   // Closes the connection and opens a new one to the same URL: after the server crashed or
   // restarted. Throws pg::PgError while the server is still down (ConnectionLost is then true).
+  // ClaimBatch, HasClaimable, ReadPage, SettleBatch, SettleUnderLease and the lease calls do it
+  // by themselves first when the server ended the session while it sat idle
+  // (ReopenIfClosedWhileIdle), and then throw the connect's pg::PgError when it fails.
   void Reconnect() override;
   // e is a pg::PgError whose connection_lost() is true: no SQLSTATE (the socket broke), class 08
   // (connection exception) or 57P01..57P03 (admin shutdown, crash shutdown, cannot connect now).
@@ -320,8 +323,9 @@ class PgStore : public OutboxStore {
   // second connection, which marks batches, is idle whenever the relay is, and a server or
   // pooler that ends idle sessions (idle_session_timeout) would otherwise fail the first mark
   // after every quiet spell, leaving that batch to be sent again. The session holds nothing
-  // those operations need across statements: named statements are prepared again. Throws
-  // pg::PgError (ConnectionLost true) while the server is down.
+  // those operations need across statements: named statements are prepared again, the lease and
+  // the claims are rows. Does nothing inside a transaction (ReadAtOneInstant's). Throws
+  // pg::PgError (ConnectionLost true) when the new connection cannot be made.
   void ReopenIfClosedWhileIdle();
   Claim NaiveClaim(const ClaimRequest& request);  // PgClaimMode::kNaiveCursor's claim
   // With block key: whether this claim or look walks the aggregates' heads (see ClaimBatch), and

@@ -493,9 +493,9 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
                      ->check(PositiveInteger())->capture_default_str();
   sub->add_option("--batch-size", o->batch_size, "Rows per relay batch")->check(PositiveInteger())->capture_default_str();
   auto* workload = sub->add_option("--workload-events", o->workload_events,
-                                   "Rows of each workload (own, 50, zipf, random-keys) the in-process relay per "
-                                   "workload drains (under block-key a skewed workload's drain time "
-                                   "grows with the square of its backlog)")
+                                   "Rows of each workload (own, 50, zipf, random-keys) the "
+                                   "in-process relay per workload drains (under block-key a skewed "
+                                   "workload's drain time grows with the square of its backlog)")
                        ->check(PositiveInteger())->capture_default_str();
   auto* write = sub->add_option("--write-txns", o->write_txns,
                                 "Transactions per write-path round")->check(PositiveInteger())->capture_default_str();

@@ -93,6 +93,9 @@ Connection::Connection(const std::string& url)
 }
 
 bool Connection::ClosedWhileIdle() noexcept {
+  // A caller's transaction holds this Connection by reference: never report it closed under
+  // it, or the caller would reopen the session and run the rest of the transaction outside one.
+  if (open_transactions_ > 0) return false;
   PGconn* conn = conn_.get();
   if (PQstatus(conn) != CONNECTION_OK) return true;
   if (PQtransactionStatus(conn) != PQTRANS_IDLE) return false;
@@ -231,9 +234,11 @@ Transaction::Transaction(Connection& connection, Isolation isolation) : connecti
   connection_.Exec(isolation == Isolation::kRepeatableRead ? "BEGIN ISOLATION LEVEL REPEATABLE READ"
                                                            : "BEGIN",
                    "begin a transaction");
+  ++connection_.open_transactions_;
 }
 
 Transaction::~Transaction() {
+  if (connection_.open_transactions_ > 0) --connection_.open_transactions_;
   if (done_) return;
   // Best effort: a broken connection has rolled back already, on the server's side.
   PQclear(PQexec(connection_.get(), "ROLLBACK"));

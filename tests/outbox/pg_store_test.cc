@@ -3,6 +3,7 @@
 // how to start one, so a run without a server never passes them vacuously. Each test works in
 // its own schema, so tests running in parallel under ctest never see each other's rows.
 #include <catch2/catch.hpp>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,7 +14,6 @@
 #include <optional>
 #include <memory>
 #include <cstdlib>
-#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -965,29 +965,12 @@ TEST_CASE("PostgreSQL a terminated connection counts as lost and reconnect heals
 namespace {
 
 // Ends backend pid as a server's idle_session_timeout does (a FATAL message, then the socket's
-// end) and waits until its process has exited, which closes the socket: pg_terminate_backend
-// only signals it, and pg_stat_activity drops a backend before its process ends. Reads /proc:
-// the server must run on this machine, as scripts/test.sh's does.
+// end) and returns once its process is gone, its socket closed: with a timeout,
+// pg_terminate_backend waits for that (PostgreSQL 14 and later,
+// https://www.postgresql.org/docs/15/functions-admin.html).
 void EndSession(pg::Connection& admin, int pid) {
-  const std::string proc = "/proc/" + std::to_string(pid);
-  std::ifstream comm(proc + "/comm");
-  std::string name;
-  std::getline(comm, name);
-  INFO("backend " << pid << " is process '" << name << "' here: is the server on this machine?");
-  REQUIRE(name.starts_with("postgres"));
-  REQUIRE(admin.QueryInt("SELECT pg_terminate_backend($1)::int", {pg::Param::Int(pid)},
+  REQUIRE(admin.QueryInt("SELECT pg_terminate_backend($1, 10000)::int", {pg::Param::Int(pid)},
                          "end a session") == 1);
-  const auto ended = [&proc] {
-    std::ifstream status(proc + "/status");
-    for (std::string line; std::getline(status, line);)
-      if (line.starts_with("State:")) return line.find_first_of("ZX") != std::string::npos;
-    return true;  // no such process any more
-  };
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!ended()) {
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
 }
 
 }  // namespace
@@ -1004,11 +987,49 @@ TEST_CASE("PostgreSQL ClosedWhileIdle sees a session the server ended only outsi
   CHECK(idle.ClosedWhileIdle());  // and stays so
 
   pg::Connection busy(schema.url());
-  pg::Transaction txn(busy);
-  EndSession(admin, PQbackendPID(busy.get()));
-  // Inside a transaction nothing is read: its next statement fails, as it did before.
-  CHECK_FALSE(busy.ClosedWhileIdle());
-  CHECK_THROWS_AS(busy.QueryInt("SELECT 1", {}, "run a statement"), pg::PgError);
+  {
+    pg::Transaction txn(busy);
+    EndSession(admin, PQbackendPID(busy.get()));
+    // Inside a transaction nothing is read: its next statement fails, as it did before, and the
+    // broken session is still not reported while the transaction object lives (its caller would
+    // reopen it under the transaction).
+    CHECK_FALSE(busy.ClosedWhileIdle());
+    CHECK_THROWS_AS(busy.QueryInt("SELECT 1", {}, "run a statement"), pg::PgError);
+    CHECK_FALSE(busy.ClosedWhileIdle());
+  }
+  CHECK(busy.ClosedWhileIdle());
+}
+
+TEST_CASE("PostgreSQL ClosedWhileIdle sees the end idle_session_timeout gives a session",
+          "[postgres]") {
+  Schema schema;
+  pg::Connection timed(schema.url());
+  timed.Exec("SET idle_session_timeout = 200", "end this session after 200 ms idle");
+  CHECK_FALSE(timed.ClosedWhileIdle());
+  // The server's timer (SQLSTATE 57P05), not an administrator's: wait for it to fire.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!timed.ClosedWhileIdle()) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK_THROWS_AS(timed.QueryInt("SELECT 1", {}, "run a statement"), pg::PgError);
+}
+
+TEST_CASE("PostgreSQL ClosedWhileIdle leaves a notification that arrived for its reader",
+          "[postgres]") {
+  Schema schema;
+  pg::Connection listener(schema.url());
+  listener.Exec("LISTEN outbox_closed_while_idle_test", "listen");
+  pg::Connection sender(schema.url());
+  sender.Exec("NOTIFY outbox_closed_while_idle_test", "notify");
+  pollfd fd{PQsocket(listener.get()), POLLIN, 0};
+  REQUIRE(poll(&fd, 1, 10000) == 1);  // the notification's bytes are there, unread
+  CHECK_FALSE(listener.ClosedWhileIdle());
+  PGnotify* notify = PQnotifies(listener.get());
+  REQUIRE(notify != nullptr);
+  CHECK(std::string(notify->relname) == "outbox_closed_while_idle_test");
+  PQfreemem(notify);
+  CHECK(listener.QueryInt("SELECT 1", {}, "run a statement") == 1);
 }
 
 TEST_CASE("PostgreSQL sessions the server ended while idle are reopened by the relay's claim "

@@ -118,14 +118,19 @@ class Connection {
   // that are not valid in the connection's encoding).
   std::string QuoteIdentifier(std::string_view name) const;
 
-  // True when the session is known to be gone: the server, a pooler or a proxy ended it while
-  // it sat idle outside a transaction (idle_session_timeout, PgBouncer's client_idle_timeout, a
-  // server restart), or an earlier call found it broken. Reads whatever the server sent
-  // meanwhile without blocking (a recv(2) MSG_PEEK, then PQconsumeInput: its FATAL message and
-  // the socket's end), so it costs one recv(2) when the session is alive. Inside a transaction it reads nothing and
-  // returns false unless the session already broke: the transaction's next statement then fails
-  // as it would have. A peer that vanished without closing the socket (a NAT that drops its
-  // entry silently) is not seen here. Never throws.
+  // True when the session is known to be gone while no transaction is open on it: the server, a
+  // pooler or a proxy ended it while it sat idle (idle_session_timeout, SQLSTATE 57P05;
+  // PgBouncer's client_idle_timeout; pg_terminate_backend; a server restart between two calls),
+  // or an earlier call found it broken. The server sends its FATAL ErrorResponse, then closes
+  // the socket (https://www.postgresql.org/docs/15/runtime-config-client.html,
+  // idle_session_timeout); this reads what arrived without blocking (a recv(2) with MSG_PEEK,
+  // then PQconsumeInput, https://www.postgresql.org/docs/15/libpq-async.html), so it costs one
+  // recv(2) when the session is alive, and data that is not an error (a notification) stays
+  // for its reader. False while a pg::Transaction is open on this connection or the server
+  // reports one: that transaction's next statement then fails as it would have, and its
+  // caller decides. A session ended after the look (as the next statement is sent) is not seen
+  // either, nor a peer that vanished without closing the socket (a NAT that drops its entry
+  // silently). Never throws.
   bool ClosedWhileIdle() noexcept;
 
   // The URL it connected with, the password removed (for messages).
@@ -136,6 +141,8 @@ class Connection {
   std::string display_url_;
   std::unique_ptr<PGconn, ConnDeleter> conn_;
   std::unordered_map<std::string, std::string> prepared_;  // sql -> its statement's name
+  int open_transactions_ = 0;  // pg::Transaction objects alive on it (ClosedWhileIdle)
+  friend class Transaction;
 };
 
 // A scoped transaction: BEGIN (READ COMMITTED, PostgreSQL's default, or REPEATABLE READ), COMMIT on Commit(),

@@ -136,17 +136,19 @@ WalFramesFigure MeasureWalFrames(const BenchmarkOptions& options, const TempDir&
 MarkFigure MeasureMark(const BenchmarkOptions& options, const TempDir& dir);            // write_cost_figure.cc
 CheckpointFigure MeasureCheckpoint(const BenchmarkOptions& options, const TempDir& dir,
                                    const std::string& brokers, const std::string& topic);  // write_cost_figure.cc
-// throughput_figure.cc: fills a fresh lab database at db with options.events unpublished rows
-// whose aggregates follow workload (event i touches loan LoanNumberFor(workload, i)), then times
-// a Relay (options.batch_size, leader mode) on publisher until none is pending. Throws KafkaError when a
-// delivery fails or rows stay pending, DbError from SQLite.
+// throughput_figure.cc: fills a fresh lab database at db with options.workload_events
+// unpublished rows whose aggregates follow workload (event i touches loan
+// LoanNumberFor(workload, i)), then times a Relay (options.batch_size, leader mode, a settle
+// store) on publisher until none is pending. Throws KafkaError when a delivery fails or rows stay
+// pending, DbError from SQLite.
 WorkloadThroughputFigure MeasureRelayOnWorkload(const BenchmarkOptions& options,
                                                 const std::string& db, Publisher& publisher,
                                                 Workload workload);
 // The same drain with every event its own aggregate under a random-looking 128-bit id in hex
 // (kRandomKeysWorkload), as a UUID key column holds: such ids sort in no relation to the rows'
 // ids, so a batch's rows sit all over the aggregate index, where the mark removes them
-// (outbox_pending_by_aggregate). The ids are fixed (splitmix64 of the row's index).
+// (outbox_pending_by_aggregate). The ids are fixed: row i's is splitmix64(2i) then
+// splitmix64(2i + 1), 16 hex digits each. Throws as MeasureRelayOnWorkload.
 WorkloadThroughputFigure MeasureRelayOnRandomKeys(const BenchmarkOptions& options,
                                                   const std::string& db, Publisher& publisher);
 LatencyFigure MeasureLatency(const BenchmarkOptions& options, const TempDir& dir,

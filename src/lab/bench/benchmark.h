@@ -232,14 +232,14 @@ struct LatencyFigure {
   double max_ms = 0;
 };
 
-// The in-process Relay draining BenchmarkOptions::events rows whose aggregates
-// follow one workload (lab/chapter/workload.h), batch by batch until none is pending;
-// the same relay and publisher settings as BenchmarkResult::relay, on a fresh
-// database per workload, the workloads one after the other (not interleaved).
 // The workload name of the drain whose every event has its own aggregate under a random 128-bit
 // id in hex, as a UUID key column holds (MeasureRelayOnRandomKeys).
 inline constexpr const char* kRandomKeysWorkload = "random-keys";
 
+// The in-process Relay draining BenchmarkOptions::workload_events rows whose aggregates
+// follow one workload (lab/chapter/workload.h), batch by batch until none is pending;
+// the same relay and publisher settings as BenchmarkResult::relay, on a fresh
+// database per workload, the workloads one after the other (not interleaved).
 struct WorkloadThroughputFigure {
   std::string workload;     // "own", "50", "zipf" or kRandomKeysWorkload
   std::int64_t aggregates = 0;  // distinct aggregates in the backlog

@@ -114,7 +114,10 @@ RelayFigures RunInterleaved(const BenchmarkOptions& options, OutboxStore& chapte
   for (int slice = 0; slice < kSlices; ++slice) {
     const auto run_chapter = [&] {
       const std::int64_t rows = SliceEnd(options.chapter_events, slice) - figures.chapter.events;
-      if (rows <= 0) return;
+      if (rows <= 0) {  // a rate of 0 keeps the lanes' slices paired; RoundRatios skips it
+        figures.chapter_rates.push_back(0);
+        return;
+      }
       const auto start = SteadyClock::now();
       const PerRowRelayReport report =
           RunPerRowRelay(chapter_store, chapter_publisher, {rows, /*mark=*/true}, nullptr);
@@ -209,12 +212,15 @@ std::uint64_t SplitMix64(std::uint64_t i) {
   return z ^ (z >> 31);
 }
 
+// Makes the event of row i (from 0) at now (epoch ms).
+using EventMaker = std::function<OutboxEvent(std::int64_t i, std::int64_t now)>;
+
 // Loads options.workload_events unpublished rows made by make_event(i, now) (i from 0, now the
 // store's clock in epoch ms) into a fresh lab database at db, then times a Relay (leader mode, a
 // settle store, as `relay` runs) on publisher until none is pending.
 WorkloadThroughputFigure DrainWorkload(const BenchmarkOptions& options, const std::string& db,
                                        Publisher& publisher, const std::string& name,
-                                       const std::function<OutboxEvent(std::int64_t, std::int64_t)>& make_event) {
+                                       const EventMaker& make_event) {
   auto store = FreshDatabase(db, options.store);
   std::set<std::string> aggregates;
   store->BulkLoad(
@@ -246,8 +252,9 @@ WorkloadThroughputFigure DrainWorkload(const BenchmarkOptions& options, const st
   const std::string lane = "relay, workload " + figure.workload;
   RequireAllDelivered(lane.c_str(), options.workload_events, figure.relay.events);
   if (store->PendingCount() != 0)
-    throw KafkaError(fmt::format("{}: {} rows still pending in '{}'", lane, store->PendingCount(), db),
-                     RD_KAFKA_RESP_ERR__MSG_TIMED_OUT);
+    throw KafkaError(
+        fmt::format("{}: {} rows still pending in '{}'", lane, store->PendingCount(), db),
+        RD_KAFKA_RESP_ERR__MSG_TIMED_OUT);
   figure.relay.events_per_s = Rate(figure.relay.events, figure.relay.seconds);
   return figure;
 }
@@ -257,21 +264,21 @@ WorkloadThroughputFigure DrainWorkload(const BenchmarkOptions& options, const st
 WorkloadThroughputFigure MeasureRelayOnWorkload(const BenchmarkOptions& options,
                                                 const std::string& db, Publisher& publisher,
                                                 Workload workload) {
-  return DrainWorkload(options, db, publisher, WorkloadName(workload),
-                       [workload](std::int64_t i, std::int64_t now) {
+  const auto make_event = [workload](std::int64_t i, std::int64_t now) {
     return LoanCreatedEvent(ChapterLoan(LoanNumberFor(workload, i + 1), now), i + 1);
-  });
+  };
+  return DrainWorkload(options, db, publisher, WorkloadName(workload), make_event);
 }
 
 WorkloadThroughputFigure MeasureRelayOnRandomKeys(const BenchmarkOptions& options,
                                                   const std::string& db, Publisher& publisher) {
-  return DrainWorkload(options, db, publisher, kRandomKeysWorkload,
-                       [](std::int64_t i, std::int64_t now) {
+  const auto make_event = [](std::int64_t i, std::int64_t now) {
     OutboxEvent event = LoanCreatedEvent(ChapterLoan(i + 1, now), i + 1);
     const auto n = static_cast<std::uint64_t>(i);
     event.aggregate_id = fmt::format("{:016x}{:016x}", SplitMix64(2 * n), SplitMix64(2 * n + 1));
     return event;
-  });
+  };
+  return DrainWorkload(options, db, publisher, kRandomKeysWorkload, make_event);
 }
 
 }  // namespace outbox::lab::bench
