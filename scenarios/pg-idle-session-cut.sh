@@ -8,9 +8,10 @@
 #          finds the relay's session that ran the mark (pg_stat_activity), waits until the server
 #          has ended it, and writes 3 more loans.
 # Expects: the relay marks the second batch within 10 s on a reopened session: no "database
-#          connection lost" line, no reconnect, exit 0 on SIGTERM, and check finds 6 records and
-#          no duplicate. (Before the relay reopened a session ended while idle, that mark failed:
-#          the batch was sent again, and in claims mode its rows waited out the 30 s lease.)
+#          connection lost" line, no reconnect, a final line that counts the sessions opened
+#          again, exit 0 on SIGTERM, and check finds 6 records and no duplicate. (Before the
+#          relay reopened a session ended while idle, that mark failed: the batch was sent
+#          again, and in claims mode its rows waited out the 30 s lease.)
 # Skipped (exit 77) only when OUTBOX_PG_URL is unset; scripts/test.sh sets it.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -61,6 +62,7 @@ for mode in claims leader; do
   term_relay "$pid" "relay-$mode"
   sed 's/^/  | /' "$log"
   expect_no_line 'connection lost|reconnected' "$log"
+  expect_line '^\[relay\] opened [1-9][0-9]* database sessions again that the server had ended while they sat idle' "$log"
   expect_line 'stopped on signal: batches=[0-9]+ acked=6 marked=6 failed=0 parked=0 fenced=0 pending=0' "$log"
   expect_check "valid=1,lost=0,ok=6,duplicated=0"
 done

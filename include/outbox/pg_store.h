@@ -298,6 +298,10 @@ class PgStore : public OutboxStore {
   PgClaimMode mode() const noexcept { return mode_; }
   // The server process of this store's connection (pg_stat_activity.pid, PQbackendPID).
   int backend_pid() const noexcept { return PQbackendPID(connection_.get()); }
+  // Sessions ReopenIfClosedWhileIdle opened again since this store was made (Reconnect after a
+  // lost connection is not counted). Read it on the thread that uses the store, or after that
+  // thread's work was collected.
+  std::int64_t sessions_reopened() const noexcept { return sessions_reopened_; }
   // The URL without its password, for messages.
   const std::string& display_url() const noexcept { return connection_.display_url(); }
 
@@ -338,6 +342,7 @@ class PgStore : public OutboxStore {
   Clock* clock_;              // not owned
   PgClaimMode mode_;
   pg::Connection connection_;
+  std::int64_t sessions_reopened_ = 0;  // by ReopenIfClosedWhileIdle
   int heads_walk_skips_ = 0;  // claims and looks left that skip the heads walk (it gave up)
   // ReadPage: the block-key pages left that are read row by row (a walk of the heads gave up).
   int page_heads_skips_ = 0;

@@ -141,6 +141,16 @@ void AddTailCheck(RelayOptions& relay_options, const RelayCliOptions& o,
   };
 }
 
+// The sessions the server (or a pooler) ended while they sat idle and the relay opened again
+// before its next statement, on its first and second connections; 0 on SQLite.
+std::int64_t SessionsReopened(OutboxStore& store, OutboxStore* settle_store) {
+  std::int64_t reopened = 0;
+  for (OutboxStore* each : {&store, settle_store})
+    if (each != nullptr && each->backend() == Backend::kPostgres)
+      reopened += static_cast<PgStore*>(each)->sessions_reopened();
+  return reopened;
+}
+
 }  // namespace
 
 std::int64_t ReleaseDeadOwners(OutboxStore& store) {
@@ -555,6 +565,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                   {"parked", report.parked}, {"fenced", report.fenced},
                   {"pending", pending_left}, {"io_errors", report.io_errors},
                   {"parked_left", parked_left}, {"stalls", StallsJson(stalls)},
+                  {"sessions_reopened", SessionsReopened(store, settle_store.get())},
                   {"outage", outage.active() ? OutageJson(outage, pending_left)
                                              : nlohmann::ordered_json(nullptr)}};
               fmt::print("{}\n", lab::DumpJson(final_report));
@@ -567,6 +578,11 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             if (report.reconnects > 0)
               fmt::print("[relay] reconnected {} times after a lost database connection\n",
                          report.reconnects);
+            if (const std::int64_t reopened = SessionsReopened(store, settle_store.get());
+                reopened > 0)
+              fmt::print("[relay] opened {} database sessions again that the server had ended "
+                         "while they sat idle (idle_session_timeout, a pooler's idle timeout)\n",
+                         reopened);
             fmt::print("[relay] {} batches={} acked={} marked={} failed={} parked={} fenced={} "
                        "pending={}\n",
                        report.stopped ? "stopped on signal:" : "done:", report.batches,

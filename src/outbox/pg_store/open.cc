@@ -41,7 +41,9 @@ void PgStore::ReadWakeChannel() {
 void PgStore::Reconnect() { connection_ = pg::Connection(url_); }  // same schema: same channel
 
 void PgStore::ReopenIfClosedWhileIdle() {
-  if (connection_.ClosedWhileIdle()) Reconnect();
+  if (!connection_.ClosedWhileIdle()) return;
+  Reconnect();
+  ++sessions_reopened_;
 }
 
 bool PgStore::ConnectionLost(const std::exception& e) const noexcept {
