@@ -26,6 +26,16 @@ PIDS+=("$broker_pid")
 TOPIC=slow-ack-$$-$RANDOM
 echo "broker: $BROKER (JVM $broker_pid), topic $TOPIC"
 
+# _frozen PID: every thread of PID is stopped (state T in /proc/PID/task/*/stat; the state is the
+# field after the command name, which ends at the last ')').
+_frozen() {
+  local stat state
+  for stat in /proc/"$1"/task/*/stat; do
+    state=$(sed -E 's/.*\) ([A-Za-z]).*/\1/' "$stat" 2>/dev/null) || return 1
+    [ "$state" = T ] || return 1
+  done
+}
+
 # _kafka_has N: the topic holds N records (kcat, to the end of the partition).
 _kafka_has() { [ "$(kcat -b "$BROKER" -t "$TOPIC" -C -e -q -f '%o\n' 2>/dev/null | grep -c .)" -ge "$1" ]; }
 
@@ -43,6 +53,9 @@ publish_pid=$BG_PID publish_log=$BG_LOG
 wait_paused "$publish_pid" "$publish_log" relay.after_mark
 echo "\$ kill -STOP $broker_pid"
 kill -STOP "$broker_pid" || die "could not freeze the broker"
+# SIGSTOP stops each of the JVM's threads as it next runs: on a busy machine one may still answer
+# a request for a moment. Row 2 goes out only once every thread is stopped.
+wait_until 10 "" _frozen "$broker_pid" || die "the broker's JVM $broker_pid was not stopped within 10 s"
 release "$publish_pid"
 wait_exit "$publish_pid" 60 "publish 2"
 echo "\$ kill -CONT $broker_pid"
