@@ -258,6 +258,9 @@ class OutboxStore {
   // Opens a new connection in place of a lost one. Throws what the connect throws (while the
   // server is still down, an error for which ConnectionLost is true). Nothing to do on SQLite.
   virtual void Reconnect() {}
+  // Sessions the server (or a pooler) ended while they sat idle and that this store opened
+  // again before its next statement (PgStore::ReopenIfClosedWhileIdle); always 0 on SQLite.
+  virtual std::int64_t SessionsReopened() const noexcept { return 0; }
 };
 
 }  // namespace outbox

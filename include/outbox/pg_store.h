@@ -301,7 +301,7 @@ class PgStore : public OutboxStore {
   // Sessions ReopenIfClosedWhileIdle opened again since this store was made (Reconnect after a
   // lost connection is not counted). Read it on the thread that uses the store, or after that
   // thread's work was collected.
-  std::int64_t sessions_reopened() const noexcept { return sessions_reopened_; }
+  std::int64_t SessionsReopened() const noexcept override { return sessions_reopened_; }
   // The URL without its password, for messages.
   const std::string& display_url() const noexcept { return connection_.display_url(); }
 

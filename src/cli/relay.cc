@@ -141,16 +141,6 @@ void AddTailCheck(RelayOptions& relay_options, const RelayCliOptions& o,
   };
 }
 
-// The sessions the server (or a pooler) ended while they sat idle and the relay opened again
-// before its next statement, on its first and second connections; 0 on SQLite.
-std::int64_t SessionsReopened(OutboxStore& store, OutboxStore* settle_store) {
-  std::int64_t reopened = 0;
-  for (OutboxStore* each : {&store, settle_store})
-    if (each != nullptr && each->backend() == Backend::kPostgres)
-      reopened += static_cast<PgStore*>(each)->sessions_reopened();
-  return reopened;
-}
-
 }  // namespace
 
 std::int64_t ReleaseDeadOwners(OutboxStore& store) {
@@ -554,6 +544,9 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             // Stopped (or --once) while waiting out an outage: its rows stay pending, unparked.
             const BrokerOutage& outage = relay.Outage();
             const std::int64_t pending_left = store.PendingCount();
+            // Sessions the server ended while idle, opened again (both connections).
+            const std::int64_t reopened =
+                store.SessionsReopened() + (settle_store ? settle_store->SessionsReopened() : 0);
             ExitCode done =
                 o->fail_on_parked && parked_left > 0 ? ExitCode::kParkedRows : ExitCode::kOk;
             if (done == ExitCode::kOk && !stalls.empty()) done = ExitCode::kStalled;
@@ -565,7 +558,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                   {"parked", report.parked}, {"fenced", report.fenced},
                   {"pending", pending_left}, {"io_errors", report.io_errors},
                   {"parked_left", parked_left}, {"stalls", StallsJson(stalls)},
-                  {"sessions_reopened", SessionsReopened(store, settle_store.get())},
+                  {"sessions_reopened", reopened},
                   {"outage", outage.active() ? OutageJson(outage, pending_left)
                                              : nlohmann::ordered_json(nullptr)}};
               fmt::print("{}\n", lab::DumpJson(final_report));
@@ -578,8 +571,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             if (report.reconnects > 0)
               fmt::print("[relay] reconnected {} times after a lost database connection\n",
                          report.reconnects);
-            if (const std::int64_t reopened = SessionsReopened(store, settle_store.get());
-                reopened > 0)
+            if (reopened > 0)
               fmt::print("[relay] opened {} database sessions again that the server had ended "
                          "while they sat idle (idle_session_timeout, a pooler's idle timeout)\n",
                          reopened);

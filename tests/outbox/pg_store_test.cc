@@ -1077,9 +1077,9 @@ TEST_CASE("PostgreSQL sessions the server ended while idle are reopened by the r
   EndSession(admin, relay.backend_pid());
   CHECK(relay.ReleaseLease(lease.lease.token));
   // Each ended session was opened again once: the relay's six, the settle connection's two.
-  CHECK(relay.sessions_reopened() == 6);
-  CHECK(settle.sessions_reopened() == 2);
-  CHECK(writer.sessions_reopened() == 0);
+  CHECK(relay.SessionsReopened() == 6);
+  CHECK(settle.SessionsReopened() == 2);
+  CHECK(writer.SessionsReopened() == 0);
   const OutboxCounts counts = writer.Count();
   CHECK(counts.published == 3);
   CHECK(counts.unpublished == 0);
