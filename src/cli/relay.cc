@@ -372,13 +372,16 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             }
             if (o->tail_check) AddTailCheck(relay_options, *o, global, store, producer_handle);
             // The broker the marks go to; when it did not answer yet, after the first mark.
-            // An I/O error while noting it is transient like any other of the relay's: the
-            // note waits for the first mark, and the relay goes on.
+            // An I/O error, and for a relay that runs until stopped another writer's lock, is
+            // transient here as in its loop: the note waits for the first mark.
             bool noted = false;
             try {
               noted = NoteBrokerIncarnation(producer_handle, store, o->delivery_timeout_ms);
             } catch (const DbError& e) {
-              if (e.primary_code() != SQLITE_IOERR) throw;
+              const bool runs_forever = !o->once && !o->until_empty;
+              if (e.primary_code() != SQLITE_IOERR &&
+                  !(e.primary_code() == SQLITE_BUSY && runs_forever))
+                throw;
               fmt::print("[relay] broker incarnation not noted at start ({}); noted after the "
                          "first mark\n",
                          e.what());
