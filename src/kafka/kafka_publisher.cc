@@ -81,6 +81,16 @@ KafkaPublisher::KafkaPublisher(const KafkaPublisherOptions& options)
       // failure line; -X log_level=7 brings librdkafka's own log back.
       {"log_level", "2"},
   };
+  for (const auto& [name, value] : options.properties)
+    // With acks=0 librdkafka reports every record delivered without asking the broker (offset
+    // -1001), and the outbox marks a row published only on the broker's acknowledgement.
+    if ((name == "acks" || name == "request.required.acks") &&
+        value.find_first_not_of(" 0") == std::string::npos && value.find('0') != std::string::npos)
+      throw ConfigError(fmt::format(
+          "librdkafka property '{}={}': the broker would acknowledge nothing, so a row would be "
+          "marked published with no proof that its record arrived; use acks=all (the default) "
+          "or acks=1",
+          name, value));
   properties.insert(properties.end(), options.properties.begin(), options.properties.end());
   ConfHandle conf = MakeConf(properties);
   rd_kafka_conf_set_dr_msg_cb(conf.get(), &KafkaPublisher::OnDelivery);

@@ -251,6 +251,17 @@ TEST_CASE("KafkaPublisher rejects bad configuration with ConfigError", "[kafka]"
     REQUIRE(error.has_value());
     REQUIRE_THAT(error->what(), Catch::Contains("acks=sometimes"));
   }
+  SECTION("acks=0 under either name: no acknowledgement to mark a row on") {
+    for (const char* name : {"acks", "request.required.acks"}) {
+      options.properties = {{name, "0"}};
+      const auto error = CaptureThrow<outbox::ConfigError>([&] { KafkaPublisher p(options); });
+      REQUIRE(error.has_value());
+      REQUIRE_THAT(error->what(), Catch::Contains(std::string(name) + "=0") &&
+                                      Catch::Contains("acknowledge nothing"));
+    }
+    options.properties = {{"acks", "1"}};  // the partition leader's ack: accepted
+    KafkaPublisher accepted(options);
+  }
   SECTION("a delivery timeout that is not positive") {
     options.delivery_timeout_ms = 0;
     const auto error = CaptureThrow<outbox::ConfigError>([&] { KafkaPublisher p(options); });

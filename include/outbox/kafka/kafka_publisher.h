@@ -70,7 +70,10 @@ inline constexpr double kBatchLingerMs = 1;
 
 class KafkaPublisher : public Publisher {
  public:
-  // Throws ConfigError for an unknown or invalid property.
+  // Throws ConfigError for an unknown or invalid property, and for acks=0 (or
+  // request.required.acks=0): librdkafka then reports a record delivered without any
+  // acknowledgement from the broker (librdkafka CONFIGURATION.md, acks), which the outbox's
+  // mark-after-ack rule cannot rest on.
   explicit KafkaPublisher(const KafkaPublisherOptions& options);
 
   // Purges and collects the reports of batches still in flight (bounded by
