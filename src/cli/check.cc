@@ -1,6 +1,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <optional>
+#include <unordered_set>
+
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
@@ -62,6 +65,7 @@ void PrintJson(const lab::CheckResult& r, const std::string& run_id,
   out["parked"] = r.parked;
   out["retention_unknown"] = r.retention_unknown;
   out["restart_unknown"] = r.restart_unknown;
+  out["published_during_read"] = r.published_during_read;
   if (r.broker_restart.restarted)
     out["broker_restart"] = {{"gone", r.broker_restart.gone},
                              {"current", r.broker_restart.current},
@@ -173,9 +177,13 @@ void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
                      "pins an aggregate to one partition",
                list(items));
   }
-  if (!r.stuck.empty() || !r.retention_unknown.empty() || !r.restart_unknown.empty())
-    fmt::print("[check] pending={} parked={} cannot-judge={}\n", r.pending.size(), r.parked.size(),
-               r.retention_unknown.size() + r.restart_unknown.size());
+  if (!r.stuck.empty() || !r.retention_unknown.empty() || !r.restart_unknown.empty() ||
+      !r.published_during_read.empty())
+    fmt::print("[check] pending={} parked={} cannot-judge={}{}\n", r.pending.size(),
+               r.parked.size(), r.retention_unknown.size() + r.restart_unknown.size(),
+               r.published_during_read.empty()
+                   ? std::string()
+                   : fmt::format(" published-during-read={}", r.published_during_read.size()));
   if (r.atomicity_skipped)
     fmt::print("[check] atomicity skipped: business_loan is empty, so these events come from "
                "another application; outbox judged against Kafka only (name its table with "
@@ -208,6 +216,10 @@ void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
                list(r.pending));
   if (!r.parked.empty())
     fmt::print("[check] parked (sent again only after `outbox-lab unpark`): {}\n", list(r.parked));
+  if (!r.published_during_read.empty())
+    fmt::print("[check] published while the topic was read (a live relay; their records may lie "
+               "past the end read, so neither ok nor lost: check again once it is idle): {}\n",
+               list(r.published_during_read));
   if (!r.retention_unknown.empty())
     fmt::print("[check] cannot judge (broker retention): {}\n", list(r.retention_unknown));
   if (!r.restart_unknown.empty())
@@ -333,6 +345,19 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                       if (e.primary_code() != SQLITE_CORRUPT) throw;
                       r.corrupt = e.reason();  // SQLite's words, not our SQL
                     }
+                    // What was published before the topic read fixed the partitions' ends
+                    // (under the WAL relay, by its slot read now): a live relay's later marks
+                    // are then not taken for lost events (CheckRun, published_during_read).
+                    std::optional<WalProgress> wal;
+                    std::optional<std::unordered_set<std::string>> published_before_read;
+                    if (store) {
+                      try {
+                        if (store->backend() == Backend::kPostgres) wal = ReadWalProgress(global.db);
+                        published_before_read = lab::PublishedEventIds(*store, wal ? &*wal : nullptr);
+                      } catch (const DbError& e) {
+                        if (e.primary_code() != SQLITE_CORRUPT) throw;  // judged below
+                      }
+                    }
                     // Every topic the run used (--topic-template), else --topic; a corrupt
                     // database names no event types: --topic then.
                     const lab::TopicLog log = lab::ReadTopicLogs(
@@ -351,16 +376,14 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                       try {
                         lab::RunRecords run = lab::RecordsOfRun(log.records, run_id);
                         // The WAL relay marks no row: its slot says what is still pending.
-                        std::optional<WalProgress> wal;
-                        if (store->backend() == Backend::kPostgres) {
-                          wal = ReadWalProgress(global.db);
-                          if (wal && !o->json) PrintWalProgress("check", *wal);
-                        }
+                        if (wal && !o->json) PrintWalProgress("check", *wal);
                         r = lab::CheckRun(*store, run.records,
                                           o->histories.empty() ? nullptr : &ops, log.partitions,
                                           log.broker_incarnation,
                                           o->business_table.empty() ? nullptr : &business,
-                                          wal ? &*wal : nullptr);
+                                          wal ? &*wal : nullptr,
+                                          published_before_read ? &*published_before_read
+                                                                : nullptr);
                         r.other_run_records = run.other_run_records;
                         // Published rows missing from a topic the broker does not have: a wrong
                         // --topic, not lost events (counts ok + lost: every published row).

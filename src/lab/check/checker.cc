@@ -43,6 +43,13 @@ std::map<std::string, std::string> TxnOutcomes(const std::vector<HistoryOp>& ops
 
 namespace {
 
+// Published by its flag, or (under the WAL relay, which marks no row) once the slot holds no
+// pending insert of it.
+bool CountsAsPublished(const SnapshotRow& row, const WalProgress* wal) {
+  return row.published || (wal != nullptr && wal->pending_ids && !row.archived &&
+                           wal->pending_ids->count(row.id) == 0);
+}
+
 template <typename OutboxMap, typename SeenMap>
 void JudgeHistory(const std::vector<HistoryOp>& ops, const OutboxMap& outbox, const SeenMap& seen,
                   const std::vector<std::string>& first_seen, CheckResult& result) {
@@ -110,7 +117,8 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
                      const std::vector<HistoryOp>* history,
                      const std::vector<PartitionExtent>& partitions,
                      const std::string& broker_incarnation,
-                     const BusinessTable* business, const WalProgress* wal) {
+                     const BusinessTable* business, const WalProgress* wal,
+                     const std::unordered_set<std::string>* published_before_read) {
   CheckResult result;
   result.partitions = partitions;
   result.broker_restart = JudgeBrokerRestart(store.BrokerIncarnations(), broker_incarnation);
@@ -131,8 +139,7 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
     result.business_table = lab.business_table;
     // Archived rows (purge --archive) were published: they still count.
     for (const SnapshotRow& row : lab.outbox.rows) {
-      const bool published = row.published || (wal != nullptr && wal->pending_ids &&
-                                                !row.archived && wal->pending_ids->count(row.id) == 0);
+      const bool published = CountsAsPublished(row, wal);
       outbox[row.event_id] = {row.id, row.event_id, row.aggregate_id, published, row.parked};
       outbox_order.push_back(row.event_id);
     }
@@ -214,6 +221,10 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
       continue;
     }
     if (!entry.published) continue;
+    if (published_before_read != nullptr && !published_before_read->count(event_id)) {
+      result.published_during_read.push_back(event_id);
+      continue;
+    }
     if (result.broker_restart.restarted) {
       result.restart_unknown.push_back(event_id);
       continue;
@@ -228,6 +239,13 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
   for (const auto& event_id : outbox_order) result.outbox.push_back(outbox[event_id]);
   if (history) JudgeHistory(*history, outbox, seen, first_seen, result);
   return result;
+}
+
+std::unordered_set<std::string> PublishedEventIds(OutboxStore& store, const WalProgress* wal) {
+  std::unordered_set<std::string> published;
+  for (const SnapshotRow& row : ReadLabSnapshot(store).outbox.rows)
+    if (CountsAsPublished(row, wal)) published.insert(row.event_id);
+  return published;
 }
 
 const char* VerdictName(Verdict verdict) {
@@ -247,7 +265,7 @@ const std::vector<std::string>& CheckExpectationKeys() {
       "atomicity",     "lost_after_mark",    "stuck",                "order_violations",
       "order_hazards",
       "pending",       "parked",             "retention_unknown",    "other_run_records",
-      "restart_unknown",
+      "restart_unknown", "published_during_read",
       "history_attempts", "history_acknowledged", "history_failed", "history_indeterminate",
       "history_ok",    "history_recovered",  "history_unexpected", "history_marked",
       "history_fenced", "history_parked",    "history_marked_without_ack",
@@ -276,6 +294,7 @@ std::map<std::string, std::int64_t> CheckValues(const CheckResult& r) {
       {"parked", size(r.parked)},
       {"retention_unknown", size(r.retention_unknown)},
       {"restart_unknown", size(r.restart_unknown)},
+      {"published_during_read", size(r.published_during_read)},
       {"other_run_records", r.other_run_records},
       {"undone", size(r.undone)},
       {"undone_phantom", size(r.undone_phantom)},

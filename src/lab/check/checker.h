@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -130,6 +131,10 @@ struct CheckResult {
   // Marked published, yet not in Kafka (the lost ones), or marked without an ack (history).
   std::vector<std::string> lost_after_mark;
   std::vector<std::string> stuck;    // pending and parked together, in outbox id order
+  // Marked published after the topic read fixed each partition's end, and not in what it read
+  // (CheckRun's published_before_read): a live relay's record may lie past that end, so the
+  // event is neither ok nor lost; check again once the relay is idle.
+  std::vector<std::string> published_during_read;
   std::vector<std::string> order_violations;  // per aggregate, first sightings out of id order
   std::vector<OrderViolation> order_pairs;    // the same violations, with both records
   // Aggregates seen on more than one partition, by aggregate id. Reported, with order
@@ -167,7 +172,7 @@ struct CheckResult {
   }
   Verdict verdict() const {
     if (has_findings()) return Verdict::kInvalid;
-    if (!stuck.empty()) return Verdict::kNotDrained;
+    if (!stuck.empty() || !published_during_read.empty()) return Verdict::kNotDrained;
     if (!retention_unknown.empty() || !restart_unknown.empty()) return Verdict::kCannotJudge;
     return Verdict::kValid;
   }
@@ -206,13 +211,23 @@ std::map<std::string, std::string> TxnOutcomes(const std::vector<HistoryOp>& ops
 // the lab's business_loan; see LabSnapshot::atomicity_skipped). broker_incarnation (TopicLog::broker_incarnation):
 // when it is not among the incarnations the store noted, a published event not
 // in records is restart_unknown instead of lost. wal: the WAL relay's progress, as
-// TakeDbSnapshot takes it (a row counts as published once its slot holds no insert of it). Throws DbError (SQLITE_CORRUPT
+// TakeDbSnapshot takes it (a row counts as published once its slot holds no insert of it).
+// published_before_read (PublishedEventIds, read before the topic): when given, a published
+// event not in records and not in it is published_during_read instead of lost, since a relay
+// may have marked it after the read fixed the partitions' ends. Throws DbError (SQLITE_CORRUPT
 // when the damage stops the reads) or, on PostgreSQL, pg::PgError.
 CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records,
                      const std::vector<HistoryOp>* history = nullptr,
                      const std::vector<PartitionExtent>& partitions = {},
                      const std::string& broker_incarnation = {},
                      const BusinessTable* business = nullptr,
-                     const WalProgress* wal = nullptr);
+                     const WalProgress* wal = nullptr,
+                     const std::unordered_set<std::string>* published_before_read = nullptr);
+
+// The event ids published at this instant (archived and purged ones included; under wal, as
+// CheckRun counts them), in one read transaction. Read before the topic, it lets CheckRun tell
+// an event lost from one a live relay marked while the topic was read. Throws as CheckRun.
+std::unordered_set<std::string> PublishedEventIds(OutboxStore& store,
+                                                  const WalProgress* wal = nullptr);
 
 }  // namespace outbox::lab

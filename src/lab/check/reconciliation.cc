@@ -113,6 +113,15 @@ KafkaReconciliation Reconcile(const DbSnapshot& db, const TopicLog& log) {
   return result;
 }
 
+void SetAsideCommittedDuringRead(KafkaReconciliation& result, const DbSnapshot& later) {
+  std::unordered_set<std::string> now(later.outbox_event_ids.begin(), later.outbox_event_ids.end());
+  now.insert(later.archived_event_ids.begin(), later.archived_event_ids.end());
+  std::vector<std::string> unexpected;
+  for (std::string& id : result.unexpected)
+    (now.count(id) ? result.committed_during_read : unexpected).push_back(std::move(id));
+  result.unexpected = std::move(unexpected);
+}
+
 KafkaReconciliation Reconcile(const std::vector<std::string>& outbox_event_ids,
                               const std::vector<TopicRecord>& records) {
   KafkaReconciliation result;

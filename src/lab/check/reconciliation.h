@@ -70,7 +70,16 @@ struct KafkaReconciliation {
   std::int64_t other_run_records = 0;  // records of other runs, left out of every count
   // Archived or purged events found in Kafka (DbSnapshot overload): published, not unexpected.
   std::int64_t archived_in_kafka = 0;
+  // In Kafka, not in the outbox read before the topic, but in a read after it
+  // (SetAsideCommittedDuringRead): a live writer committed them and a relay sent them while the
+  // topic was read. Neither unexpected nor in any other list.
+  std::vector<std::string> committed_during_read;
 };
+
+// Moves each id of result.unexpected that later (a DbSnapshot taken after the topic read) holds,
+// in the outbox or archived, to result.committed_during_read: reading the database before the
+// topic, verify would otherwise take a live writer's newest events for phantoms.
+void SetAsideCommittedDuringRead(KafkaReconciliation& result, const DbSnapshot& later);
 
 // Reads the counts, the outbox's event ids and the run id in one read
 // transaction (either backend). Archived rows (purge --archive) are not counted. Throws DbError.

@@ -196,7 +196,7 @@ std::string CheckVerdictLine(const CheckResult& r, Lang lang) {
     case Verdict::kInvalid: return zh ? "无效（INVALID）" : "INVALID";
     case Verdict::kNotDrained: {
       std::string text = zh ? fmt::format("尚未发完：{} 条 outbox 行还没发布；先运行 relay，再 check",
-                                          r.stuck.size())
+                                          r.stuck.size() + r.published_during_read.size())
                             : "not drained yet: run the relay, then check";
       if (!r.parked.empty())
         text += zh ? fmt::format("（其中 {} 条已停放，先 outbox-lab unpark --all）", r.parked.size())

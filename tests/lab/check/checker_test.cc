@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -230,6 +231,36 @@ TEST_CASE("CheckRun reports an event marked published yet absent from Kafka as l
   CHECK(r.phantom.empty());
 }
 
+TEST_CASE("CheckRun takes an event marked after the topic read as published during the read "
+          "not lost",
+          "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(3);
+  f.Mark("evt-1001");
+  f.Mark("evt-1002");
+  // What check reads before the topic: 1001 and 1002 published. A live relay then sends 1003
+  // past the end the topic read fixed, and marks it before the second read.
+  const auto before = outbox::lab::PublishedEventIds(*f.store);
+  CHECK(before == std::unordered_set<std::string>{"evt-1001", "evt-1002"});
+  f.Mark("evt-1003");
+
+  const CheckResult live = CheckRun(*f.store, Records({"evt-1002"}), nullptr, {}, {}, nullptr,
+                                    nullptr, &before);
+  CHECK(live.verdict() == outbox::lab::Verdict::kInvalid);  // 1001 was published before: lost
+  CHECK(live.lost == Strings{"evt-1001"});
+  CHECK(live.published_during_read == Strings{"evt-1003"});
+
+  const CheckResult behind = CheckRun(*f.store, Records({"evt-1001", "evt-1002"}), nullptr, {},
+                                      {}, nullptr, nullptr, &before);
+  CHECK(behind.verdict() == outbox::lab::Verdict::kNotDrained);
+  CHECK(behind.lost.empty());
+  CHECK(behind.lost_after_mark.empty());
+  CHECK(behind.ok == 2);
+  CHECK(outbox::lab::CheckValues(behind).at("published_during_read") == 1);
+  // Without the earlier read (a caller that has none), the same event is lost.
+  CHECK(CheckRun(*f.store, Records({"evt-1001", "evt-1002"})).lost == Strings{"evt-1003"});
+}
+
 TEST_CASE("CheckRun reports a record whose event id is in no outbox row as phantom", "[checker]") {
   CheckerFixture f;
   f.WriteLoans(2);
@@ -437,7 +468,8 @@ TEST_CASE("CheckValues gives check --expect every key with the report's numbers 
                       {"order_hazards", 0},
                       {"pending", 2},      {"parked", 0},          {"retention_unknown", 0},
                       {"other_run_records", 0}, {"undone", 0},   {"undone_phantom", 0},
-                      {"corrupt", 0},      {"restart_unknown", 0}});
+                      {"corrupt", 0},      {"restart_unknown", 0},
+                      {"published_during_read", 0}});
   // Every value has a key check --expect accepts; history keys only with a history.
   const auto& keys = outbox::lab::CheckExpectationKeys();
   for (const auto& [key, value] : values) {

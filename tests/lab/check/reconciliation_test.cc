@@ -189,3 +189,23 @@ TEST_CASE("CompareExpectations reports an expected kafka key without a broker", 
   CHECK_THAT(lines[0], Catch::StartsWith("kafka_records: expected 8") &&
                            Catch::Contains("no broker"));
 }
+
+TEST_CASE("SetAsideCommittedDuringRead keeps as unexpected only ids no later read holds",
+          "[checker]") {
+  // verify read evt-1001 from the database, then the topic, where a live writer's evt-1002 had
+  // arrived meanwhile; evt-9999 has no row at all.
+  DbSnapshot before;
+  before.outbox_event_ids = {"evt-1001"};
+  outbox::lab::TopicLog log;
+  log.records = RecordsWithIds({"evt-1001", "evt-1002", "evt-9999"});
+  KafkaReconciliation result = Reconcile(before, log);
+  REQUIRE(result.unexpected == Strings{"evt-1002", "evt-9999"});
+
+  DbSnapshot later;
+  later.outbox_event_ids = {"evt-1001", "evt-1002"};
+  outbox::lab::SetAsideCommittedDuringRead(result, later);
+
+  CHECK(result.unexpected == Strings{"evt-9999"});
+  CHECK(result.committed_during_read == Strings{"evt-1002"});
+  CHECK(ActualValues(before, result).at("kafka_unexpected") == 1);
+}
