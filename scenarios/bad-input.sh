@@ -525,7 +525,7 @@ expect_rc 0 "status on a schema 2 database"
 expect_line '^\[status\] bad-created-at=2 ids=2,3: ' "$OUT"
 run status --json
 expect_json "$OUT" '.bad_created_at == 2 and .bad_created_at_ids == [2,3] and .oldest_unpublished_age_ms < 60000' "status --json on the migrated database"
-[ "$(sqlite3 "$DB" 'PRAGMA user_version')" = 6 ] || fail "the database was not migrated to schema 6"
+[ "$(sqlite3 "$DB" 'PRAGMA user_version')" = 7 ] || fail "the database was not migrated to schema 7"
 run metrics
 expect_line '^outbox_bad_created_at_rows 2$' "$OUT"
 

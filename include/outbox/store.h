@@ -90,7 +90,9 @@ struct ResetCounts {
 // ReadPage's hold-back test; it now reads outbox_pending_by_aggregate, as the claim does).
 // 6 adds the nullable not_before column to outbox (delayed publish, OutboxEvent::not_before_ms):
 // epoch ms compared with the store's Clock, the relay's process clock.
-inline constexpr int kSchemaVersion = 6;
+// 7 adds triggers that store a BLOB aggregate_id or event_id as TEXT of the same bytes, and
+// casts the stored ones (schema.cc, kMigrateToV7: SQLite never compares a BLOB equal to TEXT).
+inline constexpr int kSchemaVersion = 7;
 
 // How a relay maps record keys to the partitions of one topic (OutboxStore::NotePartitionMapping).
 struct PartitionMapping {
@@ -490,6 +492,7 @@ class Store : public OutboxStore {
   void MigrateToV4();
   void MigrateToV5();
   void MigrateToV6();
+  void MigrateToV7();
   // ReadPage with block_key checked in SQL, one probe per row.
   std::vector<OutboxRow> ReadPagePerRow(const PageRequest& request);
   // ReadPage's page by the block_key rule from the aggregates' heads: the sendable rows among

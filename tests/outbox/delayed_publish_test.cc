@@ -264,7 +264,7 @@ TEST_CASE("A schema 5 file gains a NULL not_before on open and its rows stay due
                            "WHERE name = 'not_before'") == 0);
   }
   Store store(path, outbox::testing::FastStoreOptions(), OpenMode::kExisting);
-  CHECK(store.BeginRead().connection().QueryInt64("PRAGMA user_version") == 6);
+  CHECK(store.BeginRead().connection().QueryInt64("PRAGMA user_version") == outbox::kSchemaVersion);
   CHECK_FALSE(IntColumn(store, "not_before", 1).has_value());
   CHECK(IdsOf(store.ClaimBatch(Request(kNowMs)).rows) == Ids{1});
 }

@@ -18,6 +18,7 @@
 
 namespace {
 
+using outbox::ClaimRequest;
 using outbox::OpenMode;
 using outbox::Store;
 using outbox::StoreOptions;
@@ -155,4 +156,107 @@ TEST_CASE("ClaimOwners lists unexpired claims by owner and ReleaseClaimsOf frees
   restart.now_ms = now_ms + 1000;
   CHECK(store.ClaimBatch(restart).rows.size() == 3);
   CHECK(store.ClaimOwners(now_ms + 1000).size() == 3);
+}
+
+namespace {
+
+// The storage class SQLite keeps for column of row id: 'text', 'blob', ...
+std::string TypeOf(Store& store, const std::string& column, std::int64_t id) {
+  auto select = store.BeginRead().connection().Prepare("SELECT typeof(" + column +
+                                                       ") FROM outbox WHERE id = ?1");
+  select.Bind(1, id);
+  REQUIRE(select.Step());
+  return select.ColumnText(0);
+}
+
+ClaimRequest BlockKeyClaim() {
+  ClaimRequest request;
+  request.owner = "relay-test";
+  request.limit = 10;
+  request.lease_ms = 30000;
+  request.now_ms = outbox::testing::kNowMs;
+  request.block_key = true;
+  return request;
+}
+
+}  // namespace
+
+TEST_CASE("An aggregate_id or event_id bound as bytes is stored as TEXT so the aggregate's "
+          "order and the event id's uniqueness hold",
+          "[store]") {
+  TempDir dir;
+  Store store(dir.File("outbox.db"), StoreOptions{}, OpenMode::kCreate);
+  store.ResetSchema();
+  {
+    // Row 1 of aggregate 'A-1' in backoff for a minute past kNowMs; row 2 of the same aggregate
+    // bound as bytes: SQLite never compares a BLOB equal to TEXT, so before schema 7 the claim
+    // took row 2 first.
+    auto txn = store.BeginWrite();
+    txn.connection().Exec(
+        "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, attempts, "
+        "next_attempt_at) VALUES ('e1', 'A-1', 'T', '{}', 1, 1700000160000);"
+        "INSERT INTO outbox(event_id, aggregate_id, event_type, payload) "
+        "VALUES (X'6532', X'412D31', 'T', '{}');");
+    txn.Commit();
+  }
+  CHECK(TypeOf(store, "aggregate_id", 2) == "text");
+  CHECK(TypeOf(store, "event_id", 2) == "text");
+  CHECK(outbox::testing::TextColumn(store, "aggregate_id", 2) == "A-1");
+  CHECK(store.ClaimBatch(BlockKeyClaim()).rows.empty());
+
+  SECTION("an UPDATE to bytes is stored as TEXT too") {
+    auto txn = store.BeginWrite();
+    txn.connection().Exec("UPDATE outbox SET aggregate_id = X'422D32' WHERE id = 2");
+    txn.Commit();
+    CHECK(TypeOf(store, "aggregate_id", 2) == "text");
+    CHECK(outbox::testing::TextColumn(store, "aggregate_id", 2) == "B-2");
+    CHECK(Ids{2} == Ids{store.ClaimBatch(BlockKeyClaim()).rows.at(0).id});
+  }
+  SECTION("bytes equal to a stored event id fail UNIQUE, as the same TEXT would") {
+    auto txn = store.BeginWrite();
+    const auto error = outbox::testing::CaptureThrow<outbox::DbError>([&] {
+      txn.connection().Exec(
+          "INSERT INTO outbox(event_id, aggregate_id, event_type, payload) "
+          "VALUES (X'6531', 'C-3', 'T', '{}')");
+    });
+    REQUIRE(error.has_value());
+    CHECK_THAT(error->what(), Catch::Contains("UNIQUE") && Catch::Contains("event_id"));
+  }
+  SECTION("an empty bytes aggregate fails as the empty TEXT one does") {
+    auto txn = store.BeginWrite();
+    const auto error = outbox::testing::CaptureThrow<outbox::DbError>([&] {
+      txn.connection().Exec(
+          "INSERT INTO outbox(event_id, aggregate_id, event_type, payload) "
+          "VALUES ('e3', X'', 'T', '{}')");
+    });
+    REQUIRE(error.has_value());
+    CHECK_THAT(error->what(), Catch::Contains("aggregate_id must not be empty"));
+  }
+  CHECK(store.Count().total == 2);
+}
+
+TEST_CASE("A schema 6 database migrates and its stored byte ids become TEXT", "[store]") {
+  TempDir dir;
+  const std::string path = dir.File("v6.db");
+  {
+    Store store(path, StoreOptions{}, OpenMode::kCreate);
+    store.ResetSchema();
+  }
+  {
+    outbox::sqlite::Connection raw(path, SQLITE_OPEN_READWRITE);
+    raw.Exec(
+        "DROP TRIGGER outbox_ids_as_text_insert; DROP TRIGGER outbox_ids_as_text_update; "
+        "PRAGMA user_version = 6;"
+        "INSERT INTO outbox(event_id, aggregate_id, event_type, payload) VALUES "
+        "('dup', 'A-1', 'T', '{}'), (X'6532', X'412D31', 'T', '{}'), "
+        "(X'647570', 'A-2', 'T', '{}');");
+    REQUIRE(raw.QueryInt64("SELECT COUNT(*) FROM outbox WHERE typeof(aggregate_id) = 'blob'") == 1);
+  }
+  Store store(path, StoreOptions{}, OpenMode::kExisting);
+  REQUIRE(store.BeginRead().connection().QueryInt64("PRAGMA user_version") == 7);
+  CHECK(TypeOf(store, "aggregate_id", 2) == "text");
+  CHECK(TypeOf(store, "event_id", 2) == "text");
+  // Its TEXT form taken by row 1: kept as it was, never lost.
+  CHECK(TypeOf(store, "event_id", 3) == "blob");
+  CHECK(store.Count().total == 3);
 }

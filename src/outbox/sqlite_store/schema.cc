@@ -102,7 +102,8 @@ constexpr const char* kSchemaV2ColumnList =
 // application's, and a rebuild recreates it.
 constexpr const char* kLabOutboxObjects =
     "'outbox_unpublished', 'outbox_pending_by_aggregate', 'outbox_created_at_insert', "
-    "'outbox_created_at_update', 'outbox_aggregate_id_insert'";
+    "'outbox_created_at_update', 'outbox_aggregate_id_insert', 'outbox_ids_as_text_insert', "
+    "'outbox_ids_as_text_update'";
 constexpr const char* kFinishV3 = R"sql(
 CREATE INDEX outbox_unpublished ON outbox(id) WHERE published = 0;
 CREATE INDEX outbox_pending_by_aggregate ON outbox(aggregate_id, id) WHERE published = 0;
@@ -156,6 +157,39 @@ PRAGMA user_version = 5;
 // headers was (a database whose user_version was set back by hand keeps its column).
 constexpr const char* kNotBeforeColumn = "not_before INTEGER";
 
+// Schema 6 -> 7: aggregate_id and event_id stored as TEXT whatever the writer bound. SQLite
+// keeps a BLOB in a TEXT column as a BLOB (https://www.sqlite.org/datatype3.html, "Type
+// Affinity") and never compares a BLOB equal to a TEXT of the same bytes, while the record key,
+// the event id header and the checker read bytes. A foreign writer's BLOB aggregate 'A-1' was
+// then another aggregate than the TEXT 'A-1' to the relay's hold-back, and their events could
+// reach the one Kafka key out of order; a BLOB event id passed UNIQUE beside the same TEXT one,
+// and an idempotent consumer dropped the second event as a duplicate. The triggers cast both to
+// TEXT after each insert or update (the same bytes, the writer's INSERT kept: a BLOB event id
+// equal to a stored one now fails UNIQUE, as the TEXT would); the rows already stored are cast
+// once (an event id whose TEXT form is taken stays a BLOB: UPDATE OR IGNORE). An empty BLOB
+// aggregate is refused as the empty TEXT one is (outbox_aggregate_id_insert).
+constexpr const char* kMigrateToV7 = R"sql(
+CREATE TRIGGER IF NOT EXISTS outbox_ids_as_text_insert AFTER INSERT ON outbox
+WHEN typeof(NEW.aggregate_id) = 'blob' OR typeof(NEW.event_id) = 'blob'
+BEGIN
+  SELECT RAISE(ABORT, 'outbox.aggregate_id must not be empty: it is the record key that keeps an aggregate''s events on one partition')
+    WHERE CAST(NEW.aggregate_id AS TEXT) = '';
+  UPDATE outbox SET aggregate_id = CAST(aggregate_id AS TEXT), event_id = CAST(event_id AS TEXT)
+    WHERE id = NEW.id;
+END;
+CREATE TRIGGER IF NOT EXISTS outbox_ids_as_text_update AFTER UPDATE OF aggregate_id, event_id ON outbox
+WHEN typeof(NEW.aggregate_id) = 'blob' OR typeof(NEW.event_id) = 'blob'
+BEGIN
+  SELECT RAISE(ABORT, 'outbox.aggregate_id must not be empty: it is the record key that keeps an aggregate''s events on one partition')
+    WHERE CAST(NEW.aggregate_id AS TEXT) = '';
+  UPDATE outbox SET aggregate_id = CAST(aggregate_id AS TEXT), event_id = CAST(event_id AS TEXT)
+    WHERE id = NEW.id;
+END;
+UPDATE outbox SET aggregate_id = CAST(aggregate_id AS TEXT) WHERE typeof(aggregate_id) = 'blob';
+UPDATE OR IGNORE outbox SET event_id = CAST(event_id AS TEXT) WHERE typeof(event_id) = 'blob';
+PRAGMA user_version = 7;
+)sql";
+
 }  // namespace
 
 bool Store::HasColumn(std::string_view table, std::string_view column) {
@@ -191,6 +225,7 @@ void Store::Migrate() {
   if (version < 4) MigrateToV4();
   if (version < 5) MigrateToV5();
   if (version < 6) MigrateToV6();
+  if (version < 7) MigrateToV7();
   txn.Commit();
 }
 
@@ -306,6 +341,7 @@ ResetCounts Store::ResetSchema(const std::function<void(sqlite::Connection&)>& a
   MigrateToV4();
   MigrateToV5();
   MigrateToV6();
+  MigrateToV7();
   auto end_term = connection_.Prepare(
       "UPDATE outbox_lease SET until_ms = 0, token = token + 1, owner = ?1 "
       "WHERE id = 1 AND token > 0");
@@ -345,4 +381,7 @@ void Store::MigrateToV6() {
     connection_.Exec(fmt::format("ALTER TABLE outbox ADD COLUMN {}", kNotBeforeColumn));
   connection_.Exec("PRAGMA user_version = 6");
 }
+
+// Inside the caller's transaction.
+void Store::MigrateToV7() { connection_.Exec(kMigrateToV7); }
 }  // namespace outbox
