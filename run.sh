@@ -50,7 +50,8 @@ Kafka: without KAFKA_BOOTSTRAP_SERVERS or --brokers, the subcommands that talk t
 (publish, publish-hold, verify unless --no-kafka, consume, relay, check, and any not known
 to run.sh) get --brokers of an embedded broker that run.sh starts once in the background
 (in memory; its state files are in \$OUTBOX_LAB_STATE, default
-/tmp/outbox-lab-state-\$(id -u)) and reuses while it runs.
+/tmp/outbox-lab-state-\$(id -u)) and reuses while it runs. None starts for an SQLite file
+that does not exist (the lab then asks for a reset), except for consume, which reads the topic.
 Each database (--db) gets a broker of its own. A successful reset stops that database's
 broker, so the next experiment starts on an empty topic and its offsets match the chapter's
 (0, 1, 2, ...); other databases' brokers keep running. The lab checks the command line before
@@ -89,9 +90,139 @@ none): the chapter's commands then run on PostgreSQL, and \`./run.sh demo\` runs
 experiment there (scenarios/pg-chapter.sh). A --db postgresql://... URL of that server's
 address starts it too; a URL of any other server is passed on untouched.
 
+Each of run.sh's own commands prints its usage with --help or -h (./run.sh demo --help) and
+does nothing else.
+
 run.sh's own failures exit $kRunShFailed; all other codes are the lab's.
 
 EOF
+}
+
+# The usage of run.sh's own command $1: what it does, its arguments, the environment it reads.
+own_usage() {
+  local common="  OUTBOX_LAB_STATE         run.sh's state directory, here $state"
+  case "$1" in
+    demo)
+      cat <<EOF
+Usage: ./run.sh demo
+
+The chapter's experiment (two kill -9s) end to end, with the final reconciliation
+(scenarios/outbox-crash.sh, on a broker and a temporary database of its own), and its HTML
+report, $state/report/outbox-crash.html. Builds build/outbox-lab first if needed.
+
+Arguments: none.
+Environment:
+  OUTBOX_BACKEND=postgres  the chapter on scripts/postgres.sh's PostgreSQL 15 instead
+                           (scenarios/pg-chapter.sh, port \${OUTBOX_PG_PORT:-55432}; no HTML report)
+  OUTBOX_KAFKA=real        on scripts/kafka.sh's Kafka 4.3.0 (port \${OUTBOX_KAFKA_PORT:-39092})
+  KAFKA_BOOTSTRAP_SERVERS  a Kafka to use instead of the embedded broker (a topic of its own)
+  OUTBOX_LAB_KEEP_TMP=1    keep the scenario's temporary directory (its path is printed)
+$common
+EOF
+      ;;
+    demo-exactly-once)
+      cat <<EOF
+Usage: ./run.sh demo-exactly-once
+
+The chapter's two kills with relay --exactly-once (Kafka transactions), read at both isolation
+levels (scenarios/exactly-once-chapter.sh; docs/exactly-once.md). Always on real Kafka: the
+embedded broker writes no transaction markers. Builds build/outbox-lab first if needed.
+
+Arguments: none.
+Environment:
+  KAFKA_BOOTSTRAP_SERVERS  the Kafka to use (a topic of its own); without it, scripts/kafka.sh's
+                           Kafka 4.3.0, started unless it runs (port \${OUTBOX_KAFKA_PORT:-39092};
+                           fetched from Maven Central the first time)
+  OUTBOX_LAB_KEEP_TMP=1    keep the scenario's temporary directory (its path is printed)
+$common
+EOF
+      ;;
+    demo-wal)
+      cat <<EOF
+Usage: ./run.sh demo-wal
+
+The chapter's two kills with the log-based relay (relay --source wal) on PostgreSQL
+(scenarios/pg-wal-chapter.sh; docs/wal-relay.md): starts scripts/postgres.sh's PostgreSQL 15
+unless it runs. Builds build/outbox-lab first if needed.
+
+Arguments: none.
+Environment:
+  OUTBOX_PG_PORT           scripts/postgres.sh's port (default 55432)
+  OUTBOX_KAFKA=real        on scripts/kafka.sh's Kafka 4.3.0 (port \${OUTBOX_KAFKA_PORT:-39092})
+  KAFKA_BOOTSTRAP_SERVERS  a Kafka to use instead of the embedded broker (a topic of its own)
+  OUTBOX_LAB_KEEP_TMP=1    keep the scenario's temporary directory (its path is printed)
+$common
+EOF
+      ;;
+    report-screenshot)
+      cat <<EOF
+Usage: ./run.sh report-screenshot [PNG]
+
+Runs the demo with its HTML report, opens the report in headless Chromium, checks what it shows
+(scenarios/report-browser.sh) and saves a screenshot. Builds build/outbox-lab first if needed.
+
+Arguments:
+  PNG                      where the screenshot goes (default $state/report-chapter.png;
+                           docs/report-chapter.png is tracked: replace it only by naming it)
+Environment:
+  CHROMIUM                 the browser (default chromium or chromium-browser from PATH;
+                           scripts/install-deps.sh --with-browser installs it)
+  OUTBOX_LAB_ARTIFACTS     where the scenario keeps its own copy (default build/artifacts)
+$common
+EOF
+      ;;
+    stop-broker)
+      cat <<EOF
+Usage: ./run.sh stop-broker
+
+Stops every embedded broker run.sh started (SIGTERM by PID, SIGKILL after 10 s) and removes their
+state files; their records, kept in memory, are gone. Exit 0, also when none runs. Real Kafka
+(scripts/kafka.sh stop) and PostgreSQL (scripts/postgres.sh stop) are left alone.
+
+Arguments: none.
+Environment:
+$common
+EOF
+      ;;
+    broker-status)
+      cat <<EOF
+Usage: ./run.sh broker-status
+
+Prints one line per running embedded broker: its database, bootstrap address, PID and log.
+Exit 0 when one runs, 3 ("not running") when none does.
+
+Arguments: none.
+Environment:
+$common
+EOF
+      ;;
+    broker-addr)
+      cat <<EOF
+Usage: ./run.sh broker-addr [DB]
+
+Prints the bootstrap address of the embedded broker of database DB (for kcat -b); exit 3 when
+none runs for it. Starts no broker.
+
+Arguments:
+  DB                       the database (a path, as given to -Doutbox.db= or --db); default
+                           \$OUTBOX_DB, else outbox.db
+Environment:
+  OUTBOX_DB                the default DB
+$common
+EOF
+      ;;
+  esac
+}
+
+# True when an argument after run.sh's own command ($2 on) is -h or --help.
+asks_for_help() {
+  local arg
+  for arg in "${@:2}"; do
+    case "$arg" in
+      -h | --help) return 0 ;;
+    esac
+  done
+  return 1
 }
 
 # --- build -----------------------------------------------------------------------------------------
@@ -350,6 +481,16 @@ closest_own_command() {
     }'
 }
 
+# `./run.sh demo --help`: the command's usage, before it builds, starts or stops anything.
+case "${1:-}" in
+  demo | demo-exactly-once | demo-wal | report-screenshot | stop-broker | broker-status | broker-addr)
+    if asks_for_help "$@"; then
+      own_usage "$1"
+      exit 0
+    fi
+    ;;
+esac
+
 case "${1:-}" in
   "")
     usage >&2
@@ -578,6 +719,12 @@ if [ "$wants_help" -eq 1 ] || [ "$no_kafka" -eq 1 ] || [ "$has_brokers" -eq 1 ] 
    [ -n "${KAFKA_BOOTSTRAP_SERVERS:-}" ]; then
   needs_broker=0
 fi
+# An SQLite file that does not exist: the lab stops at once (exit 6, "run ... reset first"), so a
+# broker started for it would only be left running. consume reads the topic alone and keeps it.
+case "$db_for_broker" in
+  postgres://* | postgresql://*) ;;
+  *) [ -e "$db_for_broker" ] || [ "$subcommand" = consume ] || needs_broker=0 ;;
+esac
 # Hints quote the command as typed here ("run `./run.sh -Doutbox.db=... OutboxLab reset` first").
 export OUTBOX_LAB_FRONTEND=$0
 
