@@ -67,6 +67,15 @@ inline std::int64_t BackoffMs(std::int64_t attempts, const SettlePolicy& policy)
   return delay < cap ? delay : cap;
 }
 
+// The attempt count after one more failed delivery of a row whose stored count is `stored`:
+// stored + 1, with a foreign writer's negative count read as 0 and a count past 2^31 - 2 read as
+// 2^31 - 2 (PostgreSQL's attempts is an INTEGER). Never wraps: every failing row reaches
+// max_attempts and is parked instead of holding its aggregate back forever.
+inline std::int64_t NextAttempt(std::int64_t stored) {
+  constexpr std::int64_t kHighest = 2147483647 - 1;
+  return (stored < 0 ? 0 : stored > kHighest ? kHighest : stored) + 1;
+}
+
 struct SettleReport {
   std::int64_t marked = 0;   // acknowledged rows marked published
   std::int64_t retried = 0;  // failed rows put into backoff

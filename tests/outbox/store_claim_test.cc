@@ -569,7 +569,7 @@ TEST_CASE("Opening the chapter's schema 1 database with kExisting migrates it to
   Store store(path, StoreOptions{}, OpenMode::kExisting);
 
   REQUIRE(store.BeginRead().connection().QueryInt64("PRAGMA user_version") == outbox::kSchemaVersion);
-  REQUIRE(outbox::kSchemaVersion == 6);
+  REQUIRE(outbox::kSchemaVersion == 7);
   const auto counts = store.Count();
   CHECK(counts.total == 3);
   CHECK(counts.published == 1);
@@ -611,9 +611,9 @@ TEST_CASE("Opening the chapter's schema 1 database with kExisting migrates it to
     CHECK(report.archived == 1);
     CHECK(store.Count().total == 2);
   }
-  SECTION("reopening leaves schema 6 as it is") {
+  SECTION("reopening leaves schema 7 as it is") {
     Store again(path, StoreOptions{}, OpenMode::kExisting);
-    CHECK(again.BeginRead().connection().QueryInt64("PRAGMA user_version") == 6);
+    CHECK(again.BeginRead().connection().QueryInt64("PRAGMA user_version") == 7);
     CHECK(again.Count().total == 3);
   }
 }
@@ -649,6 +649,34 @@ TEST_CASE("A row whose lease or backoff lies beyond a day or is not a number is 
   const Claim claim = f.store.ClaimBatch(Request(kNowMs, 100, 0, /*block_key=*/false));
 
   CHECK(IdsOf(claim.rows) == Ids{1, 2, 3, 4});
+}
+
+TEST_CASE("A foreign writer's attempts at either end of the 64-bit range never wrap and the row "
+          "still reaches max attempts",
+          "[store]") {
+  StoreFixture f;
+  REQUIRE(outbox::testing::EnqueueRange(f.store, 1, 2) == Ids{1, 2});
+  {
+    auto txn = f.store.BeginWrite();
+    txn.connection().Exec(
+        "UPDATE outbox SET attempts = -9223372036854775808 WHERE id = 1;"
+        "UPDATE outbox SET attempts = 9223372036854775807 WHERE id = 2");
+    txn.Commit();
+  }
+  SettlePolicy policy;
+  policy.max_attempts = 2;
+
+  const auto first = f.FailOnce({1, 2}, kNowMs, policy);
+
+  CHECK(first.retried == 1);  // the negative count reads as 0: this was attempt 1 of 2
+  CHECK(first.parked_ids == Ids{2});
+  CHECK(IntColumn(f.store, "attempts", 1) == 1);
+  CHECK(IntColumn(f.store, "attempts", 2) == 2147483647);
+  const auto second = f.FailOnce({1}, kNowMs + 60000, policy);
+  CHECK(second.parked_ids == Ids{1});
+  CHECK(outbox::NextAttempt(std::numeric_limits<std::int64_t>::min()) == 1);
+  CHECK(outbox::NextAttempt(std::numeric_limits<std::int64_t>::max()) == 2147483647);
+  CHECK(outbox::NextAttempt(4) == 5);
 }
 
 TEST_CASE("BackoffMs never exceeds a day whatever backoff_max_ms says", "[store]") {

@@ -37,7 +37,7 @@ void RecordFailures(pg::Connection& connection, std::optional<std::int64_t> clai
       report.fenced_ids.push_back(failure.id);
       continue;
     }
-    const std::int64_t attempts = owned.Int(0, 0) + 1;
+    const std::int64_t attempts = NextAttempt(owned.Int(0, 0));
     const bool park = failure.park_now || attempts >= policy.max_attempts;
     connection.Query(
         fmt::format("UPDATE outbox SET attempts = $3, last_error = $4, "

@@ -222,7 +222,7 @@ void RecordFailures(sqlite::Connection& connection, std::string_view still_ours,
       report.fenced_ids.push_back(failure.id);
       continue;
     }
-    const std::int64_t attempts = attempts_of.ColumnInt64(0) + 1;
+    const std::int64_t attempts = NextAttempt(attempts_of.ColumnInt64(0));
     attempts_of.Reset();
     const bool park = failure.park_now || attempts >= policy.max_attempts;
     record.Reset();
