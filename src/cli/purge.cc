@@ -4,6 +4,7 @@
 
 #include "cli/command.h"
 #include "cli/duration.h"
+#include "cli/option_values.h"
 #include "outbox/open_store.h"
 #include "outbox/error.h"
 #include "outbox/pg/connection.h"
@@ -45,7 +46,10 @@ Command AddUnparkCommand(CLI::App& app, const GlobalOptions& global) {
     bool all = false;
   };
   auto o = std::make_shared<Options>();
-  auto* id = sub->add_option("ID", o->id, "Outbox id of the parked row")->check(PositiveInteger());
+  // Any 64-bit id: another program may insert a row with id 0, a negative id or one past 2^31.
+  auto* id = sub->add_option("ID", o->id, "Outbox id of the parked row (as `parked` lists it)")
+                 ->check(IntegerInRange(std::numeric_limits<std::int64_t>::min(),
+                                        std::numeric_limits<std::int64_t>::max()));
   sub->add_flag("--all", o->all, "Unpark every parked row")->excludes(id);
   return {sub, [&global, o, id]() -> ExitCode {
             if (!o->all && id->count() == 0)

@@ -151,8 +151,11 @@ UnparkRequest ParseUnparkRequest(const std::string& body) {
         throw BadRequest(fmt::format("ids: at most {} per request", kMaxUnparkRows));
       std::set<std::int64_t> seen;
       for (const auto& id : value) {
-        if (!id.is_number_integer() || id.get<std::int64_t>() <= 0)
-          throw BadRequest(fmt::format("ids: {} is not a positive whole number", id.dump()));
+        // Any 64-bit id: another program may insert a row with id 0 or a negative id.
+        if (!id.is_number_integer() ||
+            (id.is_number_unsigned() &&
+             id.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)))
+          throw BadRequest(fmt::format("ids: {} is not a 64-bit whole number", id.dump()));
         if (seen.insert(id.get<std::int64_t>()).second) r.ids.push_back(id.get<std::int64_t>());
       }
     } else if (key == "filter") {

@@ -292,9 +292,13 @@ TEST_CASE("POST parked unpark takes ids or a filter with a max and refuses anyth
                     Catch::StartsWith("a filter needs max"));
   CHECK_THROWS_WITH(ParseUnparkRequest(R"({"filter":{},"max":0})"),
                     "max: must be a whole number from 1 to 10000");
-  CHECK_THROWS_WITH(ParseUnparkRequest(R"({"ids":[0]})"), "ids: 0 is not a positive whole number");
+  CHECK_THROWS_WITH(ParseUnparkRequest(R"({"ids":[9223372036854775808]})"),
+                    "ids: 9223372036854775808 is not a 64-bit whole number");
+  // A foreign writer's ids 0 and below are ids like any other.
+  CHECK(ParseUnparkRequest(R"({"ids":[0,-5,9223372036854775807]})").ids ==
+        std::vector<std::int64_t>{0, -5, 9223372036854775807});
   CHECK_THROWS_WITH(ParseUnparkRequest(R"({"ids":["3"]})"),
-                    "ids: \"3\" is not a positive whole number");
+                    "ids: \"3\" is not a 64-bit whole number");
   CHECK_THROWS_WITH(ParseUnparkRequest(R"({"filter":{"colour":"red"},"max":1})"),
                     Catch::StartsWith("filter.colour: unknown field"));
   CHECK_THROWS_WITH(ParseUnparkRequest(R"({"all":true})"),
