@@ -3,6 +3,7 @@
 // record where its row says, in both coordination modes, on SQLite and PostgreSQL.
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "outbox/kafka/kafka_publisher.h"
 #include "outbox/per_row_relay.h"
 #include "outbox/pg_store.h"
+#include "outbox/pg/connection.h"
 #include "outbox/relay.h"
 #include "outbox/store.h"
 #include "outbox/topic_template.h"
@@ -156,6 +158,10 @@ TEST_CASE("The relay sends each row to its event type's topic and parks a row wh
         std::vector<std::string>{"outbox.LoanApproved", "outbox.LoanCreated"});
   CHECK(outbox::lab::TopicsOfRun(store, "v2c7.outbox", "") ==
         std::vector<std::string>{"v2c7.outbox"});
+  // A purge without --archive keeps the types it removed: check still reads their topics.
+  REQUIRE(store.PurgePublished(std::numeric_limits<std::int64_t>::max(), 100, false).deleted == 4);
+  CHECK(store.EventTypes() ==
+        std::vector<std::string>{"Loan Paid", "LoanApproved", "LoanCreated"});
 }
 
 TEST_CASE("PostgreSQL relays route by event type and park an illegal topic in both coordination "
@@ -187,6 +193,13 @@ TEST_CASE("PostgreSQL relays route by event type and park an illegal topic in bo
         std::vector<std::string>{"Loan Paid", "LoanApproved", "LoanCreated"});
   CHECK(outbox::lab::TopicsOfRun(store, "v2c7.outbox", "outbox.{event_type}") ==
         std::vector<std::string>{"outbox.LoanApproved", "outbox.LoanCreated"});
+  // A purge without --archive keeps the types it removed: check still reads their topics. The
+  // published_at moved a second back so that "older than 0 ms" holds on the server's clock.
+  outbox::pg::Connection(schema.url()).Exec("UPDATE outbox SET published_at = published_at - 1000",
+                                    "age the published rows");
+  REQUIRE(store.PurgeOlderThan(0, 100, false).deleted == 4);
+  CHECK(store.EventTypes() ==
+        std::vector<std::string>{"Loan Paid", "LoanApproved", "LoanCreated"});
 }
 
 TEST_CASE("KafkaPublisher produces each message to its own topic and ReadTopicLogs reads them all",

@@ -54,7 +54,9 @@ OutboxCounts PgStore::Count() {
 std::vector<std::string> PgStore::EventTypes() {
   const pg::Result rows = connection_.Query(
       "SELECT t FROM (SELECT event_type AS t FROM outbox UNION "
-      "SELECT event_type FROM outbox_archive) AS types ORDER BY t COLLATE \"C\"",
+      "SELECT event_type FROM outbox_archive UNION "
+      "SELECT event_type FROM outbox_purged WHERE event_type IS NOT NULL) AS types "
+      "ORDER BY t COLLATE \"C\"",
       {}, "read the outbox's event types");
   std::vector<std::string> types;
   for (int i = 0; i < rows.rows(); ++i) types.push_back(rows.Text(i, 0));

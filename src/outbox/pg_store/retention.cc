@@ -35,8 +35,8 @@ kept AS (
          attempts, last_error, $4, headers FROM gone WHERE $3::boolean
   RETURNING 1),
 noted AS (
-  INSERT INTO outbox_purged(id, event_id, aggregate_id, purged_at)
-  SELECT id, event_id, aggregate_id, $4 FROM gone WHERE NOT $3::boolean
+  INSERT INTO outbox_purged(id, event_id, aggregate_id, purged_at, event_type)
+  SELECT id, event_id, aggregate_id, $4, event_type FROM gone WHERE NOT $3::boolean
   ON CONFLICT (id) DO NOTHING
   RETURNING 1)
 SELECT (SELECT COUNT(*) FROM gone), (SELECT COUNT(*) FROM kept), (SELECT COUNT(*) FROM noted)

@@ -79,6 +79,7 @@ CREATE INDEX IF NOT EXISTS outbox_failed_by_aggregate ON outbox(aggregate_id, id
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS not_before BIGINT;
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS headers TEXT;
 ALTER TABLE outbox_archive ADD COLUMN IF NOT EXISTS headers TEXT;
+ALTER TABLE outbox_purged ADD COLUMN IF NOT EXISTS event_type TEXT;
 )sql";
 
 // not_before (delayed publish, OutboxEvent::not_before_ms): epoch ms, compared with the server's
@@ -94,6 +95,10 @@ ALTER TABLE outbox_archive ADD COLUMN IF NOT EXISTS headers TEXT;
 // one with the reason (record_headers.h). TEXT, not jsonb: jsonb would refuse bad JSON at the
 // INSERT and reorder the object's keys, and the headers are sent in the writer's order. An older
 // database gets it from the ALTERs above, on outbox and on outbox_archive (a purge archives it).
+
+// outbox_purged.event_type (nullable; NULL for rows purged before it existed): the types of the
+// events a purge without --archive removed, so that check and verify under --topic-template still
+// read their topics (EventTypes) and do not call those events lost.
 
 // outbox_lease (relay --coordination leader, PgStore::AcquireLease): one row from the start, so
 // every lease operation is an UPDATE of row 1, whose row lock serializes a takeover with the
@@ -117,7 +122,9 @@ bool PgStore::SchemaCurrent() {
              "AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('outbox') "
              "AND attname = 'headers' AND NOT attisdropped) "
              "AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('outbox_archive') "
-             "AND attname = 'headers' AND NOT attisdropped))::int",
+             "AND attname = 'headers' AND NOT attisdropped) "
+             "AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('outbox_purged') "
+             "AND attname = 'event_type' AND NOT attisdropped))::int",
              {}, "read the outbox schema") == 1;
 }
 

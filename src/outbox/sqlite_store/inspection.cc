@@ -109,10 +109,16 @@ OutboxCounts Store::Count() {
 }
 
 std::vector<std::string> Store::EventTypes() {
-  // CAST: a type written as a BLOB by a foreign writer still names its bytes.
+  // CAST: a type written as a BLOB by a foreign writer still names its bytes. The types of rows
+  // a purge without --archive removed, once it noted them (outbox_purged.event_type).
+  const bool purged = HasColumn("outbox_purged", "event_type");
   auto select = connection_.Prepare(
-      "SELECT CAST(event_type AS BLOB) AS t FROM outbox UNION "
-      "SELECT CAST(event_type AS BLOB) FROM outbox_archive ORDER BY t");
+      std::string("SELECT CAST(event_type AS BLOB) AS t FROM outbox UNION "
+                  "SELECT CAST(event_type AS BLOB) FROM outbox_archive ") +
+      (purged ? "UNION SELECT CAST(event_type AS BLOB) FROM outbox_purged "
+                "WHERE event_type IS NOT NULL "
+              : "") +
+      "ORDER BY t");
   std::vector<std::string> types;
   while (select.Step()) types.push_back(select.ColumnText(0));
   return types;

@@ -57,9 +57,12 @@ inline OutboxRow ReadOutboxRow(const sqlite::Statement& statement, int headers_c
 // published event, so that the checker still counts its record in Kafka as published (not as a
 // phantom) once the row is gone. Not part of the versioned schema: created by the first such
 // purge, dropped by a reset. About 60 bytes a row against the row's payload.
+// event_type (NULL for rows purged before it existed; Store::PurgePublished adds the column to an
+// older table): the purged events' types, so that check and verify under --topic-template still
+// read their topics (EventTypes).
 constexpr const char* kPurgedTable =
     "CREATE TABLE IF NOT EXISTS outbox_purged (id INTEGER PRIMARY KEY, event_id TEXT NOT NULL, "
-    "aggregate_id TEXT NOT NULL, purged_at INTEGER NOT NULL)";
+    "aggregate_id TEXT NOT NULL, purged_at INTEGER NOT NULL, event_type TEXT)";
 
 // The broker incarnations this run's publishes went to (NoteBrokerIncarnation). Not part of the
 // versioned schema: created on first use, dropped by a reset.

@@ -37,9 +37,12 @@ PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_siz
     std::optional<sqlite::Statement> note;
     if (!archive) {
       connection_.Exec(kPurgedTable);
+      if (!HasColumn("outbox_purged", "event_type"))
+        connection_.Exec("ALTER TABLE outbox_purged ADD COLUMN event_type TEXT");
       note.emplace(connection_.Prepare(
-          "INSERT OR IGNORE INTO outbox_purged(id, event_id, aggregate_id, purged_at) SELECT id, "
-          "event_id, aggregate_id, ?2 FROM outbox WHERE id = ?1 AND published <> 0"));
+          "INSERT OR IGNORE INTO outbox_purged(id, event_id, aggregate_id, purged_at, event_type) "
+          "SELECT id, event_id, aggregate_id, ?2, event_type FROM outbox WHERE id = ?1 "
+          "AND published <> 0"));
     }
     auto remove = connection_.Prepare("DELETE FROM outbox WHERE id = ?1 AND published <> 0");
     for (;;) {
