@@ -99,11 +99,11 @@ const std::string& ClaimableWhere() {
   static const std::string where = fmt::format(R"sql(
   NOT o.published AND o.parked_at IS NULL
     AND (NOT $2::boolean OR COALESCE(o.id > (SELECT max(last_id) FROM outbox_offset), true))
-    AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now())
+    AND {} AND {}
     AND ($2::boolean OR {})
     AND (NOT $1::boolean OR NOT EXISTS (
       SELECT 1 FROM outbox e WHERE e.aggregate_id = o.aggregate_id AND e.id < o.id AND NOT e.published))
-)sql", NotDelayed("o."));
+)sql", Due("o."), Unclaimed("o."), NotDelayed("o."));
   return where;
 }
 
@@ -155,8 +155,7 @@ picked_heads AS (
   SELECT o.id FROM outbox o
   WHERE (SELECT complete IS TRUE FROM walk) AND o.id IN (SELECT id FROM heads)
     AND NOT o.published AND o.parked_at IS NULL
-    AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now())
-    AND )sql" + NotDelayed("o.") + R"sql(
+    AND )sql" + Due("o.") + " AND " + Unclaimed("o.") + " AND " + NotDelayed("o.") + R"sql(
   ORDER BY o.id LIMIT $4
   FOR UPDATE OF o SKIP LOCKED),
 picked_scan AS (
@@ -187,8 +186,7 @@ walk AS MATERIALIZED (
 SELECT CASE WHEN (SELECT complete IS TRUE FROM walk) THEN
     EXISTS (SELECT 1 FROM outbox o WHERE o.id IN (SELECT id FROM heads)
       AND NOT o.published AND o.parked_at IS NULL
-      AND o.next_attempt_at <= now() AND (o.claim_until IS NULL OR o.claim_until <= now())
-      AND )sql" + NotDelayed("o.") + R"sql()
+      AND )sql" + Due("o.") + " AND " + Unclaimed("o.") + " AND " + NotDelayed("o.") + R"sql()
   ELSE EXISTS (SELECT 1 FROM outbox o WHERE )sql" +
                                  ClaimableWhere() + R"sql() END::int,
   (SELECT complete IS FALSE FROM walk)::int
@@ -338,7 +336,7 @@ void PgStore::ReadAtOneInstant(const std::function<void()>& reads) {
 std::int64_t PgStore::WaitingCount(std::int64_t /*now_ms*/) {
   return connection_.QueryInt(
       "SELECT COUNT(*) FROM outbox WHERE NOT published AND parked_at IS NULL "
-      "AND (next_attempt_at > now() OR claim_until > now() OR " + Delayed("") + ")",
+      "AND (" + InBackoff("") + " OR " + Claimed("") + " OR " + Delayed("") + ")",
       {}, "count waiting rows");
 }
 
@@ -355,11 +353,13 @@ std::int64_t PgStore::ParkedCount() {
 
 std::vector<ClaimOwner> PgStore::ClaimOwners(std::int64_t /*now_ms*/) {
   const pg::Result rows = connection_.Query(
+      // A foreign writer's '-infinity' claimed_at is no age (now() minus it is an error).
       "SELECT claim_owner, COUNT(*), "
-      "GREATEST(0, (extract(epoch FROM now() - min(claimed_at)) * 1000)::bigint), "
+      "COALESCE(GREATEST(0, (extract(epoch FROM now() - min(claimed_at) "
+      "FILTER (WHERE isfinite(claimed_at))) * 1000)::bigint), 0), "
       "GREATEST(0, (extract(epoch FROM max(claim_until) - now()) * 1000)::bigint), "
-      "max(claim_token) FROM outbox WHERE NOT published AND claim_until > now() "
-      "GROUP BY claim_owner ORDER BY claim_owner",
+      "max(claim_token) FROM outbox WHERE NOT published AND " + Claimed("") +
+          " GROUP BY claim_owner ORDER BY claim_owner",
       {}, "read the claim owners");
   std::vector<ClaimOwner> owners;
   for (int i = 0; i < rows.rows(); ++i)

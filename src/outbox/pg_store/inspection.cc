@@ -101,8 +101,8 @@ BackoffWait PgStore::Backoffs(std::int64_t now_ms) {
   // a relay whose clock is off still says when the first retry is due.
   const pg::Result row = connection_.Query(
       "SELECT COUNT(*), (extract(epoch FROM min(next_attempt_at) - now()) * 1000)::bigint "
-      "FROM outbox WHERE NOT published AND parked_at IS NULL AND next_attempt_at > now() "
-      "AND (claim_until IS NULL OR claim_until <= now())",
+      "FROM outbox WHERE NOT published AND parked_at IS NULL AND " + InBackoff("") + " AND " +
+          Unclaimed(""),
       {}, "read the backoffs");
   const std::int64_t rows = row.Int(0, 0);
   return BackoffWait{rows, rows == 0 || row.IsNull(0, 1) ? 0 : now_ms + row.Int(0, 1)};
@@ -201,16 +201,16 @@ OutboxStatus PgStore::Status(std::int64_t /*now_ms*/) {
           "COALESCE(GREATEST(0, {0} - min(CASE WHEN id >= gate_id AND gate_at > created_at "
           "THEN gate_at ELSE created_at END) "
           "FILTER (WHERE {1} AND (delayed_id IS NULL OR id < delayed_id))), 0), "
-          "COUNT(*) FILTER (WHERE NOT published AND parked_at IS NULL AND next_attempt_at > now()), "
+          "COUNT(*) FILTER (WHERE NOT published AND parked_at IS NULL AND {3}), "
           "COUNT(*) FILTER (WHERE NOT published AND parked_at IS NOT NULL), "
-          "COUNT(*) FILTER (WHERE NOT published AND claim_until > now()), "
+          "COUNT(*) FILTER (WHERE NOT published AND {4}), "
           "COUNT(*) FILTER (WHERE published), "
           "(SELECT COUNT(*) FROM outbox_archive), "
           "COUNT(*) FILTER (WHERE NOT published AND parked_at IS NULL AND {2}), "
           "COUNT(*) FILTER (WHERE {1} AND id > delayed_id) "
           "FROM outbox LEFT JOIN first_delayed ON delayed_aggregate = aggregate_id "
           "LEFT JOIN gate ON gate_aggregate = aggregate_id",
-          kEpochMsNow, pending, Delayed("")),
+          kEpochMsNow, pending, Delayed(""), InBackoff(""), Claimed("")),
       {}, "read the outbox status");
   txn.Commit();
   OutboxStatus status;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "outbox/claim.h"
 #include "outbox/pg_store.h"
 
 namespace outbox::pg_store {
@@ -35,6 +36,32 @@ inline std::string Delayed(const char* prefix) {
 // The same, true or false and never NULL: not_before IS NULL makes the comparison NULL.
 inline std::string NotDelayed(const char* prefix) {
   return fmt::format("({0}not_before IS NULL OR NOT {1})", prefix, Delayed(prefix));
+}
+
+// A relay never holds a row back longer than kMaxHoldMs (a lease, a backoff), so a claim_until or
+// next_attempt_at further ahead of now() was not written by a relay: a foreign writer's far-future
+// or 'infinity' value counts as unclaimed and due, as on SQLite (sqlite_store/internal.h, kDueSql),
+// instead of holding its row (and under block key its aggregate) back for years, and is never
+// subtracted from now() (an error on infinite timestamps). Format with {0} the column prefix.
+inline std::string Due(const char* prefix) {
+  return fmt::format("({0}next_attempt_at <= now() OR {0}next_attempt_at > now() + "
+                     "interval '{1} milliseconds')",
+                     prefix, kMaxHoldMs);
+}
+inline std::string InBackoff(const char* prefix) {  // NOT Due: next_attempt_at is NOT NULL
+  return fmt::format("({0}next_attempt_at > now() AND {0}next_attempt_at <= now() + "
+                     "interval '{1} milliseconds')",
+                     prefix, kMaxHoldMs);
+}
+inline std::string Unclaimed(const char* prefix) {
+  return fmt::format("({0}claim_until IS NULL OR {0}claim_until <= now() OR {0}claim_until > "
+                     "now() + interval '{1} milliseconds')",
+                     prefix, kMaxHoldMs);
+}
+inline std::string Claimed(const char* prefix) {  // NOT Unclaimed, never NULL
+  return fmt::format("({0}claim_until > now() AND {0}claim_until <= now() + "
+                     "interval '{1} milliseconds')",
+                     prefix, kMaxHoldMs);
 }
 
 // heads(aggregate_id, id, n), a CTE of a WITH RECURSIVE: each aggregate's oldest unpublished row

@@ -23,8 +23,7 @@ namespace {
 // parked, its next attempt due, under no live claim of a claims-mode relay (a leader never sends
 // what such a relay holds), not delayed.
 std::string SendableNow() {
-  return "o.parked_at IS NULL AND o.next_attempt_at <= now() "
-         "AND (o.claim_until IS NULL OR o.claim_until <= now()) AND " +
+  return "o.parked_at IS NULL AND " + Due("o.") + " AND " + Unclaimed("o.") + " AND " +
          NotDelayed("o.");
 }
 
