@@ -25,6 +25,9 @@ ParsedHeaders Failure(std::string why) {
 ParsedHeaders ParseRecordHeaders(const std::string& column) noexcept {
   try {
     if (column.empty()) return {};
+    // The JSON parser would stop at a NUL and pass what follows it unread.
+    if (const auto nul = column.find('\0'); nul != std::string::npos)
+      return Failure(fmt::format("a NUL byte at byte {}", nul + 1));
     // ordered_json keeps the object's order; a repeated name keeps its last value.
     nlohmann::ordered_json object;
     try {
@@ -36,7 +39,10 @@ ParsedHeaders ParseRecordHeaders(const std::string& column) noexcept {
       return Failure(fmt::format("invalid JSON at byte {}", e.byte));
     }
     if (!object.is_object()) return Failure(fmt::format("a JSON {}, not an object of string values", object.type_name()));
+    if (object.size() > kMaxRecordHeaders)
+      return Failure(fmt::format("{} headers, more than {}", object.size(), kMaxRecordHeaders));
     ParsedHeaders parsed;
+    std::size_t bytes = 0;
     for (const auto& [name, value] : object.items()) {
       if (name.empty()) return Failure("a header with an empty name");
       if (std::find(kRelayHeaderNames.begin(), kRelayHeaderNames.end(), name) != kRelayHeaderNames.end())
@@ -44,7 +50,11 @@ ParsedHeaders ParseRecordHeaders(const std::string& column) noexcept {
       if (!value.is_string())
         return Failure(fmt::format("the value of {} is a {}, not a string", Quoted(name), value.type_name()));
       parsed.headers.push_back({name, value.get<std::string>()});
+      bytes += name.size() + parsed.headers.back().value.size();
     }
+    if (bytes > kMaxRecordHeaderBytes)
+      return Failure(fmt::format("{} bytes of header names and values, more than {}", bytes,
+                                 kMaxRecordHeaderBytes));
     return parsed;
   } catch (const std::exception& e) {
     // Out of memory or a nesting too deep for the parser: still the row's fault, not the relay's.

@@ -46,6 +46,24 @@ TEST_CASE("ParseRecordHeaders reads an object of string values in its order and 
   CHECK(ParseRecordHeaders("{}").ok());
 }
 
+namespace {
+
+// A headers column of n entries "h0", "h1", ... whose values are value_bytes of 'v'.
+std::string ManyHeaders(int n, std::size_t value_bytes) {
+  std::string column = "{";
+  for (int i = 0; i < n; ++i)
+    column += (i ? ",\"h" : "\"h") + std::to_string(i) + "\":\"" + std::string(value_bytes, 'v') + "\"";
+  return column + "}";
+}
+
+}  // namespace
+
+TEST_CASE("ParseRecordHeaders reads up to its limits of 1000 headers and 100000 bytes",
+          "[headers]") {
+  CHECK(ParseRecordHeaders(ManyHeaders(1000, 1)).headers.size() == 1000);
+  CHECK(ParseRecordHeaders(ManyHeaders(2, 49998)).ok());  // 2 + 2 + 2 * 49998 bytes
+}
+
 TEST_CASE("ParseRecordHeaders refuses every value that is not an object of string values with one "
           "line that never repeats the column bytes",
           "[headers]") {
@@ -69,6 +87,10 @@ TEST_CASE("ParseRecordHeaders refuses every value that is not an object of strin
       {"{\"run_id\":\"r\"}", "headers column: \"run_id\" is a header the relay sets itself"},
       {"{\"a\\nb\":1}", "headers column: the value of \"a\\nb\" is a number, not a string"},
       {std::string(100000, '['), "headers column: invalid JSON: it ends after 100000 bytes"},
+      {std::string("{\"a\":\"b\"}\0garbage", 18), "headers column: a NUL byte at byte 10"},
+      {ManyHeaders(1001, 1), "headers column: 1001 headers, more than 1000"},
+      {ManyHeaders(2, 50000), "headers column: 100004 bytes of header names and values, more "
+                              "than 100000"},
   };
   for (const Case& c : cases) {
     INFO("column of " << c.column.size() << " bytes: " << c.column.substr(0, 40));
