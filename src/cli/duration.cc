@@ -28,9 +28,12 @@ CLI::Option* AddDurationOption(CLI::App& app, const std::string& name, std::int6
                              ->transform(to_ms)
                              ->type_name("DURATION")
                              ->default_str(FormatDuration(ms));
+  // Both spellings at once are a usage error (exit 2), as any option given twice: the later
+  // one would win silently.
   if (!legacy_ms_name.empty())
     app.add_option(legacy_ms_name, ms, fmt::format("Same as {}, in plain ms (deprecated)", name))
         ->check(CLI::Range(min_ms, max_ms))
+        ->excludes(option)
         ->group("Deprecated");
   return option;
 }

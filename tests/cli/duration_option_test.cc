@@ -36,7 +36,9 @@ TEST_CASE("A bad or out-of-range duration is a parse error", "[cli]") {
   const std::vector<std::string> args = GENERATE(
       std::vector<std::string>{"--timeout", "10"}, std::vector<std::string>{"--timeout", "0s"},
       std::vector<std::string>{"--timeout", "2h"}, std::vector<std::string>{"--timeout", "x"},
-      std::vector<std::string>{"--timeout-ms", "0"}, std::vector<std::string>{"--timeout-ms", "1s"});
+      std::vector<std::string>{"--timeout-ms", "0"}, std::vector<std::string>{"--timeout-ms", "1s"},
+      std::vector<std::string>{"--timeout", "2s", "--timeout-ms", "100"},
+      std::vector<std::string>{"--timeout-ms", "100", "--old-timeout", "2s"});
   INFO(args[0] << " " << args[1]);
   CHECK_THROWS_AS(Parse(args), CLI::ParseError);
 }
