@@ -312,8 +312,13 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                         if (key.rfind("history_", 0) == 0 && o->histories.empty())
                           throw CommandError(
                               ExitCode::kUsage,
-                              fmt::format("--expect {}={}: history keys need --history FILE", key,
-                                          value));
+                              fmt::format("--expect {}={}: history keys need --history FILE{}",
+                                          key, value,
+                                          global.history.empty()
+                                              ? std::string()
+                                              : fmt::format(" (check reads no history by "
+                                                            "itself: add --history {})",
+                                                            global.history)));
                     }
                     const lab::Lang lang = lab::ParseLang(o->lang);
                     const lab::BusinessTable business{o->business_table, o->business_key};

@@ -25,7 +25,8 @@ Command AddPurgeCommand(CLI::App& app, const GlobalOptions& global) {
   AddDurationOption(*sub, "--older-than", o->older_than_ms,
                     "Purge rows published longer ago than this, e.g. 7d, 12h, 30m, 0s", 0,
                     std::numeric_limits<std::int64_t>::max())
-      ->required();
+      ->required()
+      ->default_str("");  // required: no default to show
   sub->add_flag("--archive", o->archive, "Move the rows to outbox_archive instead of dropping them");
   sub->add_option("--batch-size", o->batch_size, "Rows per transaction")
       ->check(PositiveInteger())

@@ -148,7 +148,9 @@ std::string RelayMetricsText(const RelaySnapshot& r, const RelayVerdicts& v) {
         static_cast<double>(r.in_flight));
   Counter(out, "outbox_relay_acked_rows_total", "Rows the broker acknowledged.", r.acked);
   Counter(out, "outbox_relay_failed_deliveries_total",
-          "Delivery attempts that failed (each attempt of a row counted).", r.failed);
+          "Rows whose delivery failed, counted at every try (a broker outage's rows too, "
+          "though no attempt is recorded on them).",
+          r.failed);
   Counter(out, "outbox_relay_marked_rows_total", "Rows this relay marked published.", r.marked);
   Counter(out, "outbox_relay_parked_rows_total", "Rows this relay parked after max attempts.",
           r.parked);
