@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <unordered_set>
 
 #include "cli/command.h"
 #include "cli/duration.h"
@@ -64,9 +65,19 @@ void PrintText(const lab::DbSnapshot& db, const std::optional<lab::KafkaReconcil
   if (shown < kafka->duplicates.size())
     fmt::print("[verify] ... and {} more duplicated ids (--ids prints all)\n",
                kafka->duplicates.size() - shown);
-  if (!kafka->unsent.empty())
+  // Parked rows are unpublished too, but the relay sends them only after an unpark.
+  const std::unordered_set<std::string> parked(db.parked_event_ids.begin(),
+                                               db.parked_event_ids.end());
+  std::vector<std::string> will_send;
+  std::vector<std::string> parked_unsent;
+  for (const std::string& id : kafka->unsent)
+    (parked.count(id) ? parked_unsent : will_send).push_back(id);
+  if (!will_send.empty())
     fmt::print("[verify] not sent yet (unpublished: the relay will send them): {}\n",
-               list(kafka->unsent));
+               list(will_send));
+  if (!parked_unsent.empty())
+    fmt::print("[verify] not sent yet and parked (sent only after `outbox-lab unpark`): {}\n",
+               list(parked_unsent));
   if (!kafka->lost.empty())
     fmt::print("[verify] lost (marked published, not in Kafka): {}\n", list(kafka->lost));
   if (!kafka->restart_unknown.empty())
@@ -107,6 +118,7 @@ nlohmann::ordered_json ToJson(const lab::DbSnapshot& db,
     k["unexpected"] = kafka->unexpected;
     k["committed_during_read"] = kafka->committed_during_read;
     k["unsent"] = kafka->unsent;
+    k["parked"] = db.parked_event_ids;
     k["sent_unmarked"] = kafka->sent_unmarked;
     k["lost"] = kafka->lost;
     k["retention_unknown"] = kafka->retention_unknown;

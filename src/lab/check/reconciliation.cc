@@ -41,6 +41,7 @@ DbSnapshot TakeDbSnapshot(OutboxStore& store, const BusinessTable* business,
     }
     snapshot.outbox_event_ids.push_back(row.event_id);
     if (!row.published) snapshot.unpublished_event_ids.push_back(row.event_id);
+    if (!row.published && row.parked) snapshot.parked_event_ids.push_back(row.event_id);
   }
   snapshot.run_id = store.RunId();
   snapshot.broker_incarnations = store.BrokerIncarnations();

@@ -21,6 +21,7 @@ struct DbSnapshot {
   OutboxCounts outbox;
   std::vector<std::string> outbox_event_ids;  // in outbox id order
   std::vector<std::string> unpublished_event_ids;  // the unpublished part, in outbox id order
+  std::vector<std::string> parked_event_ids;  // the parked part of those: sent only after unpark
   // Published events no longer in the outbox table (purge --archive, or purge: outbox_purged),
   // in id order: their records are expected in Kafka, not phantoms.
   std::vector<std::string> archived_event_ids;

@@ -113,10 +113,19 @@ std::string ExplainReconciliation(const DbSnapshot& db, const KafkaReconciliatio
     }
     const std::int64_t sent = Size(kafka->sent_unmarked);
     const std::int64_t unsent = Size(kafka->unsent);
+    const std::int64_t parked = Size(db.parked_event_ids);
+    if (sent == 0 && parked > 0 && parked == unsent) {
+      if (zh) return fmt::format("{} 条发送意图已落盘，尚未发送，且已停放；outbox-lab unpark 后 relay 才会补发", unsent);
+      return fmt::format("{} durable, not sent yet, and parked: the relay sends {} only after "
+                         "`outbox-lab unpark`",
+                         Count(unsent, "intent is", "intents are"), unsent == 1 ? "it" : "them");
+    }
     if (sent == 0) {
       if (zh) return fmt::format("{} 条发送意图已落盘，尚未发送；relay 会补发", unsent);
-      return fmt::format("{} durable, not sent yet; the relay will send {}",
-                         Count(unsent, "intent is", "intents are"), unsent == 1 ? "it" : "them");
+      return fmt::format("{} durable, not sent yet; the relay will send {}{}",
+                         Count(unsent, "intent is", "intents are"), unsent == 1 ? "it" : "them",
+                         parked > 0 ? fmt::format(" ({} parked: after `outbox-lab unpark`)", parked)
+                                    : std::string());
     }
     std::string text =
         zh ? fmt::format("{} 条消息已到 broker，但还没标记 published；下次启动会再发一遍（至少一次）",

@@ -66,6 +66,18 @@ TEST_CASE("verify explains each stage of the chapter's experiment in one sentenc
     CHECK(ExplainReconciliation(db, nullptr, Lang::kEn) ==
           "5 intents are durable (unpublished outbox rows); the relay will send them");
   }
+  SECTION("a parked intent is not one the relay will send by itself") {
+    DbSnapshot db = ChapterDb(5, 3);
+    db.parked_event_ids = {"evt-1004"};
+    const KafkaReconciliation kafka = Reconcile(db, Log({1, 2, 3}));
+    CHECK(ExplainReconciliation(db, &kafka, Lang::kEn) ==
+          "2 intents are durable, not sent yet; the relay will send them (1 parked: after "
+          "`outbox-lab unpark`)");
+    db.parked_event_ids = {"evt-1004", "evt-1005"};
+    CHECK(ExplainReconciliation(db, &kafka, Lang::kEn) ==
+          "2 intents are durable, not sent yet, and parked: the relay sends them only after "
+          "`outbox-lab unpark`");
+  }
   SECTION("after publish-hold: three records in Kafka and none marked") {
     const DbSnapshot db = ChapterDb(5, 0);
     const KafkaReconciliation kafka = Reconcile(db, Log({1, 2, 3}));
