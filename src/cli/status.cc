@@ -2,10 +2,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <optional>
 #include <nlohmann/json.hpp>
 
@@ -16,6 +13,7 @@
 #include "lab/broker/json_bytes.h"
 #include "outbox/open_store.h"
 #include "lab/chapter/relay_owner.h"
+#include "lab/report/page_file.h"
 #include "ops/prometheus_text.h"
 #include "outbox/error.h"
 #include "outbox/pg_store.h"
@@ -267,15 +265,9 @@ Command AddMetricsCommand(CLI::App& app, const GlobalOptions& global) {
               fmt::print("{}", text);
               return ExitCode::kOk;
             }
-            // node_exporter may read at any moment: never let it see half a file.
-            const std::string tmp = *textfile + ".tmp";
-            {
-              std::ofstream out(tmp, std::ios::trunc);
-              out << text;
-              if (!out.flush()) ThrowSystemError(fmt::format("write '{}'", tmp), errno);
-            }
-            if (std::rename(tmp.c_str(), textfile->c_str()) != 0)
-              ThrowSystemError(fmt::format("rename '{}' to '{}'", tmp, *textfile), errno);
+            // node_exporter may read at any moment: never let it see half a file. As report
+            // --html: a missing folder is named, with the fix (exit 3).
+            lab::WriteFileAtomically(*textfile, text);
             return ExitCode::kOk;
           }};
 }
