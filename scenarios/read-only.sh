@@ -153,7 +153,7 @@ DB=$OLD/outbox.db
 run status
 expect_rc 17 "status on a read-only schema 2 database"
 expect_error_line "status on a read-only schema 2 database"
-expect_line 'schema version 2 must be migrated to 6' "$ERR"
+expect_line 'schema version 2 must be migrated to 7' "$ERR"
 
 LAB_BIN=$REAL_BIN
 DB=$TMP/outbox.db
