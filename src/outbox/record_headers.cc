@@ -49,6 +49,12 @@ ParsedHeaders ParseRecordHeaders(const std::string& column) noexcept {
         return Failure(fmt::format("{} is a header the relay sets itself", Quoted(name)));
       if (!value.is_string())
         return Failure(fmt::format("the value of {} is a {}, not a string", Quoted(name), value.type_name()));
+      // An escaped NUL (\u0000): librdkafka's clients read a header name as a C string, so
+      // "event_id\u0000" would reach them as a second event_id header, a forgery.
+      if (name.find('\0') != std::string::npos)
+        return Failure(fmt::format("the name {} holds a NUL character", Quoted(name)));
+      if (value.get_ref<const std::string&>().find('\0') != std::string::npos)
+        return Failure(fmt::format("the value of {} holds a NUL character", Quoted(name)));
       parsed.headers.push_back({name, value.get<std::string>()});
       bytes += name.size() + parsed.headers.back().value.size();
     }

@@ -88,6 +88,9 @@ TEST_CASE("ParseRecordHeaders refuses every value that is not an object of strin
       {"{\"a\\nb\":1}", "headers column: the value of \"a\\nb\" is a number, not a string"},
       {std::string(100000, '['), "headers column: invalid JSON: it ends after 100000 bytes"},
       {std::string("{\"a\":\"b\"}\0garbage", 18), "headers column: a NUL byte at byte 10"},
+      {"{\"event_id\\u0000\":\"dup\"}",
+       "headers column: the name \"event_id\\u0000\" holds a NUL character"},
+      {"{\"k\":\"a\\u0000b\"}", "headers column: the value of \"k\" holds a NUL character"},
       {ManyHeaders(1001, 1), "headers column: 1001 headers, more than 1000"},
       {ManyHeaders(2, 50000), "headers column: 100004 bytes of header names and values, more "
                               "than 100000"},

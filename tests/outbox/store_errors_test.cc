@@ -2,6 +2,8 @@
 // extended result codes by name (issue 9 §3).
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 
 #include <string>
@@ -51,6 +53,24 @@ TEST_CASE("A garbage file fails with open database F not an SQLite database and 
         "format 3\": another program's file, or not a database at all); the lab never "
         "overwrites it: move it away or give another path (SQLITE_NOTADB)");
   CHECK(error->primary_code() == SQLITE_NOTADB);
+}
+
+TEST_CASE("A device or a FIFO given as the database is refused and nothing is written beside it",
+          "[store]") {
+  TempDir dir;
+  const std::string fifo = dir.File("a-fifo");
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  for (const std::string& path : {std::string("/dev/null"), fifo}) {
+    for (const OpenMode mode : {OpenMode::kExisting, OpenMode::kCreate, OpenMode::kReadOnly}) {
+      INFO(path);
+      const auto error = CaptureThrow<DbError>([&] { Store store(path, StoreOptions{}, mode); });
+      REQUIRE(error.has_value());
+      CHECK_THAT(error->what(), Catch::Contains("it is not a regular file"));
+      CHECK(error->primary_code() == SQLITE_CANTOPEN);
+    }
+  }
+  CHECK_FALSE(std::filesystem::exists("/dev/null-journal"));
+  CHECK_FALSE(std::filesystem::exists(fifo + "-journal"));
 }
 
 TEST_CASE("A folder given as the database says it is a folder and shows a file path", "[store]") {

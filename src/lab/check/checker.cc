@@ -243,7 +243,7 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
 
 std::unordered_set<std::string> PublishedEventIds(OutboxStore& store, const WalProgress* wal) {
   std::unordered_set<std::string> published;
-  for (const SnapshotRow& row : ReadLabSnapshot(store).outbox.rows)
+  for (const SnapshotRow& row : store.Snapshot().rows)  // one read transaction, outbox only
     if (CountsAsPublished(row, wal)) published.insert(row.event_id);
   return published;
 }

@@ -97,6 +97,15 @@ const std::string& CheckPath(const std::string& path, OpenMode mode) {
                               "file path, such as '{}/outbox.db' (SQLITE_CANTOPEN)",
                               path, path, path),
                   SQLITE_CANTOPEN);
+  // A device, FIFO or socket: SQLite would read /dev/null as an empty database (and reset would
+  // write a journal beside it in /dev) or block on a FIFO.
+  const fs::file_status status = fs::status(path, ec);
+  if (!ec && fs::exists(status) && !fs::is_regular_file(status))
+    throw DbError(fmt::format("open database '{}': it is not a regular file (a device, a FIFO or "
+                              "a socket); give a database file path, such as 'outbox.db' "
+                              "(SQLITE_CANTOPEN)",
+                              path),
+                  SQLITE_CANTOPEN);
   if (mode != OpenMode::kCreate) {
     if (!fs::exists(path, ec))
       throw SchemaMissingError(
