@@ -50,3 +50,31 @@ TEST_CASE("PostgreSQL rows whose lease or backoff lies beyond a day or at infini
   for (const auto& row : store.ClaimBatch(request).rows) claimed.push_back(row.event.event_id);
   CHECK(claimed == std::vector<std::string>{"e1", "e2", "e3", "e4"});
 }
+
+TEST_CASE("PostgreSQL rows whose created_at is not epoch ms are counted apart and never aged",
+          "[postgres]") {
+  testing::PgSchema schema("fc");
+  PgStore store(schema.url());
+  store.ResetSchema();
+  pg::Connection sql(schema.url());
+  // Epoch seconds (a common mistake), the bigint's floor, and one good row a second old.
+  sql.Exec(
+      "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at) VALUES "
+      "('c-sec', 'A', 'T', '{}', extract(epoch FROM now())::bigint), "
+      "('c-min', 'B', 'T', '{}', -9223372036854775808), "
+      "('c-ok', 'C', 'T', '{}', (extract(epoch FROM now()) * 1000)::bigint - 1000);"
+      "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at, parked_at, "
+      "attempts) VALUES ('c-parked', 'D', 'T', '{}', -9223372036854775808, now(), 1);",
+      "write foreign created_at values");
+  const std::int64_t now_ms = store.clock().EpochMs();
+
+  const OutboxStatus status = store.Status(now_ms);
+
+  CHECK(status.bad_created_at == 3);
+  CHECK(status.bad_created_at_ids == std::vector<std::int64_t>{1, 2, 4});
+  CHECK(status.oldest_pending_age_ms >= 1000);
+  CHECK(status.oldest_pending_age_ms < 60'000);  // c-ok's age, not 56 years
+  const TroubledRows troubled = store.ListTroubled(now_ms, 10);
+  REQUIRE(troubled.rows.size() == 1);
+  CHECK(troubled.rows[0].age_ms == 0);
+}

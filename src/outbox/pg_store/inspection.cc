@@ -140,7 +140,8 @@ TroubledRows PgStore::ListTroubled(std::int64_t now_ms, std::int64_t limit) {
   const pg::Result rows = connection_.Query(
       "SELECT id, event_id, aggregate_id, event_type, (parked_at IS NOT NULL)::int, attempts, "
       "COALESCE(last_error, ''), "
-      "GREATEST(0, (extract(epoch FROM now()) * 1000)::bigint - created_at), "
+      "CASE WHEN " + std::string(kCreatedAtValid) +
+          " THEN GREATEST(0, (extract(epoch FROM now()) * 1000)::bigint - created_at) ELSE 0 END, "
       "CASE WHEN isfinite(next_attempt_at) "
       "THEN (extract(epoch FROM next_attempt_at - now()) * 1000)::bigint ELSE 0 END "
       "FROM outbox WHERE NOT published AND (parked_at IS NOT NULL OR attempts > 0) "
@@ -200,7 +201,7 @@ OutboxStatus PgStore::Status(std::int64_t /*now_ms*/) {
           "COUNT(*) FILTER (WHERE {1}), "
           "COALESCE(GREATEST(0, {0} - min(CASE WHEN id >= gate_id AND gate_at > created_at "
           "THEN gate_at ELSE created_at END) "
-          "FILTER (WHERE {1} AND (delayed_id IS NULL OR id < delayed_id))), 0), "
+          "FILTER (WHERE {1} AND (delayed_id IS NULL OR id < delayed_id) AND {5})), 0), "
           "COUNT(*) FILTER (WHERE NOT published AND parked_at IS NULL AND {3}), "
           "COUNT(*) FILTER (WHERE NOT published AND parked_at IS NOT NULL), "
           "COUNT(*) FILTER (WHERE NOT published AND {4}), "
@@ -210,8 +211,13 @@ OutboxStatus PgStore::Status(std::int64_t /*now_ms*/) {
           "COUNT(*) FILTER (WHERE {1} AND id > delayed_id) "
           "FROM outbox LEFT JOIN first_delayed ON delayed_aggregate = aggregate_id "
           "LEFT JOIN gate ON gate_aggregate = aggregate_id",
-          kEpochMsNow, pending, Delayed(""), InBackoff(""), Claimed("")),
+          kEpochMsNow, pending, Delayed(""), InBackoff(""), Claimed(""), kCreatedAtValid),
       {}, "read the outbox status");
+  const pg::Result bad = connection_.Query(
+      fmt::format("SELECT COUNT(*) OVER (), id FROM outbox WHERE NOT published AND NOT {} "
+                  "ORDER BY id LIMIT {}",
+                  kCreatedAtValid, kBadCreatedAtIdsShown),
+      {}, "read the rows with a bad created_at");
   txn.Commit();
   OutboxStatus status;
   status.unpublished = row.Int(0, 0);
@@ -224,6 +230,8 @@ OutboxStatus PgStore::Status(std::int64_t /*now_ms*/) {
   status.archived = row.Int(0, 7);
   status.delayed = row.Int(0, 8);
   status.behind_delayed = row.Int(0, 9);
+  status.bad_created_at = bad.rows() > 0 ? bad.Int(0, 0) : 0;
+  for (int i = 0; i < bad.rows(); ++i) status.bad_created_at_ids.push_back(bad.Int(i, 1));
   return status;
 }
 

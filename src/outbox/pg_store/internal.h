@@ -38,6 +38,12 @@ inline std::string NotDelayed(const char* prefix) {
   return fmt::format("({0}not_before IS NULL OR NOT {1})", prefix, Delayed(prefix));
 }
 
+// A created_at the lab can take for epoch ms: 2000-01-01 to 2100-01-01, as SQLite's trigger
+// requires (sqlite_store/schema.cc). PostgreSQL's column takes any bigint: a foreign writer's
+// seconds or INT64_MIN is counted apart (OutboxStatus::bad_created_at) and never aged, so no
+// read overflows and no age is impossible.
+constexpr const char* kCreatedAtValid = "(created_at BETWEEN 946684800000 AND 4102444800000)";
+
 // A relay never holds a row back longer than kMaxHoldMs (a lease, a backoff), so a claim_until or
 // next_attempt_at further ahead of now() was not written by a relay: a foreign writer's far-future
 // or 'infinity' value counts as unclaimed and due, as on SQLite (sqlite_store/internal.h, kDueSql),
