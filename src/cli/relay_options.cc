@@ -88,7 +88,8 @@ void AddRelayCliOptions(CLI::App& sub, RelayCliOptions& o) {
   sub.add_flag("--fail-on-parked", o.fail_on_parked,
                 "Exit 14 instead of 0 when parked rows are left in the outbox at the end (for CI "
                 "that asserts every event was delivered; list them with `parked`); exit 4 when "
-                "stopped while the PostgreSQL server is down (the count is unknown)");
+                "stopped while the PostgreSQL server is down (the count is unknown). With "
+                "--source wal: exit 14 when this run skipped a row it could not send");
   sub.add_option("--pg-claim", o.pg_claim,
                  "PostgreSQL, claims mode only: scan (every unpublished row, whatever its id) "
                  "or naive-cursor (the classic bug: claim only ids above the highest claimed; a "

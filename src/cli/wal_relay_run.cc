@@ -241,14 +241,15 @@ ExitCode RunWalRelay(const GlobalOptions& global, const RelayCliOptions& o, bool
                {"batches", batches}, {"transactions", transactions}, {"records", records},
                {"skipped", skipped}, {"reconnects", reconnects},
                {"confirmed", pg::FormatLsn(relay.confirmed())}});
-    return ExitCode::kOk;
+  } else {
+    fmt::print("[relay] wal {} batches={} transactions={} records={} skipped={} reconnects={} "
+               "confirmed={}\n",
+               stopped ? "stopped on signal:" : "done:", batches, transactions, records, skipped,
+               reconnects, pg::FormatLsn(relay.confirmed()));
+    std::fflush(stdout);
   }
-  fmt::print("[relay] wal {} batches={} transactions={} records={} skipped={} reconnects={} "
-             "confirmed={}\n",
-             stopped ? "stopped on signal:" : "done:", batches, transactions, records, skipped,
-             reconnects, pg::FormatLsn(relay.confirmed()));
-  std::fflush(stdout);
-  return ExitCode::kOk;
+  // A skipped row is the WAL relay's parked row: never sent, and its slot has moved past it.
+  return o.fail_on_parked && skipped > 0 ? ExitCode::kParkedRows : ExitCode::kOk;
 }
 
 }  // namespace outbox::cli
