@@ -121,7 +121,7 @@ void RunRelayLoopInto(Relay& relay, IdleWaiter& waiter, const LoopOptions& optio
       if (relay.HasClaimable()) continue;
       if (options.on_wait) {
         WaitReport wait = relay.Waits();
-        if (!wait.empty() && !(wait == reported_wait)) options.on_wait(wait);
+        if (!wait.empty() && !SameWait(wait, reported_wait)) options.on_wait(wait);
         reported_wait = std::move(wait);
       }
     } catch (const DbError& e) {

@@ -1054,3 +1054,22 @@ TEST_CASE("Stalls names the parked row that holds back later rows of its aggrega
   CHECK(stalls[0].aggregate_id == "L-a");
   CHECK(stalls[0].rows_held == 2);
 }
+
+TEST_CASE("SameWait takes a wait whose times moved by less than a second for the one reported",
+          "[relay]") {
+  outbox::WaitReport a;
+  a.leases = {{"relay-1@host", 5, 1'700'000'049'259}};
+  a.backoff = {2, 1'700'000'010'000};
+  outbox::WaitReport b = a;
+  b.leases[0].until_ms += 1;  // PostgreSQL's lease end, read again a poll later
+  b.backoff.first_due_ms -= 1;
+  CHECK(outbox::SameWait(a, b));
+  b.leases[0].until_ms += 1000;  // a new claim
+  CHECK_FALSE(outbox::SameWait(a, b));
+  b = a;
+  b.leases[0].rows = 6;
+  CHECK_FALSE(outbox::SameWait(a, b));
+  b = a;
+  b.leases.push_back({"relay-2@host", 1, 1'700'000'049'259});
+  CHECK_FALSE(outbox::SameWait(a, b));
+}
