@@ -67,6 +67,11 @@ KafkaPublisher::KafkaPublisher(const KafkaPublisherOptions& options)
     throw ConfigError(fmt::format("delivery timeout {} ms: must be positive", options.delivery_timeout_ms));
   if (!(options.linger_ms >= 0))
     throw ConfigError(fmt::format("linger {} ms: must be 0 or more", options.linger_ms));
+  // librdkafka refuses message.timeout.ms <= linger.ms in its own words; say it in the lab's.
+  if (static_cast<double>(options.delivery_timeout_ms) <= options.linger_ms)
+    throw ConfigError(fmt::format("delivery timeout {} ms: must be longer than the linger of {} ms "
+                                  "(--linger)",
+                                  options.delivery_timeout_ms, options.linger_ms));
   std::vector<Property> properties = {
       {"bootstrap.servers", options.brokers},
       {"acks", "all"},

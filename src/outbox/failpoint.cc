@@ -212,7 +212,12 @@ void ConfigureFailpoints(const std::string& spec) {
       if (arrow == std::string::npos) break;
       rest = rest.substr(arrow + 2);
     }
-    points[name] = std::move(terms);
+    // A second entry would replace the first silently (a kill dropped by a later "off"):
+    // chain the actions with -> in one entry instead.
+    if (!points.emplace(name, std::move(terms)).second)
+      Malformed(entry, fmt::format("failpoint '{}' given twice; chain its actions with -> in one "
+                                   "entry",
+                                   name));
   }
   for (const auto& [name, terms] : points)
     for (const Term& term : terms)

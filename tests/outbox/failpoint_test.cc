@@ -198,6 +198,7 @@ TEST_CASE("ConfigureFailpoints rejects a malformed spec or an unknown name with 
       {" write.before_commit=off", " write.before_commit=off"},
       {"write.before_commit=off;relay.after_mark=boom", "relay.after_mark=boom"},
       {"relay.after_mark=kill;nope=error", "nope=error"},
+      {"relay.after_claim=kill;relay.after_claim=off", "relay.after_claim=off"},  // given twice
   }));
   INFO("spec: '" << spec << "'");
   const auto error = CaptureThrow<ConfigError>([&] { ConfigureFailpoints(spec); });

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -27,10 +28,16 @@ void RegisterLabFailpoints() {
 }
 
 void ArmHoldUnlessConfigured(const char* point) {
-  const char* env = std::getenv("OUTBOX_FAILPOINTS");
-  // Entries later in a spec replace earlier ones for the same point, so the
-  // environment's own entry for point, if any, wins over this hold.
-  ConfigureFailpoints(fmt::format("{}=hold;{}", point, env ? env : ""));
+  const std::string env = std::getenv("OUTBOX_FAILPOINTS") ? std::getenv("OUTBOX_FAILPOINTS") : "";
+  // The environment's own entry for point, if any, wins over this hold (a point may be named
+  // once in a spec: ConfigureFailpoints).
+  const std::string prefix = std::string(point) + "=";
+  for (std::size_t start = 0; start <= env.size();) {
+    const std::size_t end = std::min(env.find(';', start), env.size());
+    if (env.compare(start, prefix.size(), prefix) == 0) return ConfigureFailpoints(env);
+    start = end + 1;
+  }
+  ConfigureFailpoints(fmt::format("{}=hold;{}", point, env));
 }
 
 }  // namespace outbox::lab
