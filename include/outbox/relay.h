@@ -257,20 +257,9 @@ struct WaitReport {
 };
 
 // Whether b is the wait a was, for the log (RunRelayLoop reports a wait once): the same owners,
-// rows, leader term and backoff rows, with each time within 1 s. PostgreSQL's times are the
-// server's, moved into the relay's clock at each read, and move by a millisecond between polls:
-// compared exactly, every poll printed the same wait again.
-inline bool SameWait(const WaitReport& a, const WaitReport& b) {
-  const auto close = [](std::int64_t x, std::int64_t y) { return x - y < 1000 && y - x < 1000; };
-  if (a.leases.size() != b.leases.size() || !(a.leader == b.leader) ||
-      a.backoff.rows != b.backoff.rows || !close(a.backoff.first_due_ms, b.backoff.first_due_ms))
-    return false;
-  for (std::size_t i = 0; i < a.leases.size(); ++i)
-    if (a.leases[i].owner != b.leases[i].owner || a.leases[i].rows != b.leases[i].rows ||
-        !close(a.leases[i].until_ms, b.leases[i].until_ms))
-      return false;
-  return true;
-}
+// rows, leader term and backoff rows, each time within 1 s (PostgreSQL's times are the server's,
+// moved into the relay's clock at each read: they move by a millisecond between polls).
+bool SameWait(const WaitReport& a, const WaitReport& b);
 
 struct BatchReport {
   std::int64_t token = 0;

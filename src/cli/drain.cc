@@ -1,8 +1,11 @@
 #include "cli/drain.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "cli/publishing.h"
+#include "lab/broker/json_bytes.h"
 #include "lab/chapter/history.h"
 #include "outbox/open_store.h"
 #include "lab/chapter/recording_publisher.h"
@@ -12,6 +15,23 @@
 #include "outbox/kafka/kafka_publisher.h"
 
 namespace outbox::cli {
+
+std::int64_t ReleaseDeadOwners(OutboxStore& store) {
+  const lab::DeadOwnersReleased released = lab::ReleaseDeadOwners(store);
+  std::int64_t released_lease = 0;
+  if (released.lease.token > 0) {
+    fmt::print("[relay] released the leader lease (token {}) of dead owner {}\n",
+               released.lease.token, lab::EscapeBytes(released.lease.owner));
+    std::fflush(stdout);
+    released_lease = released.lease.token;
+  }
+  for (const ClaimOwner& claim : released.claims) {
+    fmt::print("[relay] released {} rows claimed by dead owner {} {} ms ago\n", claim.rows,
+               lab::EscapeBytes(claim.owner), claim.age_ms);
+    std::fflush(stdout);
+  }
+  return released_lease;
+}
 
 LoopReport DrainOutbox(const GlobalOptions& global, std::int64_t delivery_timeout_ms) {
   const std::unique_ptr<OutboxStore> owned_store =

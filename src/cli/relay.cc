@@ -143,23 +143,6 @@ void AddTailCheck(RelayOptions& relay_options, const RelayCliOptions& o,
 
 }  // namespace
 
-std::int64_t ReleaseDeadOwners(OutboxStore& store) {
-  const lab::DeadOwnersReleased released = lab::ReleaseDeadOwners(store);
-  std::int64_t released_lease = 0;
-  if (released.lease.token > 0) {
-    fmt::print("[relay] released the leader lease (token {}) of dead owner {}\n",
-               released.lease.token, lab::EscapeBytes(released.lease.owner));
-    std::fflush(stdout);
-    released_lease = released.lease.token;
-  }
-  for (const ClaimOwner& claim : released.claims) {
-    fmt::print("[relay] released {} rows claimed by dead owner {} {} ms ago\n", claim.rows,
-               lab::EscapeBytes(claim.owner), claim.age_ms);
-    std::fflush(stdout);
-  }
-  return released_lease;
-}
-
 Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
   CLI::App* sub = app.add_subcommand(
       "relay",
@@ -414,6 +397,8 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
               PrintOutage(event, o->json, store.clock().EpochMs());
             };
             *dead_lease_token = ReleaseDeadOwners(store);
+            WarnOtherCoordination(store, leader, relay_options.owner, store.clock().EpochMs(),
+                                  o->json);
             // What the loop does, for --http: published by the loop's thread, read by the server's.
             RelayObserver observer(leader);
             ObserveRelay(observer, relay_options);

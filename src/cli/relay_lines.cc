@@ -1,6 +1,7 @@
 #include "cli/relay_lines.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -152,6 +153,33 @@ void PrintOutage(const OutageEvent& event, bool json, std::int64_t now_ms) {
     fmt::print("[relay] {}; no attempt counted, none parked; next try in {}\n",
                lab::EscapeBytes(OutageText(event.outage, event.rows_waiting)),
                FormatDuration(event.retry_in_ms));
+  }
+  std::fflush(stdout);
+}
+
+void WarnOtherCoordination(OutboxStore& store, bool leader, const std::string& owner,
+                           std::int64_t now_ms, bool json) {
+  std::vector<std::string> others;
+  if (leader) {
+    for (const ClaimOwner& claim : store.ClaimOwners(now_ms))
+      if (claim.owner != owner) others.push_back(claim.owner);
+  } else if (const LeaderLease lease = store.ReadLease();
+             lease.Live(now_ms) && !lease.owner.empty() && lease.owner != owner) {
+    others.push_back(lease.owner);
+  }
+  if (others.empty()) return;
+  const char* other_mode = leader ? "claims" : "leader";
+  if (json) {
+    fmt::print("{}\n", lab::DumpJson(nlohmann::ordered_json{
+                           {"report", "warning"}, {"other_coordination", other_mode},
+                           {"owners", others}}));
+  } else {
+    std::vector<std::string> names;
+    for (const std::string& other : others) names.push_back(lab::EscapeBytes(other));
+    fmt::print("[relay] warning: {} also works on this outbox with --coordination {}; the two "
+               "modes do not fence each other, so both send the same rows (duplicates, never "
+               "losses): run every relay of one outbox in one mode\n",
+               fmt::join(names, ", "), other_mode);
   }
   std::fflush(stdout);
 }

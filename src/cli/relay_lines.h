@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "outbox/outbox_store.h"
 #include "outbox/relay.h"
 
 namespace outbox::cli {
@@ -26,6 +28,14 @@ void PrintLease(const LeaseEvent& event, bool json, std::int64_t dead_token);
 
 // "[relay] broker outage since ..." / "... over" (now_ms: epoch ms), printed even under --quiet.
 void PrintOutage(const OutageEvent& event, bool json, std::int64_t now_ms);
+
+// "[relay] warning: ..." once at start when a relay of the other coordination mode works on this
+// outbox: for a claims relay (leader false) another owner's live leader lease, for a leader
+// another owner's unexpired claims. The modes do not fence each other, so each sends rows the
+// other sends too: duplicates, never losses (docs/relay.md). Printed even under --quiet. Reads
+// the lease and the claims (OutboxStore::ReadLease, ClaimOwners); throws what they throw.
+void WarnOtherCoordination(OutboxStore& store, bool leader, const std::string& owner,
+                           std::int64_t now_ms, bool json);
 
 // "[relay] the outbox was reset ..." (RelayOptions::on_new_run), printed even under --quiet.
 void PrintNewRun(const std::string& previous, const std::string& run, std::int64_t dropped,

@@ -18,6 +18,18 @@
 
 namespace outbox {
 
+bool SameWait(const WaitReport& a, const WaitReport& b) {
+  const auto close = [](std::int64_t x, std::int64_t y) { return x - y < 1000 && y - x < 1000; };
+  if (a.leases.size() != b.leases.size() || !(a.leader == b.leader) ||
+      a.backoff.rows != b.backoff.rows || !close(a.backoff.first_due_ms, b.backoff.first_due_ms))
+    return false;
+  for (std::size_t i = 0; i < a.leases.size(); ++i)
+    if (a.leases[i].owner != b.leases[i].owner || a.leases[i].rows != b.leases[i].rows ||
+        !close(a.leases[i].until_ms, b.leases[i].until_ms))
+      return false;
+  return true;
+}
+
 namespace {
 
 // SQLITE_BUSY (another writer held the lock past the busy timeout) and I/O

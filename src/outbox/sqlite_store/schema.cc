@@ -168,23 +168,18 @@ constexpr const char* kNotBeforeColumn = "not_before INTEGER";
 // equal to a stored one now fails UNIQUE, as the TEXT would); the rows already stored are cast
 // once (an event id whose TEXT form is taken stays a BLOB: UPDATE OR IGNORE). An empty BLOB
 // aggregate is refused as the empty TEXT one is (outbox_aggregate_id_insert).
+// One trigger per event: {0} its name's end, {1} the event ("INSERT", "UPDATE OF ...").
+constexpr const char* kIdsAsTextTrigger = R"sql(
+CREATE TRIGGER IF NOT EXISTS outbox_ids_as_text_{0} AFTER {1} ON outbox
+WHEN typeof(NEW.aggregate_id) = 'blob' OR typeof(NEW.event_id) = 'blob'
+BEGIN
+  SELECT RAISE(ABORT, 'outbox.aggregate_id must not be empty: it is the record key that keeps an aggregate''s events on one partition')
+    WHERE CAST(NEW.aggregate_id AS TEXT) = '';
+  UPDATE outbox SET aggregate_id = CAST(aggregate_id AS TEXT), event_id = CAST(event_id AS TEXT)
+    WHERE id = NEW.id;
+END;
+)sql";
 constexpr const char* kMigrateToV7 = R"sql(
-CREATE TRIGGER IF NOT EXISTS outbox_ids_as_text_insert AFTER INSERT ON outbox
-WHEN typeof(NEW.aggregate_id) = 'blob' OR typeof(NEW.event_id) = 'blob'
-BEGIN
-  SELECT RAISE(ABORT, 'outbox.aggregate_id must not be empty: it is the record key that keeps an aggregate''s events on one partition')
-    WHERE CAST(NEW.aggregate_id AS TEXT) = '';
-  UPDATE outbox SET aggregate_id = CAST(aggregate_id AS TEXT), event_id = CAST(event_id AS TEXT)
-    WHERE id = NEW.id;
-END;
-CREATE TRIGGER IF NOT EXISTS outbox_ids_as_text_update AFTER UPDATE OF aggregate_id, event_id ON outbox
-WHEN typeof(NEW.aggregate_id) = 'blob' OR typeof(NEW.event_id) = 'blob'
-BEGIN
-  SELECT RAISE(ABORT, 'outbox.aggregate_id must not be empty: it is the record key that keeps an aggregate''s events on one partition')
-    WHERE CAST(NEW.aggregate_id AS TEXT) = '';
-  UPDATE outbox SET aggregate_id = CAST(aggregate_id AS TEXT), event_id = CAST(event_id AS TEXT)
-    WHERE id = NEW.id;
-END;
 UPDATE outbox SET aggregate_id = CAST(aggregate_id AS TEXT) WHERE typeof(aggregate_id) = 'blob';
 UPDATE OR IGNORE outbox SET event_id = CAST(event_id AS TEXT) WHERE typeof(event_id) = 'blob';
 PRAGMA user_version = 7;
@@ -383,5 +378,10 @@ void Store::MigrateToV6() {
 }
 
 // Inside the caller's transaction.
-void Store::MigrateToV7() { connection_.Exec(kMigrateToV7); }
+void Store::MigrateToV7() {
+  connection_.Exec(fmt::format(fmt::runtime(kIdsAsTextTrigger), "insert", "INSERT"));
+  connection_.Exec(
+      fmt::format(fmt::runtime(kIdsAsTextTrigger), "update", "UPDATE OF aggregate_id, event_id"));
+  connection_.Exec(kMigrateToV7);
+}
 }  // namespace outbox
