@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/option_values.h"
 #include "cli/duration.h"
 #include "cli/stop_signal.h"
 #include "cli/row_lines.h"
@@ -37,7 +38,7 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
                   "Commit at a steady pace of this many transactions per second (each starts at "
                   "its own slot from the first; a late one does not shift the rest); 0: as fast "
                   "as possible")
-      ->check(CLI::NonNegativeNumber)
+      ->check(IntegerInRange(0, 1'000'000'000))
       ->capture_default_str();
   auto delay_ms = std::make_shared<std::int64_t>(0);
   AddDurationOption(*sub, "--delay", *delay_ms,

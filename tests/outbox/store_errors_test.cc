@@ -73,6 +73,28 @@ TEST_CASE("A device or a FIFO given as the database is refused and nothing is wr
   CHECK_FALSE(std::filesystem::exists(fifo + "-journal"));
 }
 
+TEST_CASE("Enqueue after another program took the largest id says the ids are used up",
+          "[store]") {
+  TempDir dir;
+  Store store(dir.File("outbox.db"), StoreOptions{}, OpenMode::kCreate);
+  store.ResetSchema();
+  {
+    auto txn = store.BeginWrite();
+    txn.connection().Exec(
+        "INSERT INTO outbox(id, event_id, aggregate_id, event_type, payload) "
+        "VALUES (9223372036854775807, 'max', 'A', 'T', '{}')");
+    txn.Commit();
+  }
+  auto txn = store.BeginWrite();
+  const auto error = CaptureThrow<DbError>([&] {
+    store.Enqueue(txn, outbox::OutboxEvent{"evt-1", "L-1", "LoanCreated", "{}", 1700000000000});
+  });
+  REQUIRE(error.has_value());
+  CHECK(error->primary_code() == SQLITE_FULL);
+  CHECK_THAT(error->what(), Catch::Contains("the outbox's ids are used up") &&
+                                !Catch::Contains("INSERT INTO"));
+}
+
 TEST_CASE("A folder given as the database says it is a folder and shows a file path", "[store]") {
   TempDir dir;
   const std::string path = dir.File("a-folder");

@@ -2,9 +2,11 @@
 #include "outbox/store.h"
 
 #include <fmt/format.h>
+#include <sqlite3.h>
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "outbox/error.h"
@@ -46,7 +48,24 @@ std::int64_t Store::Enqueue(sqlite::Transaction& txn, const OutboxEvent& event) 
   if (event.not_before_ms) insert.Bind(7, *event.not_before_ms);
   else if (event.delay_ms > 0) insert.Bind(7, clock_->EpochMs() + event.delay_ms);
   else insert.BindNull(7);
-  insert.Run();
+  try {
+    insert.Run();
+  } catch (const DbError& e) {
+    // AUTOINCREMENT never gives an id below one ever used (https://www.sqlite.org/autoinc.html):
+    // once another program inserted id 2^63-1, every new row fails with SQLITE_FULL, which
+    // would read as a full disk.
+    if (e.primary_code() != SQLITE_FULL ||
+        connection_.QueryInt64("SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = "
+                               "'outbox'), 0)") != std::numeric_limits<std::int64_t>::max())
+      throw;
+    throw PhrasedDbError(
+        fmt::format("enqueue event '{}' into '{}': the outbox's ids are used up: a row took id "
+                    "9223372036854775807, and AUTOINCREMENT never gives a smaller one; delete "
+                    "that row and lower sqlite_sequence's seq for 'outbox', or start a new file "
+                    "with `reset` (SQLITE_FULL)",
+                    event.event_id, connection_.path()),
+        e.code(), e.reason());
+  }
   return connection_.LastInsertRowid();
 }
 
