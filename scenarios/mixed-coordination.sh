@@ -17,33 +17,31 @@ expect_rc 0 "reset"
 run write 20 --quiet
 expect_rc 0 "write 20"
 
+# beside HOLDER HOLDER_MODE OTHER OTHER_MODE: HOLDER (HOLDER_MODE) pauses after its first page or
+# claim, holding the lease or the claims; OTHER runs --once in OTHER_MODE beside it and must warn
+# that HOLDER works in HOLDER_MODE; then HOLDER is released and must exit 0.
+beside() {
+  local holder=$1 holder_mode=$2 other=$3 other_mode=$4 pid log
+  export OUTBOX_FAILPOINTS='relay.after_claim=1*pause->off'
+  start_bg "$holder" relay --coordination "$holder_mode" --until-empty --owner "$holder"
+  pid=$BG_PID log=$BG_LOG
+  unset OUTBOX_FAILPOINTS
+  wait_paused "$pid" "$log" relay.after_claim
+  run relay --coordination "$other_mode" --once --owner "$other"
+  expect_rc 0 "the $other_mode relay beside a $holder_mode relay"
+  expect_line "^\[relay\] warning: $holder also works on this outbox with --coordination $holder_mode; the two modes do not fence each other" "$OUT"
+  release "$pid"
+  wait_exit "$pid" 30 "$holder" || fail "$holder did not exit"
+  expect_eq 0 "$BG_RC" "$holder's exit code"
+}
+
 step "relay-a leads and pauses; a claims relay beside it warns"
-export OUTBOX_FAILPOINTS='relay.after_claim=1*pause->off'
-start_bg relay-a relay --coordination leader --until-empty --owner relay-a
-pid_a=$BG_PID log_a=$BG_LOG
-unset OUTBOX_FAILPOINTS
-wait_paused "$pid_a" "$log_a" relay.after_claim
-run relay --coordination claims --once --owner relay-b
-expect_rc 0 "the claims relay beside a leader"
-expect_line '^\[relay\] warning: relay-a also works on this outbox with --coordination leader; the two modes do not fence each other' "$OUT"
-release "$pid_a"
-wait_exit "$pid_a" 30 "relay-a" || fail "relay-a did not exit"
-expect_eq 0 "$BG_RC" "relay-a's exit code"
+beside relay-a leader relay-b claims
 
 step "relay-c claims and pauses; a leader beside it warns"
 run write 20 --quiet
 expect_rc 0 "write 20 more"
-export OUTBOX_FAILPOINTS='relay.after_claim=1*pause->off'
-start_bg relay-c relay --coordination claims --until-empty --owner relay-c
-pid_c=$BG_PID log_c=$BG_LOG
-unset OUTBOX_FAILPOINTS
-wait_paused "$pid_c" "$log_c" relay.after_claim
-run relay --coordination leader --once --owner relay-d
-expect_rc 0 "the leader beside a claims relay"
-expect_line '^\[relay\] warning: relay-c also works on this outbox with --coordination claims; the two modes do not fence each other' "$OUT"
-release "$pid_c"
-wait_exit "$pid_c" 30 "relay-c" || fail "relay-c did not exit"
-expect_eq 0 "$BG_RC" "relay-c's exit code"
+beside relay-c claims relay-d leader
 
 step "nothing is lost"
 run relay --until-empty --quiet
