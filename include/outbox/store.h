@@ -513,6 +513,9 @@ class Store : public OutboxStore {
   sqlite::Connection connection_;
   bool immutable_ = false;
   std::int64_t pages_held_back_once_ = 0;  // ReadPage
+  // ReadPage's set of held-back aggregates is built in this buffer, kept from page to page: its
+  // nodes then cost no malloc and free each (about 3 a row, in-flight rows included).
+  std::vector<std::byte> page_arena_;
   std::int64_t pages_by_heads_ = 0;        // ReadPageByHeads
   int pages_without_heads_ = 0;            // TryPageByHeads: pages left before it tries again
 };

@@ -289,10 +289,10 @@ Claim Relay::ReadNext() {
     request.now_ms = Now();
     request.block_key = options_.on_failure == FailureMode::kBlockKey;
     request.in_flight = in_flight;
-    const std::vector<OutboxRow> rows = store_.ReadPage(request);
-    for (const OutboxRow& row : rows) {
+    std::vector<OutboxRow> rows = store_.ReadPage(request);
+    for (OutboxRow& row : rows) {
       cursor_ = row.id;
-      if (in_flight_ids_.count(row.id) == 0) page.rows.push_back(row);
+      if (in_flight_ids_.count(row.id) == 0) page.rows.push_back(std::move(row));
       if (page.rows.size() == limit) break;
     }
     if (page.rows.size() == limit) break;

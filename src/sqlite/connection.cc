@@ -202,6 +202,13 @@ std::string Statement::ColumnText(int column) const {
                      static_cast<std::size_t>(sqlite3_column_bytes(stmt_.get(), column)));
 }
 
+std::string_view Statement::ColumnView(int column) const {
+  const auto* text = sqlite3_column_text(stmt_.get(), column);
+  if (!text) return {};
+  return {reinterpret_cast<const char*>(text),
+          static_cast<std::size_t>(sqlite3_column_bytes(stmt_.get(), column))};
+}
+
 bool Statement::ColumnIsNull(int column) const {
   return sqlite3_column_type(stmt_.get(), column) == SQLITE_NULL;
 }

@@ -53,6 +53,9 @@ class Statement {
 
   std::int64_t ColumnInt64(int column) const;
   std::string ColumnText(int column) const;
+  // The column's text without a copy: valid until the next Step, Reset or Run of this
+  // statement (https://www.sqlite.org/c3ref/column_blob.html); empty for NULL.
+  std::string_view ColumnView(int column) const;
   bool ColumnIsNull(int column) const;
 
  private:
