@@ -11,7 +11,8 @@
 #          no broker; after stop-broker and after kill -9 of the broker, `check` and `verify` on
 #          A say "the embedded broker was restarted after these were published (it keeps records
 #          in memory); rerun from reset", exit 16 (cannot judge), and never say lost or INVALID.
-#          After a reset A checks valid again on the new broker.
+#          The same for rows batch-loop marked. After a reset A checks valid again on the new
+#          broker.
 . "$(dirname "$0")/lib.sh"
 
 fake_repo=$TMP/repo
@@ -132,6 +133,19 @@ kill -9 "$pid_a"
 wait_until 10 "broker $pid_a still alive after kill -9" process_gone "$pid_a"
 run_sh "-Doutbox.db=$A" OutboxLab check
 expect_cannot_judge "check A after kill -9 of its broker"
+remember_broker "$A" >/dev/null
+
+step "batch-loop's marks too: after stop-broker, cannot judge, never lost"
+run_sh "-Doutbox.db=$A" OutboxLab reset
+run_sh "-Doutbox.db=$A" OutboxLab write 3 --quiet
+run_sh "-Doutbox.db=$A" OutboxLab batch-loop
+expect_rc 0 "batch-loop A"
+run_sh "-Doutbox.db=$A" OutboxLab check
+expect_rc 0 "check A after batch-loop"
+remember_broker "$A" >/dev/null
+run_sh stop-broker
+run_sh "-Doutbox.db=$A" OutboxLab check
+expect_cannot_judge "check A after batch-loop and stop-broker"
 remember_broker "$A" >/dev/null
 
 step "from reset, the lesson works again"

@@ -12,7 +12,10 @@
 #          with the 3 re-sent duplicates. (2) verify and check count only their own run's records
 #          (8) and report the other run's 5 apart; no duplicate is invented. (3) check reads the
 #          log start: the events that may have been dropped are "cannot judge (broker retention)",
-#          never lost (exit 16); the id list is cut at 10 with a count, `--ids` prints them all.
+#          never lost (exit 16, verify too); the id list is cut at 10 with a count, `--ids` prints
+#          them all. Rows marked published by hand past what was dropped: check INVALID with
+#          lost_beyond_retention = their excess, and verify's closing line says at least that many
+#          are lost.
 #          (4) write 10, relay, purge --older-than 0s: check valid (ok=10, no phantom, no
 #          atomicity finding) and verify says nothing is lost.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -115,8 +118,21 @@ expect_rc "$kCannotJudge" "check --ids"
 expect_line "evt-$((1000 + unjudged))$" "$OUT"
 expect_no_line 'more \(--ids prints all\)' "$OUT"
 run verify --expect kafka_records=$((BIG - unjudged))
-expect_rc 0 "verify after the broker dropped records"
+expect_rc "$kCannotJudge" "verify after the broker dropped records (its expectations hold)"
 expect_line "^\[verify\] the broker dropped $dropped offsets \(retention\): $unjudged published events cannot be judged$" "$OUT"
+# More rows marked published by hand, never sent: now more events are missing than the broker
+# dropped offsets, and at least the difference never reached it.
+extra=$((dropped - unjudged + 20))
+sqlite3 -bail "$DB" "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, published)
+  SELECT 'hand-' || value, 'H-' || value, 'LoanCreated', '{}', 1 FROM generate_series(1, $extra);" ||
+  die "sqlite3 could not insert the hand-marked rows"
+run check --json >/dev/null
+expect_rc 1 "check with more published events missing than offsets dropped"
+expect_json "$OUT" ".verdict == \"invalid\" and .lost_beyond_retention == 20" \
+  "check --json: 20 events lost beyond what retention explains"
+run verify
+expect_rc 0 "verify with events lost beyond retention (it reports, exit 0)"
+expect_line "^\[verify\] at least 20 events are lost for good: " "$OUT"
 
 step "(4) purge is routine: purged events still count as published"
 DB=$TMP/purged.db

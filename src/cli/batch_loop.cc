@@ -37,7 +37,12 @@ Command AddBatchLoopCommand(CLI::App& app, const GlobalOptions& global) {
             options.delivery_timeout_ms = static_cast<int>(o->delivery_timeout_ms);
             options.page_size = o->batch_size;
             options.properties = global.ParsedProperties();
+            // As publish and relay: check and verify can then tell a restart of the in-memory
+            // broker from a lost event. Noted again once rows were marked if the broker did not
+            // answer in time at first.
+            const bool noted = NoteBrokerIncarnation(global, *store, o->delivery_timeout_ms);
             const lab::BatchedLoopReport report = lab::RunBatchedLoop(*store, options);
+            if (!noted && report.marked > 0) NoteBrokerIncarnation(global, *store, 2000);
             fmt::print("[batch-loop] done: pages={} sent={} marked={}\n", report.pages, report.sent,
                        report.marked);
             return ExitCode::kOk;

@@ -64,6 +64,7 @@ void PrintJson(const lab::CheckResult& r, const std::string& run_id,
   out["pending"] = r.pending;
   out["parked"] = r.parked;
   out["retention_unknown"] = r.retention_unknown;
+  out["lost_beyond_retention"] = r.lost_beyond_retention;
   out["restart_unknown"] = r.restart_unknown;
   out["published_during_read"] = r.published_during_read;
   if (r.broker_restart.restarted)
@@ -222,6 +223,10 @@ void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
                list(r.published_during_read));
   if (!r.retention_unknown.empty())
     fmt::print("[check] cannot judge (broker retention): {}\n", list(r.retention_unknown));
+  if (r.lost_beyond_retention > 0)
+    fmt::print("[check] lost: at least {} of the {} published events not in Kafka: the broker "
+               "dropped only {} offsets, so the rest never reached it\n",
+               r.lost_beyond_retention, r.retention_unknown.size(), r.dropped_offsets);
   if (!r.restart_unknown.empty())
     fmt::print("[check] cannot judge (broker restarted): {}: {}\n",
                lab::BrokerRestartReason(r.broker_restart), list(r.restart_unknown));

@@ -1,6 +1,8 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <string>
+#include <unordered_set>
 
 #include "cli/command.h"
 #include "cli/duration.h"
@@ -38,6 +40,10 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
             RejectPostgres(global, "report");
             lab::RequireWritableFile(o->html);  // before the topic read, not after it
             auto store = lab::OpenLabDatabase(global.db, global.MakeStoreOptions(), OpenMode::kReadOnly);
+            // What was published before the topic read, as check reads it: a live relay's later
+            // marks are then not taken for lost events.
+            const std::unordered_set<std::string> published_before_read =
+                lab::PublishedEventIds(*store);
             // Only this run's records (header run_id), as verify and check count them.
             // Every topic the run used (--topic-template), else --topic.
             const lab::TopicLog log = lab::ReadTopicLogs(
@@ -62,7 +68,8 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
             if (!o->histories.empty()) ops = lab::ReadHistories(o->histories, &malformed);
             lab::ReportModel model =
                 lab::BuildReportModel(*store, records, ops, !o->histories.empty(), malformed,
-                                      log.broker_incarnation);
+                                      log.broker_incarnation, log.partitions,
+                                      &published_before_read);
             model.title = o->title;
             model.db_path = global.db;
             model.topic = log.topic;

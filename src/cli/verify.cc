@@ -86,6 +86,9 @@ void PrintText(const lab::DbSnapshot& db, const std::optional<lab::KafkaReconcil
   if (!kafka->retention_unknown.empty())
     fmt::print("[verify] cannot judge (broker retention; published, not in what is left): {}\n",
                list(kafka->retention_unknown));
+  if (kafka->lost_beyond_retention > 0)
+    fmt::print("[verify] lost: at least {} of these: the broker dropped only {} offsets\n",
+               kafka->lost_beyond_retention, kafka->dropped_offsets);
   if (!kafka->unexpected.empty())
     fmt::print("[verify] unexpected (in Kafka, not in the outbox): {}\n", list(kafka->unexpected));
   if (!kafka->committed_during_read.empty())
@@ -122,6 +125,7 @@ nlohmann::ordered_json ToJson(const lab::DbSnapshot& db,
     k["sent_unmarked"] = kafka->sent_unmarked;
     k["lost"] = kafka->lost;
     k["retention_unknown"] = kafka->retention_unknown;
+    k["lost_beyond_retention"] = kafka->lost_beyond_retention;
     k["restart_unknown"] = kafka->restart_unknown;
     k["other_run_records"] = kafka->other_run_records;
     k["partitions"] = nlohmann::ordered_json::array();
@@ -243,8 +247,12 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
               fmt::print("[verify] {}\n",
                          lab::ExplainReconciliation(db, kafka ? &*kafka : nullptr, lang));
             }
-            // Records an in-memory broker took with it: no number about them means anything.
-            if (kafka && !kafka->restart_unknown.empty()) return ExitCode::kCannotJudge;
+            // Records an in-memory broker took with it, or that retention may have dropped: no
+            // number about them means anything (unless more are missing than were dropped).
+            if (kafka && (!kafka->restart_unknown.empty() ||
+                          (!kafka->retention_unknown.empty() &&
+                           kafka->lost_beyond_retention == 0)))
+              return ExitCode::kCannotJudge;
             return mismatches.empty() ? ExitCode::kOk : ExitCode::kExpectationFailed;
           }};
 }

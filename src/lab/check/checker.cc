@@ -236,6 +236,8 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
     result.lost.push_back(event_id);
     result.lost_after_mark.push_back(event_id);
   }
+  result.lost_beyond_retention = LostBeyondRetention(
+      static_cast<std::int64_t>(result.retention_unknown.size()), result.dropped_offsets);
   for (const auto& event_id : outbox_order) result.outbox.push_back(outbox[event_id]);
   if (history) JudgeHistory(*history, outbox, seen, first_seen, result);
   return result;
@@ -264,8 +266,8 @@ const std::vector<std::string>& CheckExpectationKeys() {
       "ok",            "lost",               "duplicated",           "phantom",
       "atomicity",     "lost_after_mark",    "stuck",                "order_violations",
       "order_hazards",
-      "pending",       "parked",             "retention_unknown",    "other_run_records",
-      "restart_unknown", "published_during_read",
+      "pending",       "parked",             "retention_unknown",    "lost_beyond_retention",
+      "other_run_records", "restart_unknown", "published_during_read",
       "history_attempts", "history_acknowledged", "history_failed", "history_indeterminate",
       "history_ok",    "history_recovered",  "history_unexpected", "history_marked",
       "history_fenced", "history_parked",    "history_marked_without_ack",
@@ -293,6 +295,7 @@ std::map<std::string, std::int64_t> CheckValues(const CheckResult& r) {
       {"pending", size(r.pending)},
       {"parked", size(r.parked)},
       {"retention_unknown", size(r.retention_unknown)},
+      {"lost_beyond_retention", r.lost_beyond_retention},
       {"restart_unknown", size(r.restart_unknown)},
       {"published_during_read", size(r.published_during_read)},
       {"other_run_records", r.other_run_records},

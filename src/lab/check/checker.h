@@ -114,6 +114,10 @@ struct CheckResult {
   // above 0: its record may have been among those the broker dropped
   // (retention), so it is neither ok nor lost.
   std::vector<std::string> retention_unknown;
+  // How many of retention_unknown the dropped offsets cannot hold: with N such events and D
+  // offsets dropped (records of other runs and duplicates among them), at least N - D events
+  // never reached the broker. A finding: lost, though which ones cannot be told.
+  std::int64_t lost_beyond_retention = 0;
   // Marked published and not in Kafka, but the broker they went to was
   // restarted since (or is another cluster): an in-memory broker took them
   // with it, so they are neither ok nor lost (JudgeBrokerRestart).
@@ -165,7 +169,8 @@ struct CheckResult {
   // unexpected (history), corrupt, undone at full, or a duplicate where duplicates are forbidden.
   bool has_findings() const {
     const std::size_t allowed_phantom = undo_allowed ? undone_phantom.size() : 0;
-    return !lost.empty() || phantom.size() != allowed_phantom || !atomicity.empty() ||
+    return !lost.empty() || lost_beyond_retention > 0 || phantom.size() != allowed_phantom ||
+           !atomicity.empty() ||
            (duplicates_forbidden && !duplicated.empty()) ||
            !lost_after_mark.empty() || !history.unexpected.empty() || !corrupt.empty() ||
            (!undo_allowed && !undone.empty());

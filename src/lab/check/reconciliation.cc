@@ -29,6 +29,13 @@ DbSnapshot TakeDbSnapshot(OutboxStore& store, const BusinessTable* business,
   LabSnapshot lab = ReadLabSnapshot(store, business);
   snapshot.atomicity_skipped = lab.atomicity_skipped;
   snapshot.business_loans = static_cast<std::int64_t>(lab.loan_ids.size());
+  {
+    std::unordered_set<std::string> aggregates;
+    for (const SnapshotRow& row : lab.outbox.rows) aggregates.insert(row.aggregate_id);
+    // As CheckRun's atomicity: a business row is the lab's loan, keyed by its aggregate id.
+    for (const std::string& loan : lab.loan_ids)
+      if (!aggregates.count(loan)) ++snapshot.orphan_loans;
+  }
   if (wal != nullptr && wal->pending_ids)
     for (SnapshotRow& row : lab.outbox.rows)
       if (!row.published && !row.archived && wal->pending_ids->count(row.id) == 0) row.published = true;
@@ -111,7 +118,14 @@ KafkaReconciliation Reconcile(const DbSnapshot& db, const TopicLog& log) {
     else if (result.dropped_offsets > 0) result.retention_unknown.push_back(id);
     else result.lost.push_back(id);
   }
+  result.lost_beyond_retention = LostBeyondRetention(
+      static_cast<std::int64_t>(result.retention_unknown.size()), result.dropped_offsets);
   return result;
+}
+
+std::int64_t LostBeyondRetention(std::int64_t missing, std::int64_t dropped_offsets) {
+  if (dropped_offsets <= 0) return 0;
+  return std::max<std::int64_t>(0, missing - dropped_offsets);
 }
 
 void SetAsideCommittedDuringRead(KafkaReconciliation& result, const DbSnapshot& later) {

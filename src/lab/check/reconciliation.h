@@ -18,6 +18,10 @@ namespace outbox::lab {
 
 struct DbSnapshot {
   std::int64_t business_loans = 0;
+  // Business rows whose key is no outbox row's aggregate_id (archived and purged rows count):
+  // committed without their event. 0 when atomicity_skipped. Counted per loan, not as loans
+  // minus outbox rows: an aggregate may have many events (write --workload).
+  std::int64_t orphan_loans = 0;
   OutboxCounts outbox;
   std::vector<std::string> outbox_event_ids;  // in outbox id order
   std::vector<std::string> unpublished_event_ids;  // the unpublished part, in outbox id order
@@ -63,6 +67,9 @@ struct KafkaReconciliation {
   // Missing and published, but the broker dropped records (a log start above
   // 0): the record may have been among them. Neither ok nor lost.
   std::vector<std::string> retention_unknown;
+  // How many of retention_unknown the dropped offsets cannot hold (LostBeyondRetention): lost
+  // for certain, though which ones cannot be told.
+  std::int64_t lost_beyond_retention = 0;
   // Missing and published, but the broker they went to was restarted since
   // (BrokerRestart): neither ok nor lost.
   std::vector<std::string> restart_unknown;
@@ -95,6 +102,12 @@ DbSnapshot TakeDbSnapshot(OutboxStore& store, const BusinessTable* business = nu
 
 KafkaReconciliation Reconcile(const std::vector<std::string>& outbox_event_ids,
                               const std::vector<TopicRecord>& records);
+
+// Of missing published events that retention may explain, how many it cannot: the broker
+// dropped dropped_offsets records (other runs' and duplicates among them), so at most that many
+// of the missing events were among them and the rest (missing - dropped_offsets, never below 0)
+// never reached the broker. 0 when dropped_offsets is 0 (nothing is explained by retention).
+std::int64_t LostBeyondRetention(std::int64_t missing, std::int64_t dropped_offsets);
 
 // The records of one run (TopicRecord::run_id == run_id; an empty run_id, a
 // database reset before run ids, takes the records without one) and how many

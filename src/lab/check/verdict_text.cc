@@ -69,9 +69,7 @@ const char* DuplicateNote(Lang lang) {
 std::string ExplainReconciliation(const DbSnapshot& db, const KafkaReconciliation* kafka,
                                   Lang lang) {
   const bool zh = lang == Lang::kZh;
-  // Archived and purged rows were published: their loans are not orphans.
-  const std::int64_t orphans =
-      db.business_loans - db.outbox.total - Size(db.archived_event_ids);
+  const std::int64_t orphans = db.orphan_loans;
   if (orphans > 0) {
     if (zh)
       return fmt::format("有业务行、无事件：{} 笔借阅提交时没有 outbox 行，它的事件永远丢失", orphans);
@@ -95,6 +93,19 @@ std::string ExplainReconciliation(const DbSnapshot& db, const KafkaReconciliatio
     if (zh) return fmt::format("{} 个事件已标记 published，却不在 Kafka：永久丢失", n);
     return fmt::format("{} marked published but not in Kafka: lost for good",
                        Count(n, "event is", "events are"));
+  }
+  if (kafka && kafka->lost_beyond_retention > 0) {
+    if (zh)
+      return fmt::format("至少 {} 个事件永久丢失：{} 个已发布事件不在 Kafka，而 broker 只删除了 {} 个 "
+                         "offset",
+                         kafka->lost_beyond_retention, Size(kafka->retention_unknown),
+                         kafka->dropped_offsets);
+    return fmt::format("at least {} lost for good: {} not in Kafka and the broker dropped "
+                       "only {} (retention)",
+                       Count(kafka->lost_beyond_retention, "event is", "events are"),
+                       Count(Size(kafka->retention_unknown), "published event is",
+                             "published events are"),
+                       Count(kafka->dropped_offsets, "offset", "offsets"));
   }
   if (kafka && !kafka->unexpected.empty()) {
     const std::int64_t n = Size(kafka->unexpected);

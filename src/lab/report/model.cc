@@ -139,12 +139,15 @@ std::vector<ReportCell> BuildCells(const std::vector<TopicRecord>& records,
 ReportModel BuildReportModel(Store& store, const std::vector<TopicRecord>& records,
                              const std::vector<HistoryOp>& ops, bool has_history,
                              std::int64_t malformed_lines,
-                             const std::string& broker_incarnation) {
+                             const std::string& broker_incarnation,
+                             const std::vector<PartitionExtent>& partitions,
+                             const std::unordered_set<std::string>* published_before_read) {
   ReportModel model;
   model.generated_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                            std::chrono::system_clock::now().time_since_epoch())
                            .count();
-  model.check = CheckRun(store, records, has_history ? &ops : nullptr, {}, broker_incarnation);
+  model.check = CheckRun(store, records, has_history ? &ops : nullptr, partitions,
+                         broker_incarnation, nullptr, nullptr, published_before_read);
   model.check.history.malformed_lines = malformed_lines;
   model.db = TakeDbSnapshot(store);
   model.kafka = Reconcile(model.db.outbox_event_ids, records);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "lab/chapter/history.h"
@@ -102,9 +103,15 @@ std::vector<ReportCell> BuildCells(const std::vector<TopicRecord>& records,
 // false: no --history was given. Throws DbError.
 // broker_incarnation: TopicLog::broker_incarnation of the read (empty: not compared), so that
 // the verdict after a restart of the in-memory broker is "cannot judge", as check's.
+// partitions (TopicLog::partitions) and published_before_read (PublishedEventIds, read before
+// the topic; null: not known) as CheckRun takes them, so that records the broker dropped
+// (retention) or a relay marked during the read make the verdict check's, not "lost".
 ReportModel BuildReportModel(Store& store, const std::vector<TopicRecord>& records,
                              const std::vector<HistoryOp>& ops, bool has_history,
                              std::int64_t malformed_lines,
-                             const std::string& broker_incarnation = {});
+                             const std::string& broker_incarnation = {},
+                             const std::vector<PartitionExtent>& partitions = {},
+                             const std::unordered_set<std::string>* published_before_read =
+                                 nullptr);
 
 }  // namespace outbox::lab

@@ -123,6 +123,16 @@ void RenderVerdict(Out out, const ReportModel& model, const RenderOptions& optio
                  "class=\"n\">{0}</td><td></td></tr>\n",
                  r.ok);
   row("lost", "lost", size(r.lost), kBad, IdList(r.lost, max));
+  // Shown only when there are some: neither lost nor ok (check's cannot-judge).
+  if (!r.retention_unknown.empty())
+    row("retention-unknown", "cannot judge (the broker dropped records: retention)",
+        size(r.retention_unknown), kWarn, IdList(r.retention_unknown, max));
+  if (r.lost_beyond_retention > 0)
+    row("lost-beyond-retention", "lost (at least: more missing than the broker dropped)",
+        r.lost_beyond_retention, kBad, "");
+  if (!r.restart_unknown.empty())
+    row("restart-unknown", "cannot judge (the broker restarted since)", size(r.restart_unknown),
+        kWarn, IdList(r.restart_unknown, max));
   std::vector<std::string> duplicated;
   for (const auto& [id, n] : r.duplicated) duplicated.push_back(fmt::format("{} x{}", id, n));
   // Duplicates are allowed (at-least-once): counted, never red.

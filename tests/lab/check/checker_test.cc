@@ -195,6 +195,29 @@ TEST_CASE("CheckRun judges a published event missing from a truncated log as unj
   CHECK(complete.verdict() == outbox::lab::Verdict::kInvalid);
 }
 
+TEST_CASE("CheckRun counts published events retention cannot explain as lost beyond retention",
+          "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(5);
+  f.MarkAll();
+  // One offset dropped, four published events missing: at most one was dropped.
+  std::vector<TopicRecord> records = Records({"evt-1005"});
+  for (TopicRecord& record : records) record.offset += 1;
+
+  const CheckResult r = CheckRun(*f.store, records, nullptr, {{0, 1, 2}});
+
+  CHECK(r.retention_unknown == Strings{"evt-1001", "evt-1002", "evt-1003", "evt-1004"});
+  CHECK(r.dropped_offsets == 1);
+  CHECK(r.lost_beyond_retention == 3);
+  CHECK(r.verdict() == outbox::lab::Verdict::kInvalid);
+  CHECK(outbox::lab::CheckValues(r).at("lost_beyond_retention") == 3);
+
+  // Four offsets dropped: each missing event may have been among them.
+  const CheckResult explained = CheckRun(*f.store, records, nullptr, {{0, 4, 5}});
+  CHECK(explained.lost_beyond_retention == 0);
+  CHECK(explained.verdict() == outbox::lab::Verdict::kCannotJudge);
+}
+
 TEST_CASE("CheckRun puts a finding before unpublished rows and those before retention",
           "[checker]") {
   CheckerFixture f;
@@ -467,6 +490,7 @@ TEST_CASE("CheckValues gives check --expect every key with the report's numbers 
                       {"lost_after_mark", 0}, {"stuck", 2},        {"order_violations", 0},
                       {"order_hazards", 0},
                       {"pending", 2},      {"parked", 0},          {"retention_unknown", 0},
+                      {"lost_beyond_retention", 0},
                       {"other_run_records", 0}, {"undone", 0},   {"undone_phantom", 0},
                       {"corrupt", 0},      {"restart_unknown", 0},
                       {"published_during_read", 0}});

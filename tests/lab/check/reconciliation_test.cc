@@ -10,6 +10,7 @@
 
 #include "lab/chapter/loans.h"
 #include "lab/check/reconciliation.h"
+#include "lab/check/verdict_text.h"
 #include "outbox/error.h"
 #include "outbox/sqlite/connection.h"
 #include "test_support.h"
@@ -114,6 +115,33 @@ TEST_CASE("TakeDbSnapshot counts loans and outbox rows and lists event ids in id
   CHECK(snapshot.outbox.published == 1);
   CHECK(snapshot.outbox.unpublished == 2);
   CHECK(snapshot.outbox_event_ids == Strings{"evt-1001", "evt-1002", "evt-1003"});
+}
+
+TEST_CASE("TakeDbSnapshot counts a loan without an outbox row as an orphan when an aggregate has "
+          "several events",
+          "[checker]") {
+  outbox::testing::TempDir dir;
+  auto store = outbox::lab::ResetLabDatabase(dir.File("lab.db"), outbox::StoreOptions{});
+  // Loan 1 with three events (more outbox rows than loans), loan 2 with none.
+  for (int i = 1; i <= 2; ++i) {
+    auto txn = store->BeginWrite();
+    const auto loan = outbox::lab::ChapterLoan(i, store->clock().EpochMs());
+    outbox::lab::InsertLoan(txn.connection(), loan);
+    if (i == 1)
+      for (int event = 1; event <= 3; ++event) {
+        outbox::OutboxEvent e = outbox::lab::LoanCreatedEvent(loan, event);
+        store->Enqueue(txn, e);
+      }
+    txn.Commit();
+  }
+
+  const DbSnapshot snapshot = outbox::lab::TakeDbSnapshot(*store);
+
+  CHECK(snapshot.business_loans == 2);
+  CHECK(snapshot.outbox.total == 3);
+  CHECK(snapshot.orphan_loans == 1);
+  CHECK(outbox::lab::ExplainReconciliation(snapshot, nullptr, outbox::lab::Lang::kEn) ==
+        "a loan committed without an outbox row: its event is lost for good");
 }
 
 TEST_CASE("ParseExpectations reads every known key", "[checker]") {

@@ -26,6 +26,7 @@ using Strings = std::vector<std::string>;
 DbSnapshot ChapterDb(int total, int published, int orphans = 0) {
   DbSnapshot db;
   db.business_loans = total + orphans;
+  db.orphan_loans = orphans;
   db.outbox.total = total;
   db.outbox.published = published;
   db.outbox.unpublished = total - published;
@@ -118,6 +119,15 @@ TEST_CASE("verify explains each stage of the chapter's experiment in one sentenc
     CHECK(kafka.retention_unknown == Strings{"evt-1001", "evt-1002"});
     CHECK(ExplainReconciliation(db, &kafka, Lang::kEn) ==
           "the broker dropped 2 offsets (retention): 2 published events cannot be judged");
+  }
+  SECTION("more published events missing than the broker dropped are lost beyond retention") {
+    const DbSnapshot db = ChapterDb(4, 4);
+    const KafkaReconciliation kafka = Reconcile(db, Log({4}, 1));
+    CHECK(kafka.retention_unknown == Strings{"evt-1001", "evt-1002", "evt-1003"});
+    CHECK(kafka.lost_beyond_retention == 2);
+    CHECK(ExplainReconciliation(db, &kafka, Lang::kEn) ==
+          "at least 2 events are lost for good: 3 published events are not in Kafka and the "
+          "broker dropped only 1 offset (retention)");
   }
 }
 

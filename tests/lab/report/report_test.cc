@@ -407,3 +407,39 @@ TEST_CASE("RequireWritableFile refuses a page under a missing directory naming t
   CHECK_NOTHROW(outbox::lab::RequireWritableFile(page));
   CHECK(outbox::testing::ListDir(dir.path()).empty());
 }
+
+TEST_CASE("BuildReportModel judges a log the broker truncated as check does, not as lost",
+          "[report]") {
+  outbox::testing::TempDir dir;
+  auto store = outbox::lab::ResetLabDatabase(dir.File("lab.db"), outbox::StoreOptions{});
+  for (int i = 1; i <= 3; ++i) {
+    auto txn = store->BeginWrite();
+    const auto loan = outbox::lab::ChapterLoan(i, store->clock().EpochMs());
+    outbox::lab::InsertLoan(txn.connection(), loan);
+    store->Enqueue(txn, outbox::lab::LoanCreatedEvent(loan, i));
+    txn.Commit();
+  }
+  for (std::int64_t id = 1; id <= 3; ++id) REQUIRE(store->MarkPublished(id));
+  // Offsets 0 and 1 dropped (retention); evt-1003 is what is left.
+  TopicRecord left;
+  left.offset = 2;
+  left.key = left.event_id = "evt-1003";
+  const std::vector<outbox::lab::PartitionExtent> truncated = {{0, 2, 3}};
+
+  const ReportModel model =
+      outbox::lab::BuildReportModel(*store, {left}, {}, false, 0, {}, truncated);
+
+  CHECK(model.check.lost.empty());
+  CHECK(model.check.retention_unknown == std::vector<std::string>{"evt-1001", "evt-1002"});
+  CHECK(model.check.verdict() == outbox::lab::Verdict::kCannotJudge);
+  const std::string html = RenderReportHtml(model);
+  CHECK(Count(html, "data-key=\"retention-unknown\" data-count=\"2\"") == 1);
+
+  // One offset dropped for two missing events: at least one is lost, and the page says so.
+  const ReportModel beyond =
+      outbox::lab::BuildReportModel(*store, {left}, {}, false, 0, {}, {{0, 1, 3}});
+  CHECK(beyond.check.lost_beyond_retention == 1);
+  CHECK(beyond.check.verdict() == outbox::lab::Verdict::kInvalid);
+  CHECK(Count(RenderReportHtml(beyond), "data-key=\"lost-beyond-retention\" data-count=\"1\"") ==
+        1);
+}
