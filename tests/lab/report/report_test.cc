@@ -408,7 +408,7 @@ TEST_CASE("RequireWritableFile refuses a page under a missing directory naming t
   CHECK(outbox::testing::ListDir(dir.path()).empty());
 }
 
-TEST_CASE("BuildReportModel judges a log the broker truncated as check does, not as lost",
+TEST_CASE("BuildReportModel judges a log the broker truncated as check does and not as lost",
           "[report]") {
   outbox::testing::TempDir dir;
   auto store = outbox::lab::ResetLabDatabase(dir.File("lab.db"), outbox::StoreOptions{});
