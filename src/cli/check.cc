@@ -381,7 +381,15 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                                  global.topic_template, log.topic);
                     std::vector<lab::HistoryOp> ops;
                     std::int64_t malformed = 0;
-                    if (!o->histories.empty()) ops = lab::ReadHistories(o->histories, &malformed);
+                    std::int64_t before_reset = 0;
+                    if (!o->histories.empty()) {
+                      ops = lab::ReadHistories(o->histories, &malformed);
+                      before_reset = lab::DropBeforeLastReset(ops);
+                    }
+                    if (before_reset > 0 && !o->json)
+                      fmt::print("[check] history: {} records before the last reset left out (an "
+                                 "earlier run)\n",
+                                 before_reset);
                     if (store) {
                       try {
                         lab::RunRecords run = lab::RecordsOfRun(log.records, run_id);

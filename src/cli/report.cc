@@ -65,7 +65,13 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
             }
             std::int64_t malformed = 0;
             std::vector<lab::HistoryOp> ops;
-            if (!o->histories.empty()) ops = lab::ReadHistories(o->histories, &malformed);
+            if (!o->histories.empty()) {
+              ops = lab::ReadHistories(o->histories, &malformed);
+              // Records of an earlier run (before the last reset) are neither lanes nor verdict.
+              if (const std::int64_t left_out = lab::DropBeforeLastReset(ops); left_out > 0)
+                fmt::print("[report] history: {} records before the last reset left out\n",
+                           left_out);
+            }
             lab::ReportModel model =
                 lab::BuildReportModel(*store, records, ops, !o->histories.empty(), malformed,
                                       log.broker_incarnation, log.partitions,

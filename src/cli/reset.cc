@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/command.h"
+#include "lab/chapter/history.h"
 #include "lab/chapter/loans.h"
 #include "outbox/pg/connection.h"
 
@@ -15,7 +16,12 @@ Command AddResetCommand(CLI::App& app, const GlobalOptions& global) {
       "database with rows, say how many it removed");
   return {sub, [&global] {
             lab::ResetRemoved removed;
-            lab::ResetLabStore(global.db, global.MakeStoreOptions(), &removed);
+            const auto store = lab::ResetLabStore(global.db, global.MakeStoreOptions(), &removed);
+            // A history kept across runs (OUTBOX_HISTORY): check reads only what follows this.
+            // No process record: a reset is a mark in the history, not a lane of the report.
+            if (!global.history.empty())
+              lab::History(global.history, *global.clock).Record("ok", lab::kResetOp,
+                                                                store->RunId());
             const ResetCounts& outbox = removed.outbox;
             if (removed.loans > 0 || outbox.outbox_rows > 0 || outbox.archived > 0)
               fmt::print("[reset] removed business_loan={} outbox={} ({}) archived={}\n",

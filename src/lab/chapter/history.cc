@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <optional>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -93,6 +95,17 @@ std::vector<HistoryOp> ReadHistories(const std::vector<std::string>& paths, std:
     }
   }
   return ops;
+}
+
+std::int64_t DropBeforeLastReset(std::vector<HistoryOp>& ops) {
+  std::optional<std::int64_t> reset_ms;
+  for (const HistoryOp& op : ops)
+    if (op.type == "ok" && op.f == kResetOp && op.time_ms > 0)
+      reset_ms = std::max(reset_ms.value_or(op.time_ms), op.time_ms);
+  if (!reset_ms) return 0;
+  const auto before = ops.size();
+  std::erase_if(ops, [&](const HistoryOp& op) { return op.time_ms > 0 && op.time_ms < *reset_ms; });
+  return static_cast<std::int64_t>(before - ops.size());
 }
 
 void RecordSettle(History* history, std::int64_t token, const std::vector<std::string>& marked,

@@ -102,4 +102,13 @@ void RecordSettle(History* history, std::int64_t token, const std::vector<std::s
 // SystemError when a file cannot be read.
 std::vector<HistoryOp> ReadHistories(const std::vector<std::string>& paths, std::int64_t* malformed);
 
+// `reset` records {"type":"ok","f":"reset","value":RUN_ID} in the history it was given: the
+// records before it belong to an earlier run of the database, whose transactions a check of the
+// new run would otherwise read as undone (a false "power loss").
+inline constexpr const char* kResetOp = "reset";
+
+// Removes from ops every record older than the latest reset record (time_ms below it; records
+// without a time are kept) and returns how many it removed. No reset record: removes nothing.
+std::int64_t DropBeforeLastReset(std::vector<HistoryOp>& ops);
+
 }  // namespace outbox::lab

@@ -636,6 +636,46 @@ TEST_CASE("A relay settle is recorded as marks and fenced marks and parks with i
   CHECK((ops[2].type == "ok" && ops[2].f == "park" && ops[2].value == "evt-2" && ops[2].token == 12));
 }
 
+TEST_CASE("A history kept across a reset is judged from the reset on and not as undone commits",
+          "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(3);
+  f.MarkAll();
+  const auto op = [](std::int64_t time_ms, const char* type, const char* what, const char* id) {
+    outbox::lab::HistoryOp o;
+    o.process = 7;
+    o.time_ms = time_ms;
+    o.type = type;
+    o.f = what;
+    o.value = id;
+    return o;
+  };
+  // Run 1 committed evt-1001..evt-1005; the reset; run 2 committed evt-1001..evt-1003.
+  std::vector<outbox::lab::HistoryOp> ops;
+  for (const char* id : {"evt-1001", "evt-1002", "evt-1003", "evt-1004", "evt-1005"}) {
+    ops.push_back(op(1000, "invoke", "txn", id));
+    ops.push_back(op(1001, "ok", "txn", id));
+  }
+  ops.push_back(op(2000, "ok", outbox::lab::kResetOp, "run-2"));
+  for (const char* id : {"evt-1001", "evt-1002", "evt-1003"}) {
+    ops.push_back(op(2001, "invoke", "txn", id));
+    ops.push_back(op(2002, "ok", "txn", id));
+  }
+  const auto records = Records({"evt-1001", "evt-1002", "evt-1003"});
+  // Read whole, run 1's evt-1004 and evt-1005 look like commits a power cut undid.
+  CHECK(CheckRun(*f.store, records, &ops).undone == Strings{"evt-1004", "evt-1005"});
+
+  CHECK(outbox::lab::DropBeforeLastReset(ops) == 10);
+
+  const CheckResult r = CheckRun(*f.store, records, &ops);
+  CHECK(r.undone.empty());
+  CHECK(r.history.acknowledged == 3);
+  CHECK(r.verdict() == outbox::lab::Verdict::kValid);
+  std::vector<outbox::lab::HistoryOp> no_reset = {op(5, "ok", "txn", "evt-1001")};
+  CHECK(outbox::lab::DropBeforeLastReset(no_reset) == 0);
+  CHECK(no_reset.size() == 1);
+}
+
 TEST_CASE("Phase records carry a monotonic time and the token and the checker ignores them",
           "[checker]") {
   TempDir dir;
