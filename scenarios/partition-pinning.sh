@@ -11,7 +11,8 @@
 #          publishes; check stays valid (nothing lost) but reports order hazards (aggregates on
 #          two partitions, keyed by aggregate id) in text, in --json and as --expect
 #          order_hazards; a relay back on consistent_random is refused again (murmur2_random is
-#          now recorded). The empty aggregate id is refused by the schema's trigger.
+#          now recorded). The empty aggregate id is refused by the schema's trigger. A relay whose
+#          first send creates its topic records the topic's partition count after its first mark.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -77,5 +78,19 @@ if sqlite3 "$DB" "INSERT INTO outbox(event_id, aggregate_id, event_type, payload
 fi
 cat "$TMP/sqlite.err"
 expect_line "outbox.aggregate_id must not be empty" "$TMP/sqlite.err"
+
+step "a topic the relay's own first send creates: its partition count is recorded after the mark"
+# At start the topic does not exist (count unknown, 0); noted only at the next start, the count
+# would be the one after a change made meanwhile, and that change would go unseen.
+NEW_TOPIC=$TOPIC-created-by-relay
+run write 4
+TOPIC_BEFORE=$TOPIC
+TOPIC=$NEW_TOPIC
+run "${RELAY[@]}"
+expect_rc 0 "relay onto a topic its first send creates"
+TOPIC=$TOPIC_BEFORE
+count=$(sqlite3 "$DB" "SELECT partitions FROM outbox_partitioning WHERE topic = '$NEW_TOPIC'")
+echo "(outbox_partitioning: $NEW_TOPIC has $count partitions recorded)"
+[ "${count:-0}" -ge 1 ] || fail "no partition count recorded for $NEW_TOPIC after the relay's first mark: '$count'"
 
 finish

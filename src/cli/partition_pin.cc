@@ -8,7 +8,7 @@
 
 namespace outbox::cli {
 
-void PinPartitionMapping(const GlobalOptions& global, OutboxStore& store, bool allow_change) {
+bool PinPartitionMapping(const GlobalOptions& global, OutboxStore& store, bool allow_change) {
   const std::vector<kafka::Property> properties = ProducerProperties(global);
   PartitionMapping current;
   current.topic = global.topic;
@@ -21,7 +21,8 @@ void PinPartitionMapping(const GlobalOptions& global, OutboxStore& store, bool a
     fmt::print("[relay] partition mapping of topic '{}' not recorded ({}); compared again at the "
                "next start\n",
                current.topic, check.note_error);
-  if (check.change.empty()) return;
+  const bool count_unknown = current.partitions == 0;
+  if (check.change.empty()) return count_unknown;
   if (!allow_change)
     throw CommandError(
         ExitCode::kPartitionMappingChanged,
@@ -36,6 +37,19 @@ void PinPartitionMapping(const GlobalOptions& global, OutboxStore& store, bool a
              "--allow-partitioner-change: events of one aggregate from before and after may be "
              "read out of order; `check` counts them as order hazards\n",
              current.topic, check.change);
+  return count_unknown;
+}
+
+bool NotePartitionCount(const GlobalOptions& global, OutboxStore& store, rd_kafka_t* producer) {
+  PartitionMapping current;
+  current.topic = global.topic;
+  current.partitioner = lab::PartitionerOf(ProducerProperties(global));
+  current.partitions = lab::ReadPartitionCount(producer, global.topic, 2000);
+  if (current.partitions == 0) return false;
+  // With no count recorded, CheckPartitionMapping records this one (learned_count).
+  const lab::PartitionMappingCheck check = lab::CheckPartitionMapping(store, current, false);
+  if (!check.note_error.empty()) return false;
+  return true;
 }
 
 }  // namespace outbox::cli

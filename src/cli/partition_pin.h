@@ -2,6 +2,8 @@
 // (lab/check/partition_mapping.h).
 #pragma once
 
+#include <librdkafka/rdkafka.h>
+
 #include "cli/command.h"
 #include "outbox/outbox_store.h"
 
@@ -14,7 +16,16 @@ namespace outbox::cli {
 // mappings when they differ and allow_change is false; prints one `[relay] partition mapping
 // changed` line when allow_change let it through, and a `not recorded` line when the store
 // could not write the record (the relay goes on; its loop meets the store's errors itself).
-// Throws the store's read errors, ConfigError (-X).
-void PinPartitionMapping(const GlobalOptions& global, OutboxStore& store, bool allow_change);
+// Throws the store's read errors, ConfigError (-X). Returns true when the partition count is
+// still unknown (the topic does not exist yet, or the broker did not answer): the relay then
+// notes it after its first mark (NotePartitionCount), when its own send has created the topic.
+bool PinPartitionMapping(const GlobalOptions& global, OutboxStore& store, bool allow_change);
+
+// Notes on store --topic's partition count as the relay's producer sees it now, when the store
+// has none recorded yet (a count recorded by an earlier start is kept). Returns true when the
+// count is known now (noted or not needed), false when the broker did not give it within 2 s.
+// A count noted only at the next start would be the count after a change made meanwhile: the
+// change would then go unseen. Throws the store's errors.
+bool NotePartitionCount(const GlobalOptions& global, OutboxStore& store, rd_kafka_t* producer);
 
 }  // namespace outbox::cli

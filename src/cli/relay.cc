@@ -274,8 +274,11 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
               relay_options.settle_store = settle_store.get();
             }
             // Only keys that pin an aggregate to a partition have a mapping to keep.
+            // The count of a topic this relay's first send creates is noted after its first mark.
+            auto partition_count_unknown = std::make_shared<bool>(false);
             if (relay_options.key == KeyChoice::kAggregateId)
-              PinPartitionMapping(global, store, o->allow_partitioner_change);
+              *partition_count_unknown =
+                  PinPartitionMapping(global, store, o->allow_partitioner_change);
             kafka::KafkaPublisherOptions publisher_options;
             publisher_options.brokers = global.RequireBrokers();
             publisher_options.topic = global.topic;
@@ -373,10 +376,13 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             // broker is noted again after its first mark.
             auto broker_noted = std::make_shared<bool>(noted);
             relay_options.on_settle = [h = history.get(), producer = producer_handle, &store,
-                                       broker_noted](const SettleRecord& settle) {
+                                       &global, broker_noted,
+                                       partition_count_unknown](const SettleRecord& settle) {
               if (h) lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
               if (!*broker_noted && !settle.marked.empty())
                 *broker_noted = NoteBrokerIncarnation(producer, store, 2000);
+              if (*partition_count_unknown && !settle.marked.empty())
+                *partition_count_unknown = !NotePartitionCount(global, store, producer);
             };
             relay_options.on_new_run = [o, broker_noted](const std::string& previous,
                                                          const std::string& run,

@@ -99,6 +99,8 @@ std::string ReadBrokerIncarnation(rd_kafka_t* client, int timeout_ms);
 std::int32_t ReadPartitionCount(const std::string& brokers,
                                 const std::vector<kafka::Property>& properties,
                                 const std::string& topic, int timeout_ms);
+// The same through a client the caller owns (the relay's producer: no second client).
+std::int32_t ReadPartitionCount(rd_kafka_t* client, const std::string& topic, int timeout_ms);
 
 // The topics a run of the relay used: {topic} without a template (topic_template empty), else
 // every topic the template gives the store's event types (OutboxStore::EventTypes), sorted and
