@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <memory>
 #include <string_view>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "lab/broker/embedded_broker.h"
@@ -123,6 +124,42 @@ std::vector<TopicRecord> ReadTopic(const TopicReadOptions& options) {
   return ReadTopicLog(options).records;
 }
 
+namespace {
+
+// True when properties leave the reader at read_committed (librdkafka's default isolation.level):
+// it then stops at each partition's last stable offset.
+bool ReadsCommitted(const std::vector<kafka::Property>& properties) {
+  bool committed = true;
+  for (const auto& [name, value] : properties)
+    if (name == "isolation.level") committed = value != "read_uncommitted";
+  return committed;
+}
+
+// Each partition's high watermark for a read_uncommitted reader, which a read_committed one
+// sees only up to the last stable offset: an open transaction holds back every record after its
+// first one (a producer killed mid-transaction, until transaction.timeout.ms aborts it).
+std::map<std::int32_t, std::int64_t> UncommittedEnds(const TopicReadOptions& options,
+                                                     const std::vector<std::int32_t>& partitions,
+                                                     Deadline deadline, const std::string& what) {
+  std::vector<kafka::Property> properties = {{"bootstrap.servers", options.brokers},
+                                             {"group.id", "outbox-lab-reader"},
+                                             {"log_level", "2"}};
+  properties.insert(properties.end(), options.properties.begin(), options.properties.end());
+  properties.push_back({"isolation.level", "read_uncommitted"});
+  kafka::KafkaHandle consumer = kafka::MakeClient(RD_KAFKA_CONSUMER, kafka::MakeConf(properties));
+  std::map<std::int32_t, std::int64_t> ends;
+  for (std::int32_t p : partitions) {
+    int64_t low = 0, high = 0;
+    const rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(
+        consumer.get(), options.topic.c_str(), p, &low, &high, RemainingMs(deadline));
+    if (err) kafka::ThrowKafkaError(fmt::format("{}: high watermark of partition {}", what, p), err);
+    ends[p] = high;
+  }
+  return ends;
+}
+
+}  // namespace
+
 TopicLog ReadTopicLog(const TopicReadOptions& options) {
   const Deadline deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeout_ms);
   const std::string what = fmt::format("read topic '{}' from '{}'", options.topic, options.brokers);
@@ -158,15 +195,35 @@ TopicLog ReadTopicLog(const TopicReadOptions& options) {
   }
   std::sort(partitions.begin(), partitions.end());
 
-  // Read up to the high watermark as it is now; records produced later are not waited for.
+  // Read up to the high watermark as it is now; records produced later are not waited for. At
+  // read_committed, up to the end a read_uncommitted reader sees now: while an open transaction
+  // holds the last stable offset below it, the records past it (this run's among them) cannot be
+  // read, and a read that stopped there would call them lost. So the read waits, within the
+  // deadline, for that end to become stable, and fails (KafkaError) when it does not.
+  std::map<std::int32_t, std::int64_t> uncommitted_end;
+  if (ReadsCommitted(options.properties) && !partitions.empty())
+    uncommitted_end = UncommittedEnds(options, partitions, deadline, what);
   std::map<std::int32_t, std::int64_t> next_offset, end_offset;
   kafka::TopicPartitionListHandle assignment(
       rd_kafka_topic_partition_list_new(static_cast<int>(partitions.size())));
   for (std::int32_t p : partitions) {
     int64_t low = 0, high = 0;
-    err = rd_kafka_query_watermark_offsets(consumer.get(), options.topic.c_str(), p, &low, &high,
-                                           RemainingMs(deadline));
-    if (err) kafka::ThrowKafkaError(fmt::format("{}: watermarks of partition {}", what, p), err);
+    for (;;) {
+      err = rd_kafka_query_watermark_offsets(consumer.get(), options.topic.c_str(), p, &low,
+                                             &high, RemainingMs(deadline));
+      if (err) kafka::ThrowKafkaError(fmt::format("{}: watermarks of partition {}", what, p), err);
+      const auto uncommitted = uncommitted_end.find(p);
+      if (uncommitted == uncommitted_end.end() || high >= uncommitted->second) break;
+      if (RemainingMs(deadline) <= 0)
+        throw KafkaError(
+            fmt::format("{}: partition {}: an open transaction holds offsets {}..{} back from "
+                        "read_committed readers (last stable offset {}), and it did not end "
+                        "within {} ms; check again once it ends (transaction.timeout.ms aborts "
+                        "a dead producer's), or pass --isolation read_uncommitted",
+                        what, p, high, uncommitted->second - 1, high, options.timeout_ms),
+            RD_KAFKA_RESP_ERR__TIMED_OUT);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the broker's own clock
+    }
     log.partitions.push_back({p, low, high, options.topic});
     if (high <= low) continue;
     next_offset[p] = low;
