@@ -11,6 +11,11 @@
 # Expects: check (read_committed, the default) does not call the 5 lost: it exits 8 with the line
 #          naming the open transaction and --isolation read_uncommitted; check --isolation
 #          read_uncommitted is valid (ok=5; the killed transaction's 3 records are duplicates).
+#          An exactly-once restart on the same database aborts its own dead transaction and runs.
+#          Then another outbox on the same topic leaves its own transaction open the same way: an
+#          exactly-once relay of the first refuses to recover (it would read the shared
+#          relay-state topic only up to that transaction and re-send what its own committed
+#          transactions carried), naming the offsets held back.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -43,5 +48,30 @@ step "check at read_uncommitted reads them: valid"
 run check --isolation read_uncommitted
 expect_rc 0 "check --isolation read_uncommitted"
 expect_line '^\[check\] ok=5 lost=0 ' "$OUT"
+
+step "the killed relay's own transactional.id: a restart aborts its open transaction and runs"
+run write 1 --quiet
+run relay --exactly-once --until-empty --quiet --transaction-timeout 60s
+expect_rc 0 "relay --exactly-once after its own producer was killed inside a transaction"
+
+step "another outbox on the same topic: its exactly-once relay killed inside a transaction"
+# Its transactional.id is its own, so the next relay's init_transactions cannot abort this
+# transaction: it holds back the shared relay-state topic too.
+DB_MAIN=$DB
+DB=$TMP/other-outbox.db
+run reset
+run write 3 --quiet
+OUTBOX_FAILPOINTS=relay.txn_before_commit=hold start_hold other-txn-relay \
+  relay --exactly-once --transaction-timeout 60s
+kill9 "$HOLD_PID"
+
+step "an exactly-once relay's recovery refuses to read less of the relay-state topic than there is"
+DB=$DB_MAIN
+run write 2 --quiet
+run relay --exactly-once --until-empty --transaction-timeout 60s
+[ "$RC" -ne 0 ] || fail "the exactly-once relay started its recovery past another producer's open transaction"
+cat "$OUT" "$ERR" >"$TMP/recovery.txt"
+expect_line "another producer's open transaction holds offsets [0-9]+\.\.[0-9]+ of it back" "$TMP/recovery.txt"
+expect_no_line '^\[relay\] exactly-once recovery: ' "$OUT"
 
 finish

@@ -183,6 +183,34 @@ std::vector<std::int64_t> TransactionalPublisher::Recover(int timeout_ms,
   }
   if (err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) return {};
   if (err) ThrowKafkaError(what + ": watermarks", err);
+  // init_transactions aborted our own open transaction, so the last stable offset is below the
+  // high watermark only while ANOTHER producer's transaction is open on the topic (another outbox
+  // on the same topic, or one database reached by two paths). Reading up to it would miss the
+  // state our committed transactions wrote after that transaction began, and re-send what they
+  // carried: wait for it to end within the bound, and fail rather than read less.
+  {
+    std::vector<Property> uncommitted = properties;
+    uncommitted.back() = {"isolation.level", "read_uncommitted"};
+    KafkaHandle peek = MakeClient(RD_KAFKA_CONSUMER, MakeConf(uncommitted));
+    std::int64_t peek_low = 0, high_watermark = 0;
+    err = rd_kafka_query_watermark_offsets(peek.get(), state_topic_.c_str(), 0, &peek_low,
+                                           &high_watermark, std::max(1, LeftMs(deadline)));
+    if (err) ThrowKafkaError(what + ": high watermark", err);
+    while (high < high_watermark) {
+      if (LeftMs(deadline) == 0)
+        throw KafkaError(
+            fmt::format("{}: another producer's open transaction holds offsets {}..{} of it back "
+                        "(last stable offset {}); the recovery cannot read the state it may hide "
+                        "and sends nothing; run again once that transaction ends (its "
+                        "transaction.timeout.ms aborts a dead producer's)",
+                        what, high, high_watermark - 1, high),
+            RD_KAFKA_RESP_ERR__TIMED_OUT);
+      std::this_thread::sleep_for(std::chrono::milliseconds(kPollMs));
+      err = rd_kafka_query_watermark_offsets(consumer.get(), state_topic_.c_str(), 0, &low, &high,
+                                             std::max(1, LeftMs(deadline)));
+      if (err) ThrowKafkaError(what + ": watermarks", err);
+    }
+  }
   std::set<std::int64_t> ids;
   if (high <= low) return {};
   TopicPartitionListHandle assignment(rd_kafka_topic_partition_list_new(1));

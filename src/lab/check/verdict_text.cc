@@ -170,10 +170,11 @@ std::string ExplainReconciliation(const DbSnapshot& db, const KafkaReconciliatio
   const std::int64_t extra = kafka->records - kafka->distinct_event_ids;
   if (extra > 0) {
     if (zh)
-      return fmt::format("{} 条记录 = 崩溃前已发送、未标记的 {} 条 + 发送并标记的 {} 条；"
+      return fmt::format("{} 条记录 = 重复发送的 {} 条（标记前崩溃、第二个 relay 或生产者重试）+ 发送并标记的 {} 条；"
                          "{} 条重复在预期之内（至少一次）",
                          kafka->records, extra, kafka->distinct_event_ids, extra);
-    return fmt::format("{} = {} sent but not marked before a crash + {} sent and marked; the {} "
+    return fmt::format("{} = {} sent again (a crash before the mark, a second relay or a producer "
+                       "retry) + {} sent and marked; the {} "
                        "{} expected (at-least-once)",
                        Count(kafka->records, "record", "records"), extra,
                        kafka->distinct_event_ids, Count(extra, "duplicate", "duplicates"),
