@@ -11,7 +11,8 @@
 #          no broker; after stop-broker and after kill -9 of the broker, `check` and `verify` on
 #          A say "the embedded broker was restarted after these were published (it keeps records
 #          in memory); rerun from reset", exit 16 (cannot judge), and never say lost or INVALID.
-#          The same for rows batch-loop marked. After a reset A checks valid again on the new
+#          The same for rows batch-loop marked, and for verify on a topic the new broker does not
+#          have (not exit 8 "does not exist": the restart took it). After a reset A checks valid again on the new
 #          broker.
 . "$(dirname "$0")/lib.sh"
 
@@ -146,6 +147,17 @@ remember_broker "$A" >/dev/null
 run_sh stop-broker
 run_sh "-Doutbox.db=$A" OutboxLab check
 expect_cannot_judge "check A after batch-loop and stop-broker"
+remember_broker "$A" >/dev/null
+
+step "a topic of the class's own (--topic): after stop-broker the new broker lacks it; still 16"
+run_sh "-Doutbox.db=$A" OutboxLab reset
+run_sh "-Doutbox.db=$A" OutboxLab write 2 --quiet
+run_sh "-Doutbox.db=$A" OutboxLab --topic class-topic relay --until-empty
+expect_rc 0 "relay A to class-topic"
+remember_broker "$A" >/dev/null
+run_sh stop-broker
+run_sh "-Doutbox.db=$A" OutboxLab --topic class-topic verify
+expect_cannot_judge "verify --topic class-topic after stop-broker"
 remember_broker "$A" >/dev/null
 
 step "from reset, the lesson works again"
