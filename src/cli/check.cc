@@ -149,6 +149,10 @@ void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
   if (!h.unexpected.empty())
     fmt::print("[check] unexpected (in Kafka, but no writer in the history attempted it): {}\n",
                list(h.unexpected));
+  // Records yet no writer at all: the writers ran without the history, not a phantom write.
+  if (!h.unexpected.empty() && h.attempts == 0 && !history_empty)
+    fmt::print("[check] the history holds no writer's transaction: were the writers run with "
+               "--history/OUTBOX_HISTORY too?\n");
   if (history_empty)
     fmt::print("[check] the history {} empty: was it written by this run's processes with "
                "--history/OUTBOX_HISTORY?\n",
