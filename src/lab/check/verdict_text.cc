@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "lab/broker/json_bytes.h"
@@ -28,20 +29,27 @@ std::string DuplicatesZh(const KafkaReconciliation& kafka) {
   bool same = true;
   for (const auto& [id, count] : kafka.duplicates) same = same && count == kafka.duplicates[0].second;
   std::string text;
-  for (const auto& [id, count] : kafka.duplicates) {
+  const std::size_t shown = std::min(kafka.duplicates.size(), kIdsShown);  // a table cell
+  for (std::size_t i = 0; i < shown; ++i) {
     text += text.empty() ? "" : "、";
-    text += EscapeBytes(id);
-    if (!same) text += fmt::format(" {} 次", count);
+    text += EscapeBytes(kafka.duplicates[i].first);
+    if (!same) text += fmt::format(" {} 次", kafka.duplicates[i].second);
   }
   if (same) text += fmt::format(" 各 {} 次", kafka.duplicates[0].second);
+  if (shown < kafka.duplicates.size())
+    text += fmt::format("，另有 {} 个", kafka.duplicates.size() - shown);
   return text;
 }
 
 std::string DuplicatesEn(const KafkaReconciliation& kafka) {
   if (kafka.duplicates.empty()) return "none";
   std::string text;
-  for (const auto& [id, count] : kafka.duplicates)
-    text += fmt::format("{}{} x{}", text.empty() ? "" : ", ", EscapeBytes(id), count);
+  const std::size_t shown = std::min(kafka.duplicates.size(), kIdsShown);  // a table cell
+  for (std::size_t i = 0; i < shown; ++i)
+    text += fmt::format("{}{} x{}", text.empty() ? "" : ", ",
+                        EscapeBytes(kafka.duplicates[i].first), kafka.duplicates[i].second);
+  if (shown < kafka.duplicates.size())
+    text += fmt::format(", ... and {} more", kafka.duplicates.size() - shown);
   return text;
 }
 

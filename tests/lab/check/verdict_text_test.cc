@@ -132,6 +132,18 @@ TEST_CASE("verify explains each stage of the chapter's experiment in one sentenc
   }
 }
 
+TEST_CASE("The reconciliation table lists at most 10 duplicated ids and counts the rest",
+          "[verdict]") {
+  const DbSnapshot db = ChapterDb(12, 12);
+  std::vector<int> twice;
+  for (int i = 1; i <= 12; ++i) twice.insert(twice.end(), {i, i});
+  const KafkaReconciliation kafka = Reconcile(db, Log(twice));
+  REQUIRE(kafka.duplicates.size() == 12);
+  const std::string table = outbox::lab::ReconciliationTable(db, kafka, Lang::kEn);
+  CHECK(table.find("evt-1010 x2, ... and 2 more") != std::string::npos);
+  CHECK(table.find("evt-1011") == std::string::npos);
+}
+
 TEST_CASE("Reconcile counts only this run's records and the others apart", "[verdict]") {
   const DbSnapshot db = ChapterDb(3, 3);
   TopicLog log = Log({1, 2, 3});
