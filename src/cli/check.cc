@@ -64,6 +64,7 @@ void PrintJson(const lab::CheckResult& r, const std::string& run_id,
   out["pending"] = r.pending;
   out["parked"] = r.parked;
   out["retention_unknown"] = r.retention_unknown;
+  out["duplicated_changed"] = r.duplicated_changed;
   out["lost_beyond_retention"] = r.lost_beyond_retention;
   out["restart_unknown"] = r.restart_unknown;
   out["published_during_read"] = r.published_during_read;
@@ -208,6 +209,10 @@ void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
     else
       fmt::print("[check] duplicated: {} {}\n", list(items), lab::DuplicateNote(lang));
   }
+  if (!r.duplicated_changed.empty())
+    fmt::print("[check] sent again with another value (the row changed between the sends; an "
+               "idempotent consumer keeps the first): {}\n",
+               list(r.duplicated_changed));
   if (o.exactly_once)
     fmt::print("[check] exactly-once, read {}: {}\n", o.isolation,
                r.duplicates_forbidden

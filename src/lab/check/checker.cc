@@ -171,8 +171,16 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
   std::map<std::tuple<std::string, std::int32_t, std::string>,
            std::pair<std::int64_t, const TopicRecord*>>
       last_id_by_aggregate;
+  std::unordered_map<std::string, const TopicRecord*> first_copy;
+  std::unordered_set<std::string> changed;
   for (const TopicRecord& record : records) {
-    if (seen[record.event_id]++ > 0) continue;
+    if (seen[record.event_id]++ > 0) {
+      if (first_copy[record.event_id]->value != record.value &&
+          changed.insert(record.event_id).second)
+        result.duplicated_changed.push_back(record.event_id);
+      continue;
+    }
+    first_copy[record.event_id] = &record;
     first_seen.push_back(record.event_id);
     const auto found = outbox.find(record.event_id);
     if (found == outbox.end()) {

@@ -126,6 +126,10 @@ struct CheckResult {
   std::vector<PartitionExtent> partitions;  // as given to CheckRun
   std::int64_t dropped_offsets = 0;         // sum of the partitions' log starts
   std::vector<std::pair<std::string, std::int64_t>> duplicated;  // id, times seen (> 1)
+  // Duplicated ids whose copies differ in value: the row was changed between two sends (a hand
+  // edit, a foreign writer's UPDATE), so an idempotent consumer keeps whichever came first.
+  // Reported, not a finding: at-least-once promises the event, not the bytes of each copy.
+  std::vector<std::string> duplicated_changed;
   // In Kafka, but no committed outbox row has it (or its transaction definitely failed).
   std::vector<std::string> phantom;
   std::vector<std::string> atomicity;  // "loan L-1 has no outbox row" / "event e has no loan"

@@ -474,6 +474,22 @@ TEST_CASE("CheckRun reports an aggregate seen on two partitions as an order haza
   }
 }
 
+TEST_CASE("CheckRun names the duplicated events whose copies differ in value", "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(2);
+  f.MarkAll();
+  std::vector<TopicRecord> records = Records({"evt-1001", "evt-1002", "evt-1001", "evt-1002"});
+  records[0].value = records[2].value = R"({"bookId":"B-101"})";
+  records[1].value = R"({"bookId":"B-102"})";
+  records[3].value = R"({"bookId":"B-999"})";  // evt-1002's row was changed between the sends
+
+  const CheckResult r = CheckRun(*f.store, records);
+
+  CHECK(r.duplicated.size() == 2);
+  CHECK(r.duplicated_changed == Strings{"evt-1002"});
+  CHECK(r.verdict() == outbox::lab::Verdict::kValid);
+}
+
 TEST_CASE("CheckValues gives check --expect every key with the report's numbers and list sizes",
           "[checker]") {
   CheckerFixture f;
