@@ -15,9 +15,10 @@
 #                                        kill -9 of the node that leads TOPIC's PARTITION (0);
 #                                        prints the node id
 #   scripts/kafka.sh leader TOPIC [PARTITION]   the node id that leads it now
-#   scripts/kafka.sh create-topic TOPIC [PARTITIONS]
+#   scripts/kafka.sh create-topic TOPIC [PARTITIONS] [--config NAME=VALUE ...]
 #                                        create TOPIC (1 partition by default) replicated on every
-#                                        node, with Kafka's own topic tool
+#                                        node, with Kafka's own topic tool (topic configs such as
+#                                        cleanup.policy=compact)
 #   scripts/kafka.sh delete-records TOPIC PARTITION OFFSET
 #                                        move the partition's log start to OFFSET (DeleteRecords,
 #                                        with Kafka's own tool): what retention does, on demand
@@ -314,11 +315,19 @@ kill_node() {
 }
 
 create_topic() {
-  local topic=${1:-} partitions=${2:-1} addr
-  [ -n "$topic" ] || err "usage: create-topic TOPIC [PARTITIONS]" 2
+  local topic=${1:-} partitions=1 addr configs=()
+  [ -n "$topic" ] || err "usage: create-topic TOPIC [PARTITIONS] [--config NAME=VALUE ...]" 2
+  shift
+  if [ $# -gt 0 ] && [ "$1" != --config ]; then partitions=$1; shift; fi
+  while [ $# -gt 0 ]; do
+    [ "$1" = --config ] && [ -n "${2:-}" ] ||
+      err "create-topic: expected --config NAME=VALUE, got '$1'" 2
+    configs+=(--config "$2")
+    shift 2
+  done
   addr=$(address) || err "not running ($DIR); run scripts/kafka.sh start" 3
   java_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$addr" --create --topic "$topic" \
-    --partitions "$partitions" --replication-factor "$(node_count)" >&2
+    --partitions "$partitions" --replication-factor "$(node_count)" "${configs[@]}" >&2
 }
 
 delete_records() {

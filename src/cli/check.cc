@@ -74,7 +74,8 @@ void PrintJson(const lab::CheckResult& r, const std::string& run_id,
                              {"reason", lab::BrokerRestartReason(r.broker_restart)}};
   out["partitions"] = nlohmann::ordered_json::array();
   for (const lab::PartitionExtent& p : r.partitions)
-    out["partitions"].push_back({{"partition", p.partition}, {"log_start", p.log_start}, {"end", p.end}});
+    out["partitions"].push_back({{"partition", p.partition}, {"log_start", p.log_start},
+                                 {"end", p.end}, {"compacted", p.compacted}});
   out["duplicates_forbidden"] = r.duplicates_forbidden;
   out["duplicated"] = nlohmann::ordered_json::object();
   for (const auto& [id, n] : r.duplicated) out["duplicated"][id] = n;
@@ -133,6 +134,11 @@ void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
       fmt::print("[check] broker retention: partition {} starts at offset {} (offsets 0..{} were "
                  "dropped)\n",
                  p.partition, p.log_start, p.log_start - 1);
+  for (const lab::PartitionExtent& p : r.partitions)
+    if (p.compacted > 0)
+      fmt::print("[check] compacted topic (cleanup.policy=compact): partition {} holds no record "
+                 "at {} of its offsets {}..{} (compaction keeps a key's last record only)\n",
+                 p.partition, p.compacted, p.log_start, p.end - 1);
   if (h.present)
     fmt::print("[check] history: attempts={} acknowledged={} failed={} indeterminate={} ok={} "
                "recovered={} unexpected={}\n",

@@ -57,6 +57,11 @@ void PrintText(const lab::DbSnapshot& db, const std::optional<lab::KafkaReconcil
       fmt::print("[verify] broker retention: partition {} starts at offset {} (offsets 0..{} were "
                  "dropped)\n",
                  p.partition, p.log_start, p.log_start - 1);
+  for (const lab::PartitionExtent& p : partitions)
+    if (p.compacted > 0)
+      fmt::print("[verify] compacted topic (cleanup.policy=compact): partition {} holds no record "
+                 "at {} of its offsets {}..{} (compaction keeps a key's last record only)\n",
+                 p.partition, p.compacted, p.log_start, p.end - 1);
   const std::size_t shown = o.ids ? kafka->duplicates.size()
                                   : std::min(kafka->duplicates.size(), lab::kIdsShown);
   for (std::size_t i = 0; i < shown; ++i)
@@ -130,7 +135,8 @@ nlohmann::ordered_json ToJson(const lab::DbSnapshot& db,
     k["other_run_records"] = kafka->other_run_records;
     k["partitions"] = nlohmann::ordered_json::array();
     for (const lab::PartitionExtent& p : partitions)
-      k["partitions"].push_back({{"partition", p.partition}, {"log_start", p.log_start}, {"end", p.end}});
+      k["partitions"].push_back({{"partition", p.partition}, {"log_start", p.log_start},
+                                 {"end", p.end}, {"compacted", p.compacted}});
     out["kafka"] = k;
   } else {
     out["kafka"] = nullptr;

@@ -122,7 +122,7 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
   CheckResult result;
   result.partitions = partitions;
   result.broker_restart = JudgeBrokerRestart(store.BrokerIncarnations(), broker_incarnation);
-  for (const PartitionExtent& p : partitions) result.dropped_offsets += p.log_start;
+  for (const PartitionExtent& p : partitions) result.dropped_offsets += p.log_start + p.compacted;
   // PRAGMA integrity_check exists on SQLite only; a PostgreSQL server checks its own pages
   // (and reports damage as errors on the reads below).
   if (store.backend() == Backend::kSqlite) {

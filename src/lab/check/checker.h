@@ -124,7 +124,7 @@ struct CheckResult {
   std::vector<std::string> restart_unknown;
   BrokerRestart broker_restart;
   std::vector<PartitionExtent> partitions;  // as given to CheckRun
-  std::int64_t dropped_offsets = 0;         // sum of the partitions' log starts
+  std::int64_t dropped_offsets = 0;  // sum of the partitions' log starts and compacted offsets
   std::vector<std::pair<std::string, std::int64_t>> duplicated;  // id, times seen (> 1)
   // Duplicated ids whose copies differ in value: the row was changed between two sends (a hand
   // edit, a foreign writer's UPDATE), so an idempotent consumer keeps whichever came first.

@@ -74,7 +74,7 @@ struct KafkaReconciliation {
   // (BrokerRestart): neither ok nor lost.
   std::vector<std::string> restart_unknown;
   BrokerRestart broker_restart;
-  std::int64_t dropped_offsets = 0;    // sum of the partitions' log starts
+  std::int64_t dropped_offsets = 0;    // TopicLog::Dropped(): log starts and compacted offsets
   std::int64_t other_run_records = 0;  // records of other runs, left out of every count
   // Archived or purged events found in Kafka (DbSnapshot overload): published, not unexpected.
   std::int64_t archived_in_kafka = 0;

@@ -65,7 +65,7 @@ std::vector<RecordHeader> HeadersOf(const rd_kafka_message_t* msg) {
 
 std::int64_t TopicLog::Dropped() const {
   std::int64_t dropped = 0;
-  for (const PartitionExtent& p : partitions) dropped += p.log_start;
+  for (const PartitionExtent& p : partitions) dropped += p.log_start + p.compacted;
   return dropped;
 }
 
@@ -133,6 +133,43 @@ bool ReadsCommitted(const std::vector<kafka::Property>& properties) {
   for (const auto& [name, value] : properties)
     if (name == "isolation.level") committed = value != "read_uncommitted";
   return committed;
+}
+
+// True when topic's cleanup.policy includes compact (DescribeConfigs, at most timeout_ms); false
+// when it does not, or when the broker does not say in time (the mock cluster has no
+// DescribeConfigs handler: the caller does not ask it).
+bool CompactedTopic(rd_kafka_t* client, const std::string& topic, int timeout_ms) {
+  using ConfigResourceHandle =
+      std::unique_ptr<rd_kafka_ConfigResource_t, decltype(&rd_kafka_ConfigResource_destroy)>;
+  ConfigResourceHandle resource(rd_kafka_ConfigResource_new(RD_KAFKA_RESOURCE_TOPIC, topic.c_str()),
+                                &rd_kafka_ConfigResource_destroy);
+  char errstr[256] = {};
+  kafka::AdminOptionsHandle admin(
+      rd_kafka_AdminOptions_new(client, RD_KAFKA_ADMIN_OP_DESCRIBECONFIGS));
+  rd_kafka_AdminOptions_set_request_timeout(admin.get(), timeout_ms, errstr, sizeof errstr);
+  kafka::QueueHandle queue(rd_kafka_queue_new(client));
+  rd_kafka_ConfigResource_t* resources[] = {resource.get()};
+  rd_kafka_DescribeConfigs(client, resources, 1, admin.get(), queue.get());
+  kafka::EventHandle event(rd_kafka_queue_poll(queue.get(), timeout_ms + 500));
+  if (!event || rd_kafka_event_error(event.get())) return false;
+  const rd_kafka_DescribeConfigs_result_t* result = rd_kafka_event_DescribeConfigs_result(event.get());
+  if (!result) return false;
+  std::size_t count = 0;
+  const rd_kafka_ConfigResource_t** described =
+      rd_kafka_DescribeConfigs_result_resources(result, &count);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (rd_kafka_ConfigResource_error(described[i])) continue;
+    std::size_t entries = 0;
+    const rd_kafka_ConfigEntry_t** configs = rd_kafka_ConfigResource_configs(described[i], &entries);
+    for (std::size_t e = 0; e < entries; ++e) {
+      const char* name = rd_kafka_ConfigEntry_name(configs[e]);
+      const char* value = rd_kafka_ConfigEntry_value(configs[e]);
+      if (name && value && std::string_view(name) == "cleanup.policy" &&
+          std::string_view(value).find("compact") != std::string_view::npos)
+        return true;
+    }
+  }
+  return false;
 }
 
 // Each partition's high watermark for a read_uncommitted reader, which a read_committed one
@@ -254,6 +291,16 @@ TopicLog ReadTopicLog(const TopicReadOptions& options) {
   std::stable_sort(records.begin(), records.end(), [](const TopicRecord& a, const TopicRecord& b) {
     return a.partition != b.partition ? a.partition < b.partition : a.offset < b.offset;
   });
+  // A compacted topic's holes are records the broker dropped too (PartitionExtent::compacted).
+  // The embedded broker never compacts, and never answers DescribeConfigs: not asked.
+  if (log.broker_incarnation.rfind("embedded:", 0) != 0 &&
+      CompactedTopic(consumer.get(), options.topic,
+                     std::max(1, std::min(2000, RemainingMs(deadline))))) {
+    std::map<std::int32_t, std::int64_t> read;
+    for (const TopicRecord& record : records) ++read[record.partition];
+    for (PartitionExtent& p : log.partitions)
+      p.compacted = std::max<std::int64_t>(0, p.end - p.log_start - read[p.partition]);
+  }
   return log;
 }
 

@@ -37,6 +37,11 @@ struct PartitionExtent {
   std::int64_t log_start = 0;
   std::int64_t end = 0;  // the high watermark when the read began
   std::string topic = {};  // the topic the partition belongs to
+  // On a topic whose cleanup.policy includes compact: the offsets between log_start and end that
+  // held no record for the read (compaction removed them; transaction markers and aborted
+  // records count too). A compacted topic keeps only the last record of a key, and its log start
+  // does not move, so these are dropped records as much as those below log_start. 0 otherwise.
+  std::int64_t compacted = 0;
 };
 
 struct TopicLog {
@@ -51,7 +56,7 @@ struct TopicLog {
   std::string topic;    // the topic read, and the bootstrap servers it was read from,
   std::string brokers;  // for messages about the read
 
-  // Offsets the broker no longer holds, over all partitions (the sum of log_start).
+  // Offsets the broker no longer holds, over all partitions (the sum of log_start and compacted).
   std::int64_t Dropped() const;
 };
 
