@@ -25,7 +25,8 @@ struct RoutedMessage {
 // ce_source) first, then the application's headers in the column's order. Returns error, and
 // no message, when the headers column is bad (ParseRecordHeaders), when it names a header the
 // CloudEvents convention sets (CloudEventsCollision), when the row cannot make a CloudEvent, or
-// when its topic would be illegal; the first of these found. Throws nothing.
+// when its topic would be illegal; the first of these found. Throws nothing. Decides nothing
+// from the payload, which it only copies into the message (Relay::SendRows moves it in instead).
 RoutedMessage RouteRow(const OutboxRow& row, const TopicTemplate* topic_template,
                        HeaderConvention headers, std::string_view ce_source) noexcept;
 

@@ -388,7 +388,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                     const lab::TopicLog log = lab::ReadTopicLogs(
                         {global.RequireBrokers(), global.topic,
                          WithIsolation(global.ParsedProperties(), o->isolation),
-                         static_cast<int>(o->timeout_ms)},
+                         static_cast<int>(o->timeout_ms), /*wait_for_open_transactions=*/true},
                         store ? lab::TopicsOfRun(*store, global.topic, global.topic_template)
                               : std::vector<std::string>{global.topic});
                     if (!global.topic_template.empty() && !o->json)
@@ -399,7 +399,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                     std::int64_t before_reset = 0;
                     if (!o->histories.empty()) {
                       ops = lab::ReadHistories(o->histories, &malformed);
-                      before_reset = lab::DropBeforeLastReset(ops);
+                      before_reset = lab::DropBeforeLastReset(ops, run_id);
                     }
                     if (before_reset > 0 && !o->json)
                       fmt::print("[check] history: {} records before the last reset left out (an "

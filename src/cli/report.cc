@@ -48,7 +48,7 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
             // Every topic the run used (--topic-template), else --topic.
             const lab::TopicLog log = lab::ReadTopicLogs(
                 {global.RequireBrokers(), global.topic, global.ParsedProperties(),
-                 static_cast<int>(o->timeout_ms)},
+                 static_cast<int>(o->timeout_ms), /*wait_for_open_transactions=*/true},
                 lab::TopicsOfRun(*store, global.topic, global.topic_template));
             const auto records = lab::RecordsOfRun(log.records, store->RunId()).records;
             // The history every other command writes (--history before the subcommand, or
@@ -68,7 +68,8 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
             if (!o->histories.empty()) {
               ops = lab::ReadHistories(o->histories, &malformed);
               // Records of an earlier run (before the last reset) are neither lanes nor verdict.
-              if (const std::int64_t left_out = lab::DropBeforeLastReset(ops); left_out > 0)
+              if (const std::int64_t left_out = lab::DropBeforeLastReset(ops, store->RunId());
+                  left_out > 0)
                 fmt::print("[report] history: {} records before the last reset left out\n",
                            left_out);
             }

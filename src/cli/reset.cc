@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <optional>
 
 #include "cli/command.h"
 #include "lab/chapter/history.h"
@@ -15,13 +16,14 @@ Command AddResetCommand(CLI::App& app, const GlobalOptions& global) {
       "Create the database (and its directory) with empty business_loan and outbox tables; on a "
       "database with rows, say how many it removed");
   return {sub, [&global] {
+            // Opened before the reset: a history it cannot write fails the command with the
+            // database untouched. No process record: a reset is a mark, not a report lane.
+            std::optional<lab::History> history;
+            if (!global.history.empty()) history.emplace(global.history, *global.clock);
             lab::ResetRemoved removed;
             const auto store = lab::ResetLabStore(global.db, global.MakeStoreOptions(), &removed);
             // A history kept across runs (OUTBOX_HISTORY): check reads only what follows this.
-            // No process record: a reset is a mark in the history, not a lane of the report.
-            if (!global.history.empty())
-              lab::History(global.history, *global.clock).Record("ok", lab::kResetOp,
-                                                                store->RunId());
+            if (history) history->Record("ok", lab::kResetOp, store->RunId());
             const ResetCounts& outbox = removed.outbox;
             if (removed.loans > 0 || outbox.outbox_rows > 0 || outbox.archived > 0)
               fmt::print("[reset] removed business_loan={} outbox={} ({}) archived={}\n",

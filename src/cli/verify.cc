@@ -100,7 +100,7 @@ void PrintText(const lab::DbSnapshot& db, const std::optional<lab::KafkaReconcil
     fmt::print("[verify] committed while the topic was read (a live writer; in Kafka, not in the "
                "counts above): {}\n",
                list(kafka->committed_during_read));
-  fmt::print("\n{}", lab::ReconciliationTable(db, *kafka, lang));
+  fmt::print("\n{}", lab::ReconciliationTable(db, *kafka, lang, o.ids));
 }
 
 nlohmann::ordered_json ToJson(const lab::DbSnapshot& db,
@@ -224,7 +224,7 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
               const lab::TopicLog log = lab::ReadTopicLogs(
                   {global.brokers, global.topic,
                    WithIsolation(global.ParsedProperties(), options->isolation),
-                   static_cast<int>(options->timeout_ms)},
+                   static_cast<int>(options->timeout_ms), /*wait_for_open_transactions=*/true},
                   lab::TopicsOfRun(*store, global.topic, global.topic_template));
               topics_read = log.topic;
               // A restarted in-memory broker lost the topic with its records: cannot judge

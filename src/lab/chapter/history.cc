@@ -4,9 +4,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <optional>
+#include <map>
 #include <cstring>
 #include <exception>
 #include <fstream>
@@ -64,7 +63,8 @@ void History::Write(std::string_view type, std::string_view f, std::string_view 
 
 std::vector<HistoryOp> ReadHistories(const std::vector<std::string>& paths, std::int64_t* malformed) {
   std::vector<HistoryOp> ops;
-  for (const std::string& path : paths) {
+  for (std::size_t file = 0; file < paths.size(); ++file) {
+    const std::string& path = paths[file];
     std::ifstream in(path);
     if (!in) ThrowSystemError(fmt::format("read history '{}'", path), errno);
     for (std::string line; std::getline(in, line);) {
@@ -75,6 +75,7 @@ std::vector<HistoryOp> ReadHistories(const std::vector<std::string>& paths, std:
         continue;
       }
       HistoryOp op;
+      op.file = file;
       if (json.contains("process") && json["process"].is_number_integer())
         op.process = json["process"].get<std::int64_t>();
       if (json.contains("time_ms") && json["time_ms"].is_number_integer())
@@ -97,15 +98,26 @@ std::vector<HistoryOp> ReadHistories(const std::vector<std::string>& paths, std:
   return ops;
 }
 
-std::int64_t DropBeforeLastReset(std::vector<HistoryOp>& ops) {
-  std::optional<std::int64_t> reset_ms;
-  for (const HistoryOp& op : ops)
-    if (op.type == "ok" && op.f == kResetOp && op.time_ms > 0)
-      reset_ms = std::max(reset_ms.value_or(op.time_ms), op.time_ms);
-  if (!reset_ms) return 0;
-  const auto before = ops.size();
-  std::erase_if(ops, [&](const HistoryOp& op) { return op.time_ms > 0 && op.time_ms < *reset_ms; });
-  return static_cast<std::int64_t>(before - ops.size());
+std::int64_t DropBeforeLastReset(std::vector<HistoryOp>& ops, const std::string& run_id) {
+  const auto is_reset = [](const HistoryOp& op) { return op.type == "ok" && op.f == kResetOp; };
+  // Per file, the position of its last reset record of this run.
+  std::map<std::size_t, std::size_t> cut;
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (is_reset(ops[i]) && !run_id.empty() && ops[i].value == run_id) cut[ops[i].file] = i;
+  std::int64_t dropped = 0;
+  std::vector<HistoryOp> kept;
+  kept.reserve(ops.size());
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (is_reset(ops[i])) continue;
+    const auto at = cut.find(ops[i].file);
+    if (at != cut.end() && i < at->second) {
+      ++dropped;
+      continue;
+    }
+    kept.push_back(std::move(ops[i]));
+  }
+  ops = std::move(kept);
+  return dropped;
 }
 
 void RecordSettle(History* history, std::int64_t token, const std::vector<std::string>& marked,

@@ -88,6 +88,9 @@ struct HistoryOp {
   // Every other key of the line as one JSON object text ("" when none), for
   // readers that show records they do not know (invalid UTF-8 replaced).
   std::string details;
+  // Which of ReadHistories' paths the line came from (its index); lines of one file keep their
+  // order, which is the order they were appended in.
+  std::size_t file = 0;
 };
 
 // Records one relay settle (RelayOptions::on_settle): "ok mark" per marked
@@ -107,8 +110,11 @@ std::vector<HistoryOp> ReadHistories(const std::vector<std::string>& paths, std:
 // new run would otherwise read as undone (a false "power loss").
 inline constexpr const char* kResetOp = "reset";
 
-// Removes from ops every record older than the latest reset record (time_ms below it; records
-// without a time are kept) and returns how many it removed. No reset record: removes nothing.
-std::int64_t DropBeforeLastReset(std::vector<HistoryOp>& ops);
+// Removes from ops, in each file that holds the reset record of run_id (the database's
+// Store::RunId()), every record before the last such record (by position in the file: appends
+// keep order whatever the clocks say), and every reset record of any run (markers, not
+// operations). Returns how many non-reset records it removed. Resets of other databases sharing
+// the history cut nothing; a file without this run's reset is kept whole.
+std::int64_t DropBeforeLastReset(std::vector<HistoryOp>& ops, const std::string& run_id);
 
 }  // namespace outbox::lab

@@ -207,6 +207,10 @@ TopicLog ReadTopicLog(const TopicReadOptions& options) {
       // The end of a transactional topic: its last offset may be a commit marker (see
       // ReadPartitionsToEnd).
       {"enable.partition.eof", "true"},
+      // Retention may drop records between the watermark query and the first fetch: the read
+      // goes on from the new log start (librdkafka's default, latest, would jump to the end and
+      // read nothing), and the log start is read again afterwards (below).
+      {"auto.offset.reset", "earliest"},
       {"log_level", "2"},  // failures reach the user as KafkaError; -X log_level=7 for more
   };
   properties.insert(properties.end(), options.properties.begin(), options.properties.end());
@@ -238,7 +242,8 @@ TopicLog ReadTopicLog(const TopicReadOptions& options) {
   // read, and a read that stopped there would call them lost. So the read waits, within the
   // deadline, for that end to become stable, and fails (KafkaError) when it does not.
   std::map<std::int32_t, std::int64_t> uncommitted_end;
-  if (ReadsCommitted(options.properties) && !partitions.empty())
+  if (options.wait_for_open_transactions && ReadsCommitted(options.properties) &&
+      !partitions.empty())
     uncommitted_end = UncommittedEnds(options, partitions, deadline, what);
   std::map<std::int32_t, std::int64_t> next_offset, end_offset;
   kafka::TopicPartitionListHandle assignment(
@@ -291,6 +296,16 @@ TopicLog ReadTopicLog(const TopicReadOptions& options) {
   std::stable_sort(records.begin(), records.end(), [](const TopicRecord& a, const TopicRecord& b) {
     return a.partition != b.partition ? a.partition < b.partition : a.offset < b.offset;
   });
+  // The log start as it is after the read: records retention dropped while it ran were not read
+  // either, and count as dropped (a log start from before the read would call them lost).
+  for (PartitionExtent& p : log.partitions) {
+    int64_t low = 0, high = 0;
+    if (rd_kafka_query_watermark_offsets(consumer.get(), options.topic.c_str(), p.partition, &low,
+                                         &high, std::max(1, RemainingMs(deadline))) ==
+            RD_KAFKA_RESP_ERR_NO_ERROR &&
+        low > p.log_start)
+      p.log_start = std::min<std::int64_t>(low, p.end);
+  }
   // A compacted topic's holes are records the broker dropped too (PartitionExtent::compacted).
   // The embedded broker never compacts, and never answers DescribeConfigs: not asked.
   if (log.broker_incarnation.rfind("embedded:", 0) != 0 &&

@@ -66,6 +66,12 @@ struct TopicReadOptions {
   std::vector<kafka::Property> properties;  // -X, applied last
   // Bound on the whole read (metadata, watermarks, fetches), in ms.
   int timeout_ms = 10000;
+  // For a judge (check, verify, report) at read_committed: read up to the end a read_uncommitted
+  // reader sees, waiting within timeout_ms while an open transaction holds the last stable offset
+  // below it, and throw KafkaError naming the offsets held back when it does not end in time
+  // (records past it would otherwise look lost). False (consume, as Kafka's console consumer): stop
+  // at the last stable offset.
+  bool wait_for_open_transactions = false;
 };
 
 // Returns every record, ordered by partition then offset. A topic that does

@@ -24,12 +24,13 @@ std::string Pad(const std::string& text, std::size_t width) {
 
 // The chapter's duplicate row: "evt-1001、evt-1002、evt-1003 各 2 次" when every
 // id was seen equally often, else "evt-1001 2 次、evt-1002 3 次"; "无" for none.
-std::string DuplicatesZh(const KafkaReconciliation& kafka) {
+std::string DuplicatesZh(const KafkaReconciliation& kafka, bool all_ids) {
   if (kafka.duplicates.empty()) return "无";
   bool same = true;
   for (const auto& [id, count] : kafka.duplicates) same = same && count == kafka.duplicates[0].second;
   std::string text;
-  const std::size_t shown = std::min(kafka.duplicates.size(), kIdsShown);  // a table cell
+  const std::size_t shown =
+      all_ids ? kafka.duplicates.size() : std::min(kafka.duplicates.size(), kIdsShown);
   for (std::size_t i = 0; i < shown; ++i) {
     text += text.empty() ? "" : "、";
     text += EscapeBytes(kafka.duplicates[i].first);
@@ -37,19 +38,20 @@ std::string DuplicatesZh(const KafkaReconciliation& kafka) {
   }
   if (same) text += fmt::format(" 各 {} 次", kafka.duplicates[0].second);
   if (shown < kafka.duplicates.size())
-    text += fmt::format("，另有 {} 个", kafka.duplicates.size() - shown);
+    text += fmt::format("，另有 {} 个（--ids 全部列出）", kafka.duplicates.size() - shown);
   return text;
 }
 
-std::string DuplicatesEn(const KafkaReconciliation& kafka) {
+std::string DuplicatesEn(const KafkaReconciliation& kafka, bool all_ids) {
   if (kafka.duplicates.empty()) return "none";
   std::string text;
-  const std::size_t shown = std::min(kafka.duplicates.size(), kIdsShown);  // a table cell
+  const std::size_t shown =
+      all_ids ? kafka.duplicates.size() : std::min(kafka.duplicates.size(), kIdsShown);
   for (std::size_t i = 0; i < shown; ++i)
     text += fmt::format("{}{} x{}", text.empty() ? "" : ", ",
                         EscapeBytes(kafka.duplicates[i].first), kafka.duplicates[i].second);
   if (shown < kafka.duplicates.size())
-    text += fmt::format(", ... and {} more", kafka.duplicates.size() - shown);
+    text += fmt::format(", ... and {} more (--ids prints all)", kafka.duplicates.size() - shown);
   return text;
 }
 
@@ -196,7 +198,8 @@ std::string ExplainReconciliation(const DbSnapshot& db, const KafkaReconciliatio
                      Count(kafka->distinct_event_ids, "event", "events"));
 }
 
-std::string ReconciliationTable(const DbSnapshot& db, const KafkaReconciliation& kafka, Lang lang) {
+std::string ReconciliationTable(const DbSnapshot& db, const KafkaReconciliation& kafka, Lang lang,
+                                bool all_ids) {
   struct Row {
     std::string name;
     std::string value;
@@ -210,7 +213,7 @@ std::string ReconciliationTable(const DbSnapshot& db, const KafkaReconciliation&
       {zh ? "Kafka 记录数" : "Kafka records", std::to_string(kafka.records)},
       {zh ? "Kafka 不同事件 ID 数" : "Kafka distinct event ids",
        std::to_string(kafka.distinct_event_ids)},
-      {zh ? "重复的 ID" : "duplicated ids", zh ? DuplicatesZh(kafka) : DuplicatesEn(kafka)},
+      {zh ? "重复的 ID" : "duplicated ids", zh ? DuplicatesZh(kafka, all_ids) : DuplicatesEn(kafka, all_ids)},
   };
   constexpr std::size_t kNameColumn = 27;  // "Kafka distinct event ids" + 3
   std::string text;

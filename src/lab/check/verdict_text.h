@@ -41,8 +41,10 @@ std::string ExplainReconciliation(const DbSnapshot& db, const KafkaReconciliatio
 
 // The chapter's final table (最终对账): a header line and six rows, each
 // ending in '\n', the value column aligned by display width (a CJK character
-// takes two columns).
-std::string ReconciliationTable(const DbSnapshot& db, const KafkaReconciliation& kafka, Lang lang);
+// takes two columns). The duplicated ids row lists the first kIdsShown and how many more
+// (every one with all_ids: verify --ids).
+std::string ReconciliationTable(const DbSnapshot& db, const KafkaReconciliation& kafka, Lang lang,
+                                bool all_ids = false);
 
 // "(expected: at-least-once)" / "（预期之内：至少一次）": what a duplicate is.
 const char* DuplicateNote(Lang lang);

@@ -673,22 +673,29 @@ TEST_CASE("A history kept across a reset is judged from the reset on and not as 
     ops.push_back(op(1001, "ok", "txn", id));
   }
   ops.push_back(op(2000, "ok", outbox::lab::kResetOp, "run-2"));
+  // Run 2's records, the first of them with a clock stepped back: order in the file counts.
   for (const char* id : {"evt-1001", "evt-1002", "evt-1003"}) {
-    ops.push_back(op(2001, "invoke", "txn", id));
+    ops.push_back(op(1500, "invoke", "txn", id));
     ops.push_back(op(2002, "ok", "txn", id));
   }
+  // Another database sharing the history resets too: that cuts nothing of this run.
+  ops.push_back(op(3000, "ok", outbox::lab::kResetOp, "run-of-another-database"));
   const auto records = Records({"evt-1001", "evt-1002", "evt-1003"});
   // Read whole, run 1's evt-1004 and evt-1005 look like commits a power cut undid.
   CHECK(CheckRun(*f.store, records, &ops).undone == Strings{"evt-1004", "evt-1005"});
 
-  CHECK(outbox::lab::DropBeforeLastReset(ops) == 10);
+  std::vector<outbox::lab::HistoryOp> copy = ops;
+  CHECK(outbox::lab::DropBeforeLastReset(copy, "run-of-nobody") == 0);  // markers only
+  CHECK(copy.size() == ops.size() - 2);
+  CHECK(outbox::lab::DropBeforeLastReset(ops, "run-2") == 10);
+  CHECK(ops.size() == 6);
 
   const CheckResult r = CheckRun(*f.store, records, &ops);
   CHECK(r.undone.empty());
   CHECK(r.history.acknowledged == 3);
   CHECK(r.verdict() == outbox::lab::Verdict::kValid);
   std::vector<outbox::lab::HistoryOp> no_reset = {op(5, "ok", "txn", "evt-1001")};
-  CHECK(outbox::lab::DropBeforeLastReset(no_reset) == 0);
+  CHECK(outbox::lab::DropBeforeLastReset(no_reset, "run-2") == 0);
   CHECK(no_reset.size() == 1);
 }
 

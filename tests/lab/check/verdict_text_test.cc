@@ -140,8 +140,11 @@ TEST_CASE("The reconciliation table lists at most 10 duplicated ids and counts t
   const KafkaReconciliation kafka = Reconcile(db, Log(twice));
   REQUIRE(kafka.duplicates.size() == 12);
   const std::string table = outbox::lab::ReconciliationTable(db, kafka, Lang::kEn);
-  CHECK(table.find("evt-1010 x2, ... and 2 more") != std::string::npos);
+  CHECK(table.find("evt-1010 x2, ... and 2 more (--ids prints all)") != std::string::npos);
   CHECK(table.find("evt-1011") == std::string::npos);
+  const std::string all = outbox::lab::ReconciliationTable(db, kafka, Lang::kEn, true);
+  CHECK(all.find("evt-1012 x2") != std::string::npos);
+  CHECK(all.find("more") == std::string::npos);
 }
 
 TEST_CASE("Reconcile counts only this run's records and the others apart", "[verdict]") {
