@@ -352,16 +352,15 @@ bool Relay::SendRows(Claim claim, const std::string& run_id) {
   std::vector<OutboundMessage> messages;
   messages.reserve(claim.rows.size());
   std::vector<FailedDelivery> failed;
+  const TopicTemplate* topic_template =
+      options_.topic_template ? &*options_.topic_template : nullptr;
   for (OutboxRow& row : claim.rows) {
-    const TopicTemplate* topic_template =
-        options_.topic_template ? &*options_.topic_template : nullptr;
     // The payload moves into the record instead of being copied (RouteRow does not read it):
-    // a row in flight is needed for its id and aggregate only.
+    // a row in flight is needed for its id and aggregate only, a parked one for its id.
     std::string payload = std::move(row.event.payload);
     RoutedMessage routed = RouteRow(row, topic_template, options_.headers, options_.ce_source);
     if (!routed.ok()) {
       // The row is bad, not the broker: park it now with the reason; the batch goes on.
-      row.event.payload = std::move(payload);
       failed.push_back({row.id, std::move(routed.error), /*park_now=*/true});
       continue;
     }
