@@ -4,10 +4,11 @@
 # the offsets alone do not show that records went; check asks the topic's config
 # (DescribeConfigs) and counts the offsets that hold no record as dropped. The embedded broker
 # never compacts, so this runs on real Kafka only.
-# Injects: a topic created with cleanup.policy=compact and segments of 500 ms (Kafka's topic tool,
-#          scripts/kafka.sh create-topic --config); 100 loan transactions over 50 loans relayed
-#          with --key aggregate-id in three rounds, so that closed segments exist for the log
-#          cleaner; then a wait until the cleaner removed records (the topic read holds fewer
+# Injects: a topic created with cleanup.policy=compact and segment.ms=1 (Kafka's topic tool,
+#          scripts/kafka.sh create-topic --config): each relay round's first record rolls a new
+#          segment, since the rounds are whole processes apart; 100 loan transactions over 50
+#          loans relayed with --key aggregate-id in three rounds, so that closed segments exist
+#          for the log cleaner; then a wait until the cleaner removed records (the topic read holds fewer
 #          records than its end offset, polled, at most 90 s). On the suite's broker (ctest's
 #          real-kafka.real-kafka-compacted).
 # Expects: check exits 16 (cannot judge), lost = [], names the compacted partition, and every
@@ -18,10 +19,10 @@
 [ -n "$EXTERNAL_BROKERS" ] || die "needs real Kafka: run it through scripts/with-real-kafka.sh (ctest -L real-kafka)"
 start_broker
 
-step "a compacted topic (cleanup.policy=compact, 500 ms segments)"
+step "a compacted topic (cleanup.policy=compact, segments of 1 ms)"
 echo "\$ scripts/kafka.sh create-topic $TOPIC 1 --config cleanup.policy=compact ..."
 "$REPO_DIR/scripts/kafka.sh" create-topic "$TOPIC" 1 --config cleanup.policy=compact \
-  --config segment.ms=500 --config min.cleanable.dirty.ratio=0.01 \
+  --config segment.ms=1 --config min.cleanable.dirty.ratio=0.01 \
   --config delete.retention.ms=100 || die "create-topic failed"
 
 step "100 transactions over 50 loans, keyed by aggregate id, in three rounds"
@@ -31,8 +32,6 @@ for round in 1 2 3; do
   run write $((round == 3 ? 2 : 49)) --workload 50 --quiet
   run relay --until-empty --quiet --key aggregate-id
   expect_rc 0 "relay round $round"
-  # Past segment.ms, so the next round's first record rolls a new segment.
-  sleep 0.6
 done
 
 step "wait until the log cleaner removed records"

@@ -99,13 +99,7 @@ TEST_CASE("TakeDbSnapshot counts loans and outbox rows and lists event ids in id
           "[checker]") {
   outbox::testing::TempDir dir;
   auto store = outbox::lab::ResetLabDatabase(dir.File("lab.db"), outbox::StoreOptions{});
-  for (int i = 1; i <= 3; ++i) {
-    auto txn = store->BeginWrite();
-    const auto loan = outbox::lab::ChapterLoan(i, store->clock().EpochMs());
-    outbox::lab::InsertLoan(txn.connection(), loan);
-    store->Enqueue(txn, outbox::lab::LoanCreatedEvent(loan, i));
-    txn.Commit();
-  }
+  for (int i = 1; i <= 3; ++i) outbox::lab::WriteLoanWithEvent(*store, i);
   REQUIRE(store->MarkPublished(2));
 
   const DbSnapshot snapshot = outbox::lab::TakeDbSnapshot(*store);
@@ -122,18 +116,10 @@ TEST_CASE("TakeDbSnapshot counts a loan without an outbox row as an orphan when 
           "[checker]") {
   outbox::testing::TempDir dir;
   auto store = outbox::lab::ResetLabDatabase(dir.File("lab.db"), outbox::StoreOptions{});
-  // Loan 1 with three events (more outbox rows than loans), loan 2 with none.
-  for (int i = 1; i <= 2; ++i) {
-    auto txn = store->BeginWrite();
-    const auto loan = outbox::lab::ChapterLoan(i, store->clock().EpochMs());
-    outbox::lab::InsertLoan(txn.connection(), loan);
-    if (i == 1)
-      for (int event = 1; event <= 3; ++event) {
-        outbox::OutboxEvent e = outbox::lab::LoanCreatedEvent(loan, event);
-        store->Enqueue(txn, e);
-      }
-    txn.Commit();
-  }
+  // Loan 1 with three events (more outbox rows than loans: renewals), loan 2 with none.
+  for (int i = 1; i <= 3; ++i) outbox::lab::WriteLoanWithEvent(*store, i, nullptr, 1);
+  REQUIRE(outbox::lab::InsertLoanWithoutEvent(
+      *store, outbox::lab::ChapterLoan(2, store->clock().EpochMs())));
 
   const DbSnapshot snapshot = outbox::lab::TakeDbSnapshot(*store);
 

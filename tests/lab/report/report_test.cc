@@ -412,14 +412,10 @@ TEST_CASE("BuildReportModel judges a log the broker truncated as check does and 
           "[report]") {
   outbox::testing::TempDir dir;
   auto store = outbox::lab::ResetLabDatabase(dir.File("lab.db"), outbox::StoreOptions{});
-  for (int i = 1; i <= 3; ++i) {
-    auto txn = store->BeginWrite();
-    const auto loan = outbox::lab::ChapterLoan(i, store->clock().EpochMs());
-    outbox::lab::InsertLoan(txn.connection(), loan);
-    store->Enqueue(txn, outbox::lab::LoanCreatedEvent(loan, i));
-    txn.Commit();
+  for (std::int64_t i = 1; i <= 3; ++i) {
+    outbox::lab::WriteLoanWithEvent(*store, i);
+    REQUIRE(store->MarkPublished(i));
   }
-  for (std::int64_t id = 1; id <= 3; ++id) REQUIRE(store->MarkPublished(id));
   // Offsets 0 and 1 dropped (retention); evt-1003 is what is left.
   TopicRecord left;
   left.offset = 2;
