@@ -723,3 +723,28 @@ TEST_CASE("Claim tokens given before a reset are never given again on SQLite and
   CHECK_FALSE(IsPublished(f.store, 1));
   CHECK(IntColumn(f.store, "claim_token", 1) == new_claim.token);
 }
+
+TEST_CASE("PurgePublished keeps a row both marked and parked and a row whose published is not the "
+          "relay's 1",
+          "[store]") {
+  StoreFixture f;
+  {
+    auto txn = f.store.BeginWrite();
+    // A foreign writer's rows, all long before the cutoff: marked and parked at once, published
+    // written as 2 and as 'false', and one ordinary published row as a control.
+    txn.connection().Exec(
+        "INSERT INTO outbox(event_id, aggregate_id, event_type, payload, created_at, published, "
+        "published_at, parked_at) VALUES "
+        "('both', 'A-1', 'T', 'x', 1700000000000, 1, 1700000000000, 1700000000000), "
+        "('two', 'A-2', 'T', 'x', 1700000000000, 2, 1700000000000, NULL), "
+        "('text', 'A-3', 'T', 'x', 1700000000000, 'false', 1700000000000, NULL), "
+        "('sent', 'A-4', 'T', 'x', 1700000000000, 1, 1700000000000, NULL)");
+    txn.Commit();
+  }
+  const outbox::PurgeReport report = f.store.PurgePublished(kNowMs, 10, /*archive=*/false);
+  CHECK(report.deleted == 1);
+  std::vector<std::string> kept;
+  for (const auto& row : f.store.Snapshot().rows)
+    if (!row.archived) kept.push_back(row.event_id);
+  CHECK(kept == std::vector<std::string>{"both", "two", "text"});
+}

@@ -22,10 +22,11 @@ namespace {
 // archived.
 constexpr const char* kPurgeBatchSql = R"sql(
 WITH picked AS (
-  SELECT id FROM outbox WHERE published AND COALESCE(published_at, created_at) < $1
+  SELECT id FROM outbox WHERE published AND parked_at IS NULL
+    AND COALESCE(published_at, created_at) < $1
   ORDER BY id LIMIT $2),
 gone AS (
-  DELETE FROM outbox o USING picked WHERE o.id = picked.id AND o.published
+  DELETE FROM outbox o USING picked WHERE o.id = picked.id AND o.published AND o.parked_at IS NULL
   RETURNING o.id, o.event_id, o.aggregate_id, o.event_type, o.payload, o.created_at,
             o.published_at, o.attempts, o.last_error, o.headers),
 kept AS (

@@ -27,8 +27,8 @@ PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_siz
   try {
     const std::int64_t now_ms = clock_->EpochMs();
     auto pick = connection_.Prepare(
-        "SELECT id FROM outbox WHERE published <> 0 AND COALESCE(published_at, created_at) < ?1 "
-        "ORDER BY id LIMIT ?2");
+        "SELECT id FROM outbox WHERE published = 1 AND parked_at IS NULL "
+        "AND COALESCE(published_at, created_at) < ?1 ORDER BY id LIMIT ?2");
     auto copy = connection_.Prepare(
         "INSERT OR REPLACE INTO outbox_archive(id, event_id, aggregate_id, event_type, payload, "
         "created_at, published_at, attempts, archived_at, headers) SELECT id, event_id, "
@@ -42,9 +42,13 @@ PurgeReport Store::PurgePublished(std::int64_t cutoff_ms, std::int64_t batch_siz
       note.emplace(connection_.Prepare(
           "INSERT OR IGNORE INTO outbox_purged(id, event_id, aggregate_id, purged_at, event_type) "
           "SELECT id, event_id, aggregate_id, ?2, event_type FROM outbox WHERE id = ?1 "
-          "AND published <> 0"));
+          "AND published = 1 AND parked_at IS NULL"));
     }
-    auto remove = connection_.Prepare("DELETE FROM outbox WHERE id = ?1 AND published <> 0");
+    // Only the relay's own mark (1), never a parked row: a foreign writer's published = 2 or
+    // 'false' is no proof of a send (status counts such rows), and a row both marked and parked
+    // is a contradiction an operator must see (relay.md, "purge").
+    auto remove = connection_.Prepare(
+        "DELETE FROM outbox WHERE id = ?1 AND published = 1 AND parked_at IS NULL");
     for (;;) {
       sqlite::Transaction txn(connection_);
       pick.Reset();
