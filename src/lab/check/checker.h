@@ -86,14 +86,15 @@ struct OrderHazard {
   bool keyed_by_aggregate = false;
 };
 
-// The verdict of a check, in order of precedence: a finding beats an
-// unfinished run, which beats an unjudgeable one.
+// The verdict of a check, in order of precedence: a finding beats an unjudgeable run, which
+// beats an unfinished one (the records a broker dropped never come back, so running the relay
+// on cannot make the run judgeable: "rerun from reset" is the advice that holds).
 enum class Verdict {
   kValid,        // every committed event is in Kafka, none lost, none phantom
   kInvalid,      // something lost, phantom, half-written, corrupt or undone at full
-  kNotDrained,   // nothing wrong so far, but outbox rows are still unpublished (pending or parked)
   kCannotJudge,  // nothing wrong in what is left, but the broker dropped records (retention or
                  // a restart of the in-memory embedded broker)
+  kNotDrained,   // nothing wrong so far, but outbox rows are still unpublished (pending or parked)
 };
 
 struct CheckResult {
@@ -181,8 +182,8 @@ struct CheckResult {
   }
   Verdict verdict() const {
     if (has_findings()) return Verdict::kInvalid;
-    if (!stuck.empty() || !published_during_read.empty()) return Verdict::kNotDrained;
     if (!retention_unknown.empty() || !restart_unknown.empty()) return Verdict::kCannotJudge;
+    if (!stuck.empty() || !published_during_read.empty()) return Verdict::kNotDrained;
     return Verdict::kValid;
   }
   bool valid() const { return verdict() == Verdict::kValid; }

@@ -218,7 +218,7 @@ TEST_CASE("CheckRun counts published events retention cannot explain as lost bey
   CHECK(explained.verdict() == outbox::lab::Verdict::kCannotJudge);
 }
 
-TEST_CASE("CheckRun puts a finding before unpublished rows and those before retention",
+TEST_CASE("CheckRun puts a finding before retention and retention before unpublished rows",
           "[checker]") {
   CheckerFixture f;
   f.WriteLoans(3);
@@ -226,11 +226,12 @@ TEST_CASE("CheckRun puts a finding before unpublished rows and those before rete
   f.Mark("evt-1002");
   const std::vector<outbox::lab::PartitionExtent> truncated = {{0, 5, 6}};
 
-  // evt-1001 unjudgeable, evt-1003 pending: not drained comes first.
+  // evt-1001 unjudgeable, evt-1003 pending: cannot judge comes first, since sending evt-1003
+  // cannot bring back what the broker dropped.
   const CheckResult pending = CheckRun(*f.store, Records({"evt-1002"}), nullptr, truncated);
   CHECK(pending.retention_unknown == Strings{"evt-1001"});
   CHECK(pending.pending == Strings{"evt-1003"});
-  CHECK(pending.verdict() == outbox::lab::Verdict::kNotDrained);
+  CHECK(pending.verdict() == outbox::lab::Verdict::kCannotJudge);
 
   // A phantom is a finding whatever else is unfinished.
   const CheckResult phantom =
