@@ -7,7 +7,9 @@
 #          -X message.max.bytes=2000, so librdkafka refuses both locally (MSG_SIZE_TOO_LARGE) on
 #          every attempt; later, an error at failpoint purge.mid_batch in the second batch of a
 #          purge.
-# Expects: the relay parks both after 3 attempts and publishes the other 20 (pending=0);
+# Expects: before any reset, status and relay --once on the empty schema exit 6 naming it and
+#          create no table. Then the relay parks both after 3 attempts and publishes the other
+#          20 (pending=0);
 #          `parked` lists ids 11 and 12 with 3 attempts and the size error (text, --json,
 #          --limit 1 still counting both); check reports nothing lost and both parked (exit 15);
 #          `unpark 11` unparks one, a second `unpark 11` and `unpark 99` exit 10, `unpark --all`
@@ -36,6 +38,17 @@ expect_status_json() {
   for kv in "$@"; do cond="$cond and .${kv%%=*} == ${kv#*=}"; done
   expect_json "$OUT" "$cond" "status --json is not $*"
 }
+
+step "before reset: status and relay on a schema without the outbox refuse (exit 6), create nothing"
+for cmd in status "relay --once"; do
+  # shellcheck disable=SC2086  # the command's words
+  run $cmd
+  expect_rc 6 "$cmd on an empty schema"
+  expect_line "no outbox table in schema $PG_SCHEMA" "$ERR"
+  expect_error_line "$cmd on an empty schema"
+done
+tables=$(psql "$DB" -tA -c "SELECT count(*) FROM pg_tables WHERE schemaname = '$PG_SCHEMA'")
+[ "$tables" = 0 ] || fail "the refused commands created $tables tables in $PG_SCHEMA"
 
 step "ten loans, two poison events (10 KB each, with their loans), ten more loans"
 run reset

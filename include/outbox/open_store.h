@@ -26,8 +26,9 @@ Backend StoreBackend(std::string_view db);
 
 // Opens the outbox db names (StoreBackend):
 // - a file path: Store(db, options, mode); every OpenMode applies (outbox/store.h).
-// - a PostgreSQL URL: PgStore(db, options.clock, pg_mode), which connects and, when a table of
-//   the outbox schema is missing, creates it. kExisting and kReadOnly open alike (the commands
+// - a PostgreSQL URL: first a look for the outbox table (to_regclass, the URL's search_path),
+//   then PgStore(db, options.clock, pg_mode), which connects and, when another table of the
+//   outbox schema is missing, creates it. kExisting and kReadOnly open alike (the commands
 //   that pass kReadOnly only read); the rest of options is SQLite's and is not used.
 // pg_mode: how PgStore::ClaimBatch finds rows (outbox/pg_store.h); not used for a file.
 // Returns the store, owned by the caller; backend() says which it is.
@@ -37,7 +38,8 @@ Backend StoreBackend(std::string_view db);
 // - for a file, what Store's constructor throws: SchemaMissingError when the file or its outbox
 //   table does not exist (kExisting, kReadOnly), DbError with the SQLite code otherwise
 //   (SQLITE_CANTOPEN, SQLITE_NOTADB, SQLITE_READONLY, SQLITE_BUSY, ...);
-// - for a URL, pg::PgError as PgStore's constructor throws it: a malformed URL (libpq's parse
+// - for a URL, SchemaMissingError when no outbox table is on the search_path (nothing created);
+//   pg::PgError as PgStore's constructor throws it: a malformed URL (libpq's parse
 //   error, before any connection), an unreachable server or a refused login, a missing
 //   database (sqlstate "3D000"), the schema lock not granted in time ("55P03").
 std::unique_ptr<OutboxStore> OpenStore(const std::string& db, OpenMode mode = OpenMode::kExisting,

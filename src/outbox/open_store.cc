@@ -36,6 +36,20 @@ std::unique_ptr<OutboxStore> OpenStore(const std::string& db, OpenMode mode,
                                   "create the PostgreSQL tables with PgStore::ResetSchema "
                                   "(outbox-lab reset)",
                                   pg::RedactPassword(db)));
+  {
+    // As SQLite's kExisting: look before PgStore's constructor would create the tables, so a
+    // relay or status pointed at the wrong schema (search_path) says so instead of reporting an
+    // empty, healthy outbox there.
+    pg::Connection probe(db);
+    if (probe.QueryInt("SELECT (to_regclass('outbox') IS NOT NULL)::int", {},
+                       "look for the outbox table") != 1)
+      throw SchemaMissingError(fmt::format(
+          "open database '{}': no outbox table in schema {} (another schema is named with "
+          "options=-csearch_path%3DNAME in the URL)",
+          probe.display_url(),
+          probe.Query("SELECT COALESCE(current_schema(), '(none)')", {}, "read the schema")
+              .Text(0, 0)));
+  }
   return std::make_unique<PgStore>(db, options.clock, pg_mode);
 }
 

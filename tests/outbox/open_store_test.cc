@@ -92,13 +92,21 @@ TEST_CASE("OpenStore reports a malformed PostgreSQL URL as the PgError of libpq"
 TEST_CASE("OpenStore opens a PostgreSQL URL as a PgStore with the claim mode given",
           "[store][postgres]") {
   testing::PgSchema schema("open_store");
+  // A schema without the outbox table is refused, and nothing is created in it.
+  CHECK_THROWS_AS(OpenStore(schema.url()), SchemaMissingError);
+  {
+    pg::Connection look(schema.url());
+    CHECK(look.QueryInt("SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()", {},
+                        "count the tables") == 0);
+  }
+  // PgStore's own constructor still creates the tables (the library's first use, as `reset`).
+  { PgStore create(schema.url()); }
   std::unique_ptr<OutboxStore> store =
       OpenStore(schema.url(), OpenMode::kExisting, StoreOptions{}, PgClaimMode::kNaiveCursor);
   REQUIRE(store->backend() == Backend::kPostgres);
   auto* pg_store = dynamic_cast<PgStore*>(store.get());
   REQUIRE(pg_store != nullptr);
   CHECK(pg_store->mode() == PgClaimMode::kNaiveCursor);
-  // The constructor created the outbox tables in the schema of the URL's search_path.
   CHECK(store->Count().total == 0);
   auto txn = pg_store->BeginWrite();
   pg_store->Enqueue(txn, testing::MakeEvent(1));
