@@ -356,11 +356,23 @@ TopicLog ReadTopicLogs(const TopicReadOptions& options, const std::vector<std::s
 }
 
 void RequireTopicIfPublished(const TopicLog& log, std::int64_t published_rows) {
-  if (log.topic_exists || published_rows <= 0) return;
-  throw KafkaError(fmt::format(
-      "topic '{}' does not exist on {}; check --topic ({} outbox rows are marked published)",
-      log.topic, log.brokers, published_rows),
-      RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+  if (published_rows <= 0) return;
+  if (!log.topic_exists)
+    throw KafkaError(fmt::format(
+        "topic '{}' does not exist on {}; check --topic ({} outbox rows are marked published)",
+        log.topic, log.brokers, published_rows),
+        RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+  // A broker that creates topics on first use (the embedded one, real Kafka by default) makes a
+  // mistyped --topic exist the moment any client asks for it: empty, every end at 0.
+  const bool never_written = std::all_of(log.partitions.begin(), log.partitions.end(),
+                                         [](const PartitionExtent& p) { return p.end == 0; });
+  if (never_written)
+    throw KafkaError(fmt::format(
+        "topic '{}' on {} has never held a record (every partition ends at offset 0), yet {} "
+        "outbox rows are marked published; check --topic (if it is the right topic, all of them "
+        "are lost)",
+        log.topic, log.brokers, published_rows),
+        RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
 }
 
 }  // namespace outbox::lab

@@ -132,8 +132,9 @@ TopicLog ReadTopicLogs(const TopicReadOptions& options, const std::vector<std::s
 // it; once published_rows (outbox rows marked published, >= 0) is above 0, it
 // means a mistyped --topic or another broker, and judging the log would call
 // every published event lost. Throws KafkaError "topic 'T' does not exist on
-// B; check --topic (N outbox rows are marked published)" then; returns
-// otherwise.
+// B; check --topic (N outbox rows are marked published)" then, and "topic 'T' on B has never
+// held a record ..." when the topic exists but every partition ends at offset 0 (a broker that
+// creates topics on first use made the mistyped name exist); returns otherwise.
 void RequireTopicIfPublished(const TopicLog& log, std::int64_t published_rows);
 
 }  // namespace outbox::lab

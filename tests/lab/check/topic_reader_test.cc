@@ -151,9 +151,22 @@ TEST_CASE("ReadTopicLog tells a topic that does not exist from an empty one", "[
         "topic 'no-such-topic' does not exist on " + broker.BootstrapServers() +
             "; check --topic (3 outbox rows are marked published)");
 
+  // A topic that exists but never held a record (a broker that creates topics on first use
+  // made a mistyped name exist): the same mistake, in other words.
   const outbox::lab::TopicLog empty = outbox::lab::ReadTopicLog(ReadOptions(broker));
   CHECK(empty.topic_exists);
-  CHECK_NOTHROW(outbox::lab::RequireTopicIfPublished(empty, 3));
+  CHECK_NOTHROW(outbox::lab::RequireTopicIfPublished(empty, 0));
+  const auto never_written = CaptureThrow<outbox::KafkaError>(
+      [&] { outbox::lab::RequireTopicIfPublished(empty, 3); });
+  REQUIRE(never_written);
+  CHECK(std::string(never_written->what()) ==
+        "topic '" + std::string(kTopic) + "' on " + broker.BootstrapServers() +
+            " has never held a record (every partition ends at offset 0), yet 3 outbox rows are "
+            "marked published; check --topic (if it is the right topic, all of them are lost)");
+  // Once a record went there, missing events are judged as lost, not as a wrong topic.
+  outbox::lab::TopicLog written = empty;
+  written.partitions.front().end = 1;
+  CHECK_NOTHROW(outbox::lab::RequireTopicIfPublished(written, 3));
 }
 
 TEST_CASE("ReadTopic of an unreachable broker throws KafkaError", "[kafka]") {
