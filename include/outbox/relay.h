@@ -463,6 +463,8 @@ class Relay {
   std::int64_t outage_tries_ = 0;
   bool outage_recorded_ = true;
   std::int64_t recovered_token_ = 0;  // the term whose committed ids were recovered
+  // After a settle that did not commit: recover the committed ids before the next read.
+  void RecoverBeforeNextSend() noexcept;
   // The run id the last batch was read in (OutboxStore::RunId, read after its rows); before
   // the first batch, read before its rows.
   std::optional<std::string> run_id_;

@@ -23,6 +23,7 @@
 #include "cli/duration.h"
 #include "cli/outage_text.h"
 #include "cli/partition_pin.h"
+#include "cli/pending_rows.h"
 #include "cli/publishing.h"
 #include "cli/relay_http.h"
 #include "cli/relay_lines.h"
@@ -58,7 +59,8 @@ std::string OutboxIdentity(const std::string& db) {
   return db;
 }
 
-// Rows whose created_at sets where the tail check starts reading: the oldest unpublished ones.
+// Unpublished rows read for a recovery (ReadPendingRows): the oldest ones; their created_at sets
+// where the tail check starts reading.
 constexpr std::int64_t kTailCheckRows = 10000;
 
 // relay --tail-check: the term's recovery (RelayOptions::committed_ids) reads the topic's tail
@@ -87,21 +89,15 @@ void AddTailCheck(RelayOptions& relay_options, const RelayCliOptions& o,
   base.properties = ProducerProperties(global);
   base.timeout_ms = timeout_ms;
   relay_options.committed_ids = [&store, base, embedded, last]() {
-    const std::vector<OutboxRow> rows = store.FetchUnpublished(std::nullopt, kTailCheckRows);
-    std::vector<std::int64_t> created;
-    std::set<std::int64_t> pending;
-    for (const OutboxRow& row : rows) {
-      created.push_back(row.event.created_at_ms);
-      pending.insert(row.id);
-    }
+    PendingRows pending = ReadPendingRows(store, kTailCheckRows);
     *last = kafka::TailCheckResult{};
-    const std::optional<std::int64_t> since = kafka::TailCheckSince(created);
+    const std::optional<std::int64_t> since = kafka::TailCheckSince(pending.created_at_ms);
     if (!since) return std::vector<std::int64_t>{};  // nothing unpublished, nothing to check
     kafka::TailCheckOptions options = base;
     options.since_ms = embedded ? std::nullopt : since;
     options.run_id = store.RunId();
-    // More unpublished rows than read: any id found may be one of the others.
-    if (static_cast<std::int64_t>(rows.size()) < kTailCheckRows) options.pending = pending;
+    // A record marks a row only while the row is unpublished and carries its event id.
+    options.is_pending = std::move(pending.test);
     *last = kafka::ReadTail(options);
     return last->found;
   };
@@ -332,7 +328,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
               relay_options.committed_ids = [p = txn_publisher.get(), o, &store]() {
                 return p->Recover(
                     static_cast<int>(std::max<std::int64_t>(o->delivery_timeout_ms, 10000)),
-                    store.RunId());
+                    store.RunId(), ReadPendingRows(store, kTailCheckRows).test);
               };
               relay_options.on_recovered = [o](std::int64_t token,
                                                 const std::vector<std::int64_t>& found,

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <chrono>
 #include <map>
+#include <set>
 
 #include "outbox/error.h"
 
@@ -59,7 +60,7 @@ PartitionRange TailRange(std::int32_t partition, std::int64_t low, std::int64_t 
 
 std::vector<std::int64_t> FindDeliveredIds(const std::vector<TailRecord>& records,
                                            const std::string& run_id,
-                                           const std::set<std::int64_t>& pending) {
+                                           const PendingTest& is_pending) {
   std::set<std::int64_t> found;
   for (const TailRecord& record : records) {
     if (!run_id.empty() && record.run_id != run_id) continue;
@@ -69,7 +70,7 @@ std::vector<std::int64_t> FindDeliveredIds(const std::vector<TailRecord>& record
     const auto [end, ec] = std::from_chars(first, last, id);
     // Any 64-bit id: a foreign writer's row may have id 0 or below, and the relay sent it too.
     if (ec != std::errc() || end != last || record.outbox_id.empty()) continue;
-    if (!pending.empty() && pending.count(id) == 0) continue;
+    if (is_pending && !is_pending(id, record.event_id)) continue;
     found.insert(id);
   }
   return {found.begin(), found.end()};
@@ -167,11 +168,12 @@ TailCheckResult ReadTail(const TailCheckOptions& options) {
     const auto end = ends.find(p);
     if (end == ends.end() || msg->offset >= end->second) continue;  // past the check's end
     ++result.records_read;
-    records.push_back({p, msg->offset, Header(msg.get(), "outbox_id"), Header(msg.get(), "run_id")});
+    records.push_back({p, msg->offset, Header(msg.get(), "outbox_id"), Header(msg.get(), "run_id"),
+                       Header(msg.get(), "event_id")});
     if (msg->offset + 1 >= end->second) ends.erase(end);
   }
   rd_kafka_consumer_close(consumer.get());
-  result.found = FindDeliveredIds(records, options.run_id, options.pending);
+  result.found = FindDeliveredIds(records, options.run_id, options.is_pending);
   return result;
 }
 

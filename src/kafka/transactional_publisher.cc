@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -88,12 +90,39 @@ std::string DefaultTransactionalId(const std::string& topic, const std::string& 
 }
 
 std::string RelayStateValue(const std::string& transactional_id, const std::string& run_id,
-                            const std::vector<std::int64_t>& outbox_ids) {
+                            const std::vector<std::int64_t>& outbox_ids,
+                            const std::vector<std::string>& event_ids) {
+  nlohmann::ordered_json hex = nlohmann::ordered_json::array();
+  for (const std::string& event_id : event_ids) {
+    std::string bytes;
+    bytes.reserve(2 * event_id.size());
+    for (const unsigned char c : event_id) bytes += fmt::format("{:02x}", c);
+    hex.push_back(std::move(bytes));
+  }
   nlohmann::ordered_json value = {{"transactional_id", transactional_id},
                                   {"run_id", run_id},
-                                  {"outbox_ids", outbox_ids}};
+                                  {"outbox_ids", outbox_ids},
+                                  {"event_ids_hex", std::move(hex)}};
   return value.dump();
 }
+
+namespace {
+
+// "6576" -> "ev"; nullopt for anything that is not pairs of hex digits.
+std::optional<std::string> FromHex(const std::string& hex) {
+  if (hex.size() % 2 != 0) return std::nullopt;
+  std::string bytes;
+  bytes.reserve(hex.size() / 2);
+  for (std::size_t i = 0; i < hex.size(); i += 2) {
+    unsigned value = 0;
+    const auto [end, ec] = std::from_chars(hex.data() + i, hex.data() + i + 2, value, 16);
+    if (ec != std::errc() || end != hex.data() + i + 2) return std::nullopt;
+    bytes += static_cast<char>(value);
+  }
+  return bytes;
+}
+
+}  // namespace
 
 RelayState ParseRelayState(const std::string& value) {
   const nlohmann::json parsed = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
@@ -113,6 +142,19 @@ RelayState ParseRelayState(const std::string& value) {
                        RD_KAFKA_RESP_ERR__BAD_MSG);
     ids.push_back(id.get<std::int64_t>());
   }
+  // Optional (older records lack it); a field of another shape is ignored as a whole.
+  if (parsed.contains("event_ids_hex") && parsed["event_ids_hex"].is_array() &&
+      parsed["event_ids_hex"].size() == ids.size()) {
+    for (const auto& hex : parsed["event_ids_hex"]) {
+      std::optional<std::string> bytes =
+          hex.is_string() ? FromHex(hex.get<std::string>()) : std::nullopt;
+      if (!bytes) {
+        state.event_ids.clear();
+        break;
+      }
+      state.event_ids.push_back(std::move(*bytes));
+    }
+  }
   return state;
 }
 
@@ -120,17 +162,19 @@ TransactionalPublisher::TransactionalPublisher(const TransactionalPublisherOptio
     : options_(options.publisher),
       transactional_id_(options.transactional_id),
       state_topic_(RelayStateTopic(options.publisher.topic)),
+      transaction_timeout_ms_(options.transaction_timeout_ms),
       publisher_(WithTransactions(options)) {}
 
 TransactionalPublisher::~TransactionalPublisher() {
   // A batch in flight at teardown (an exception): abort rather than leave the brokers to time it
   // out, so read_committed readers are not held back. A kill -9 runs no destructor: then the
   // next init_transactions of this transactional.id, or transaction.timeout.ms, aborts it.
-  if (transaction_open_) Abort(nullptr);
+  if (transaction_open_) Abort(nullptr, /*retry=*/false);
 }
 
 std::vector<std::int64_t> TransactionalPublisher::Recover(int timeout_ms,
-                                                          const std::string& run_id) {
+                                                          const std::string& run_id,
+                                                          const PendingTest& is_pending) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   if (!initialized_) {
     ErrorHandle error(rd_kafka_init_transactions(publisher_.handle(), timeout_ms));
@@ -231,7 +275,10 @@ std::vector<std::int64_t> TransactionalPublisher::Recover(int timeout_ms,
     const std::string value(static_cast<const char*>(msg->payload), msg->len);
     const RelayState state = ParseRelayState(value);
     if (!run_id.empty() && state.run_id != run_id) continue;  // another run's ids
-    ids.insert(state.outbox_ids.begin(), state.outbox_ids.end());
+    for (std::size_t i = 0; i < state.outbox_ids.size(); ++i)
+      if (!is_pending || state.event_ids.empty() ||
+          is_pending(state.outbox_ids[i], state.event_ids[i]))
+        ids.insert(state.outbox_ids[i]);
   }
   rd_kafka_consumer_close(consumer.get());
   return {ids.begin(), ids.end()};
@@ -257,11 +304,16 @@ void TransactionalPublisher::Send(const std::vector<OutboundMessage>& messages) 
   if (error) ThrowKafkaError("begin transaction", error.get());
   transaction_open_ = true;
   std::vector<std::int64_t> ids;
+  std::vector<std::string> event_ids;
   ids.reserve(messages.size());
-  for (const OutboundMessage& m : messages) ids.push_back(m.outbox_id);
+  event_ids.reserve(messages.size());
+  for (const OutboundMessage& m : messages) {
+    ids.push_back(m.outbox_id);
+    event_ids.push_back(m.event_id);
+  }
   const std::string& run = messages.front().run_id.empty() ? options_.run_id
                                                            : messages.front().run_id;
-  const std::string value = RelayStateValue(transactional_id_, run, ids);
+  const std::string value = RelayStateValue(transactional_id_, run, ids, event_ids);
   // No opaque: its delivery report is nobody's slot; commit_transaction fails if it failed.
   rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR__QUEUE_FULL;
   while (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
@@ -291,15 +343,23 @@ void TransactionalPublisher::FailAll(std::vector<DeliveryResult>& results,
   }
 }
 
-bool TransactionalPublisher::Abort(std::string* reason) {
+bool TransactionalPublisher::Abort(std::string* reason, bool retry) {
   transaction_open_ = false;
-  ErrorHandle error(rd_kafka_abort_transaction(publisher_.handle(), options_.delivery_timeout_ms));
-  if (!error) {
-    ++aborted_;
-    return true;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(transaction_timeout_ms_);
+  for (;;) {
+    ErrorHandle error(
+        rd_kafka_abort_transaction(publisher_.handle(), options_.delivery_timeout_ms));
+    if (!error) {
+      ++aborted_;
+      return true;
+    }
+    if (retry && rd_kafka_error_is_retriable(error.get()) &&
+        std::chrono::steady_clock::now() < deadline)
+      continue;  // librdkafka resumes the abort it began
+    if (reason) *reason = DescribeError(error.get());
+    return false;
   }
-  if (reason) *reason = DescribeError(error.get());
-  return false;
 }
 
 std::vector<DeliveryResult> TransactionalPublisher::AwaitOldest() {

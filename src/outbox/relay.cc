@@ -446,26 +446,6 @@ Relay::SettleOutcome Relay::Settle(OutboxStore& store, Clock& clock, const Settl
   }
 }
 
-BatchReport Relay::FinishBatch() {
-  if (!overlap_mark()) {
-    if (in_flight_.empty()) throw std::logic_error("Relay::FinishBatch: no batch in flight");
-    // The rows leave flight now: the settle below ends before the next read on this store.
-    for (const OutboxRow& row : in_flight_.front().claim.rows) in_flight_ids_.erase(row.id);
-    AckedBatch batch = TakeAcked();
-    Phase("marking", batch.claim.token);
-    const SettleOutcome outcome =
-        Settle(store_, clock_, options_.settle, options_.lease_ms, leader_mode(),
-               batch.claim.token, batch.acked, batch.failed);
-    return AfterSettle(std::move(batch), outcome);
-  }
-  // The settle StartSettle handed to the worker, if any; else the oldest batch's, here.
-  if (!settling_) {
-    if (in_flight_.empty()) throw std::logic_error("Relay::FinishBatch: no batch in flight");
-    HandOff(TakeAcked(), /*on_worker=*/false);
-  }
-  return CollectSettle();
-}
-
 BatchReport Relay::AfterSettle(AckedBatch batch, const SettleOutcome& outcome) {
   const Claim& claim = batch.claim;
   BatchReport report = std::move(batch.report);

@@ -1,10 +1,11 @@
-// The mark on a second connection (RelayOptions::settle_store, relay --overlap-mark): a
-// batch's settle handed to a worker thread (StartSettle, HandOff) and collected on the relay's
-// thread (CollectSettle), its rows in flight until then.
+// The settle of a batch: on the relay's thread (FinishBatch), or on a second connection
+// (RelayOptions::settle_store, relay --overlap-mark), handed to a worker thread (StartSettle,
+// HandOff) and collected on the relay's thread (CollectSettle), its rows in flight until then.
 #include <chrono>
 #include <exception>
 #include <future>
 #include <optional>
+#include <stdexcept>
 #include <utility>
 
 #include "outbox/relay.h"
@@ -59,8 +60,44 @@ BatchReport Relay::CollectSettle() {
   // Only now: a page read while the settle ran may come from a snapshot before its commit, and
   // must neither send these rows again nor a later row of their aggregates.
   for (const OutboxRow& row : batch.claim.rows) in_flight_ids_.erase(row.id);
-  if (error) std::rethrow_exception(error);  // dropped unsettled: re-sent by the next pass
+  if (error) {
+    RecoverBeforeNextSend();
+    std::rethrow_exception(error);  // dropped unsettled: re-sent by the next pass
+  }
   return AfterSettle(std::move(batch), *outcome);
+}
+
+BatchReport Relay::FinishBatch() {
+  if (!overlap_mark()) {
+    if (in_flight_.empty()) throw std::logic_error("Relay::FinishBatch: no batch in flight");
+    // The rows leave flight now: the settle below ends before the next read on this store.
+    for (const OutboxRow& row : in_flight_.front().claim.rows) in_flight_ids_.erase(row.id);
+    try {
+      AckedBatch batch = TakeAcked();
+      Phase("marking", batch.claim.token);
+      const SettleOutcome outcome =
+          Settle(store_, clock_, options_.settle, options_.lease_ms, leader_mode(),
+                 batch.claim.token, batch.acked, batch.failed);
+      return AfterSettle(std::move(batch), outcome);
+    } catch (...) {
+      RecoverBeforeNextSend();
+      throw;  // dropped unsettled: re-sent by the next pass, unless recovered as committed
+    }
+  }
+  // The settle StartSettle handed to the worker, if any; else the oldest batch's, here.
+  if (!settling_) {
+    if (in_flight_.empty()) throw std::logic_error("Relay::FinishBatch: no batch in flight");
+    HandOff(TakeAcked(), /*on_worker=*/false);
+  }
+  return CollectSettle();
+}
+
+void Relay::RecoverBeforeNextSend() noexcept {
+  // A settle that did not commit (a lost connection, a locked database) leaves its batch
+  // unmarked, and with committed_ids its records may be on Kafka already (an exactly-once
+  // commit, a tail check's acks). The lease is still ours, so no new term would recover them:
+  // recover before the next read instead of sending them again.
+  if (options_.committed_ids) recovered_token_ = 0;
 }
 
 }  // namespace outbox

@@ -3,7 +3,10 @@
 // cluster cannot look offsets up by time: docs/exactly-once.md).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lab/broker/embedded_broker.h"
@@ -60,17 +63,32 @@ TEST_CASE("A partition is read from the offset of the start time up to its high 
 
 TEST_CASE("The tail check finds only this run's pending ids in the outbox_id headers", "[kafka]") {
   const std::vector<TailRecord> records = {
-      {0, 0, "3", "run-a"}, {1, 0, "1", "run-a"}, {1, 1, "2", "run-b"},  // another run's 2
-      {0, 1, "3", "run-a"},                                             // 3 twice: once
-      {2, 0, "", "run-a"},  {2, 1, "x7", "run-a"}, {2, 2, "5 ", "run-a"},  // not an outbox id
-      {2, 3, "+6", "run-a"},
-      {2, 4, "-4", "run-a"}, {3, 0, "0", "run-a"},  // a foreign writer's ids: outbox ids too
-      {3, 1, "9", "run-a"}};
+      {0, 0, "3", "run-a", ""},  {1, 0, "1", "run-a", ""},
+      {1, 1, "2", "run-b", ""},                              // another run's 2
+      {0, 1, "3", "run-a", ""},                              // 3 twice: once
+      {2, 0, "", "run-a", ""},   {2, 1, "x7", "run-a", ""},
+      {2, 2, "5 ", "run-a", ""}, {2, 3, "+6", "run-a", ""},  // not an outbox id
+      {2, 4, "-4", "run-a", ""}, {3, 0, "0", "run-a", ""},   // a foreign writer's ids count
+      {3, 1, "9", "run-a", ""}};
   CHECK(FindDeliveredIds(records, "run-a") == std::vector<std::int64_t>{-4, 0, 1, 3, 9});
-  CHECK(FindDeliveredIds(records, "run-a", {-4, 1, 2, 9, 10}) ==
+  const auto among = [](std::vector<std::int64_t> ids) {
+    return [ids](std::int64_t id, std::string_view) {
+      return std::find(ids.begin(), ids.end(), id) != ids.end();
+    };
+  };
+  CHECK(FindDeliveredIds(records, "run-a", among({-4, 1, 2, 9, 10})) ==
         std::vector<std::int64_t>{-4, 1, 9});
   CHECK(FindDeliveredIds(records, "") == std::vector<std::int64_t>{-4, 0, 1, 2, 3, 9});
   CHECK(FindDeliveredIds({}, "run-a").empty());
+}
+
+TEST_CASE("The tail check marks a row only when its record names the row's event id", "[kafka]") {
+  // Outbox id 5 was published as "a", then deleted; a foreign writer inserted "b" under id 5.
+  const std::vector<TailRecord> records = {{0, 0, "5", "run-a", "a"}, {0, 1, "6", "run-a", "c"}};
+  const auto pending = [](std::int64_t id, std::string_view event_id) {
+    return (id == 5 && event_id == "b") || (id == 6 && event_id == "c");
+  };
+  CHECK(FindDeliveredIds(records, "run-a", pending) == std::vector<std::int64_t>{6});
 }
 
 TEST_CASE("The tail check reads every partition of the embedded broker and finds the ids sent",
@@ -90,9 +108,15 @@ TEST_CASE("The tail check reads every partition of the embedded broker and finds
   options.brokers = broker.BootstrapServers();
   options.topic = "loan-events";
   options.run_id = "run-a";
-  options.pending = {2, 4, 5, 6, 8};
+  options.is_pending = [](std::int64_t id, std::string_view event_id) {
+    // Rows 2, 4, 5, 6 and 8 unpublished with the events MakeEvent gave them; row 5's replaced.
+    for (const std::int64_t pending : {2, 4, 6, 8})
+      if (id == pending)
+        return event_id == outbox::testing::MakeEvent(static_cast<int>(id)).event_id;
+    return id == 5 && event_id == "another event";
+  };
   const outbox::kafka::TailCheckResult result = outbox::kafka::ReadTail(options);
-  CHECK(result.found == std::vector<std::int64_t>{2, 4, 5});
+  CHECK(result.found == std::vector<std::int64_t>{2, 4});
   CHECK(result.records_read == 7);
   REQUIRE(result.ranges.size() == 3);
   std::int64_t records_in_ranges = 0;

@@ -61,12 +61,26 @@ std::vector<outbox::lab::TopicRecord> ReadAll(const EmbeddedBroker& broker,
 
 }  // namespace
 
-TEST_CASE("The relay-state value names the outbox ids and parses back", "[kafka]") {
-  const std::string value =
-      outbox::kafka::RelayStateValue("outbox-relay:t:db", "run-1", {3, 4, 5});
-  CHECK(value == R"({"transactional_id":"outbox-relay:t:db","run_id":"run-1","outbox_ids":[3,4,5]})");
-  CHECK(outbox::kafka::ParseRelayState(value).outbox_ids == std::vector<std::int64_t>{3, 4, 5});
-  CHECK(outbox::kafka::ParseRelayState(value).run_id == "run-1");
+TEST_CASE("The relay-state value names the outbox ids and their event ids and parses back",
+          "[kafka]") {
+  const std::string value = outbox::kafka::RelayStateValue(
+      "outbox-relay:t:db", "run-1", {3, 4, 5}, {"evt-3", std::string("n\0\xff", 3), ""});
+  CHECK(value == R"({"transactional_id":"outbox-relay:t:db","run_id":"run-1","outbox_ids":[3,4,5],)"
+                 R"("event_ids_hex":["6576742d33","6e00ff",""]})");
+  const outbox::kafka::RelayState state = outbox::kafka::ParseRelayState(value);
+  CHECK(state.outbox_ids == std::vector<std::int64_t>{3, 4, 5});
+  CHECK(state.event_ids == std::vector<std::string>{"evt-3", std::string("n\0\xff", 3), ""});
+  CHECK(state.run_id == "run-1");
+  // A record written before event ids were named, or with a field of another shape: ids only.
+  for (const std::string older :
+       {R"({"transactional_id":"x","run_id":"run-1","outbox_ids":[3,4]})",
+        R"({"run_id":"run-1","outbox_ids":[3,4],"event_ids_hex":["6576"]})",
+        R"({"run_id":"run-1","outbox_ids":[3,4],"event_ids_hex":["6576","zz"]})"}) {
+    INFO(older);
+    const outbox::kafka::RelayState parsed = outbox::kafka::ParseRelayState(older);
+    CHECK(parsed.outbox_ids == std::vector<std::int64_t>{3, 4});
+    CHECK(parsed.event_ids.empty());
+  }
   CHECK(outbox::kafka::RelayStateTopic("loan-events") == "loan-events.outbox-relay-state");
   CHECK(outbox::kafka::DefaultTransactionalId("loan-events", "/data/app.db") ==
         "outbox-relay:loan-events:/data/app.db");

@@ -99,3 +99,38 @@ TEST_CASE("A recovery that throws sends nothing", "[relay]") {
   CHECK(publisher.calls.empty());
   CHECK_FALSE(IsPublished(store, 1));
 }
+
+TEST_CASE("A batch whose mark failed within the term is recovered before the next send and "
+          "not sent again",
+          "[relay][failpoint]") {
+  outbox::testing::FailpointReset reset;
+  TempDir dir;
+  FakeClock clock;
+  auto store_options = FastStoreOptions();
+  store_options.clock = &clock;
+  Store store(dir.File("lab.db"), store_options, OpenMode::kCreate);
+  store.ResetSchema();
+  EnqueueRange(store, 1, 3);
+  FakePublisher publisher;
+  RelayOptions options;
+  options.owner = "relay-a";
+  options.clock = &clock;
+  options.coordination = Coordination::kLeader;
+  int recoveries = 0;
+  // What the relay-state topic says: nothing at the term's start, then rows 1-3 (the batch whose
+  // transaction committed before its mark failed, as after a lost database connection).
+  options.committed_ids = [&recoveries] {
+    return ++recoveries == 1 ? std::vector<std::int64_t>{} : std::vector<std::int64_t>{1, 2, 3};
+  };
+  Relay relay(store, publisher, options);
+  outbox::ConfigureFailpoints("relay.after_ack_before_mark=1*error");
+
+  CHECK_THROWS_AS(relay.RunBatch(), outbox::FailpointError);
+  REQUIRE(publisher.calls.size() == 1);
+  CHECK_FALSE(IsPublished(store, 1));
+
+  relay.RunBatch();
+  CHECK(recoveries == 2);  // the same term, recovered again
+  CHECK(publisher.calls.size() == 1);  // not sent again
+  for (std::int64_t id = 1; id <= 3; ++id) CHECK(IsPublished(store, id));
+}

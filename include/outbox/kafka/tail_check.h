@@ -27,9 +27,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
-#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "outbox/kafka/handles.h"
@@ -69,15 +70,22 @@ struct TailRecord {
   std::int64_t offset = 0;
   std::string outbox_id;  // header "outbox_id", decimal
   std::string run_id;     // header "run_id"
+  std::string event_id;   // header "event_id"
 };
 
+// Whether outbox row id is still unpublished and carries event_id (an id alone is not enough:
+// a foreign writer may delete a published row and insert another event under the same explicit
+// id, which a record of the first one must not mark).
+using PendingTest = std::function<bool(std::int64_t id, std::string_view event_id)>;
+
 // The outbox ids, ascending and distinct, that records carry for run run_id (every run when
-// run_id is empty) and that are in pending (every id when pending is empty). A record without an
-// outbox_id header, or with one that is not a decimal 64-bit integer, carries none (another
-// producer's record); 0 and negative ids count (a foreign writer's rows, outbox/id_range.h).
+// run_id is empty) and for which is_pending(id, the record's event_id) holds (every id when
+// is_pending is null). A record without an outbox_id header, or with one that is not a decimal
+// 64-bit integer, carries none (another producer's record); 0 and negative ids count (a foreign
+// writer's rows, outbox/id_range.h).
 std::vector<std::int64_t> FindDeliveredIds(const std::vector<TailRecord>& records,
                                            const std::string& run_id,
-                                           const std::set<std::int64_t>& pending = {});
+                                           const PendingTest& is_pending = nullptr);
 
 struct TailCheckOptions {
   std::string brokers;   // bootstrap.servers
@@ -87,8 +95,8 @@ struct TailCheckOptions {
   // Epoch ms to read from (TailCheckSince), by ListOffsets by timestamp; nullopt: from each
   // partition's low watermark (every retained record).
   std::optional<std::int64_t> since_ms;
-  std::string run_id;               // only this run's ids (FindDeliveredIds)
-  std::set<std::int64_t> pending;   // only these ids (empty: any)
+  std::string run_id;    // only this run's ids (FindDeliveredIds)
+  PendingTest is_pending;  // only the rows it accepts (null: any id)
   int timeout_ms = 10000;           // for the whole check
 };
 

@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "outbox/kafka/tail_check.h"
+
 #include "outbox/kafka/kafka_publisher.h"
 
 namespace outbox::kafka {
@@ -44,14 +46,20 @@ std::string RelayStateTopic(const std::string& topic);
 // why exactly-once runs one sending relay at a time (leader coordination).
 std::string DefaultTransactionalId(const std::string& topic, const std::string& db_identity);
 
-// The value of a relay-state record: {"transactional_id":..,"run_id":..,"outbox_ids":[..]}.
-std::string RelayStateValue(const std::string& transactional_id, const std::string& run_id,
-                            const std::vector<std::int64_t>& outbox_ids);
-
 struct RelayState {
   std::string run_id;
   std::vector<std::int64_t> outbox_ids;
+  // Each outbox id's event id, in the same order (the value's "event_ids_hex": the bytes as
+  // lowercase hex, so that any bytes survive JSON). Empty for a record written before the field
+  // existed, or with a field of the wrong shape: then the ids alone are known.
+  std::vector<std::string> event_ids;
 };
+
+// The value Send writes: {"transactional_id", "run_id", "outbox_ids", "event_ids_hex"};
+// event_ids as many as outbox_ids (any bytes).
+std::string RelayStateValue(const std::string& transactional_id, const std::string& run_id,
+                            const std::vector<std::int64_t>& outbox_ids,
+                            const std::vector<std::string>& event_ids);
 
 // A relay-state record's value. Throws KafkaError for a value that is not such a JSON object
 // (a record some other client wrote on the state topic).
@@ -97,8 +105,11 @@ class TransactionalPublisher : public Publisher {
   // (e.g. the cluster has fewer brokers than
   // transaction.state.log.min.isr), or the read does not end in timeout_ms
   // (a partition with no leader yet, or not yet in this client's metadata,
-  // is waited for within timeout_ms, then raised).
-  std::vector<std::int64_t> Recover(int timeout_ms, const std::string& run_id);
+  // is waited for within timeout_ms, then raised). With is_pending (tail_check.h), only the
+  // ids it accepts with the event id the record names (a record without event ids: every id),
+  // so that a foreign writer's new event under a reused explicit id is sent, not marked.
+  std::vector<std::int64_t> Recover(int timeout_ms, const std::string& run_id,
+                                    const PendingTest& is_pending = nullptr);
 
   // Publisher::Publish: Send, then AwaitOldest.
   std::vector<DeliveryResult> Publish(const std::vector<OutboundMessage>& messages) override;
@@ -138,11 +149,16 @@ class TransactionalPublisher : public Publisher {
   static void FailAll(std::vector<DeliveryResult>& results, const std::string& reason,
                       bool producer_fatal);
   // Aborts the open transaction; false when even that failed (the producer is then unusable).
-  bool Abort(std::string* reason);
+  // An abort librdkafka times out as retriable (the brokers away: "retry call to resume") is
+  // called again, up to transaction_timeout_ms_ in all, after which the coordinator aborts the
+  // transaction itself: a short broker outage does not end the producer. Once only with
+  // retry false (teardown: the next init_transactions aborts it anyway).
+  bool Abort(std::string* reason, bool retry = true);
 
   KafkaPublisherOptions options_;
   std::string transactional_id_;
   std::string state_topic_;
+  int transaction_timeout_ms_ = 60000;  // TransactionalPublisherOptions::transaction_timeout_ms
   bool initialized_ = false;    // init_transactions succeeded
   bool transaction_open_ = false;
   std::int64_t committed_ = 0;
