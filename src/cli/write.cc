@@ -60,7 +60,7 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
             StopSignalFd stop;
             auto store = lab::OpenLabStore(global.db, global.MakeStoreOptions());
             const auto history = global.OpenHistory();
-            const std::int64_t start = lab::NextLoanIndex(*store) - 1;
+            std::int64_t start = lab::NextLoanIndex(*store) - 1;
             const lab::Workload spread = lab::ParseWorkload(*workload);
             const auto begin = std::chrono::steady_clock::now();
             for (std::int64_t k = 1; k <= *count;) {
@@ -74,11 +74,25 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
               if (*rate > 0)  // pacing the workload, not synchronising with anyone
                 std::this_thread::sleep_until(begin + std::chrono::nanoseconds(
                                                           (k - 1) * 1'000'000'000 / *rate));
+              const std::int64_t first = k;
               std::vector<lab::LoanToWrite> loans;
-              for (; k <= *count && static_cast<std::int64_t>(loans.size()) < *batch; ++k)
-                loans.push_back({start + k, lab::LoanNumberFor(spread, start + k)});
-              const std::vector<lab::WrittenLoan> written =
-                  lab::WriteLoansWithEvents(*store, loans, history.get(), *delay_ms);
+              std::vector<lab::WrittenLoan> written;
+              for (;;) {
+                loans.clear();
+                for (k = first; k <= *count && static_cast<std::int64_t>(loans.size()) < *batch;
+                     ++k)
+                  loans.push_back({start + k, lab::LoanNumberFor(spread, start + k)});
+                try {
+                  written = lab::WriteLoansWithEvents(*store, loans, history.get(), *delay_ms);
+                  break;
+                } catch (const std::exception& e) {
+                  // Another write on this database took the indexes read at the start (two
+                  // terminals, one database): go on after its rows. Only while it moved on.
+                  const std::int64_t next = lab::NextLoanIndex(*store);
+                  if (!lab::IsUniqueViolation(e) || next <= start + first) throw;
+                  start = next - first;
+                }
+              }
               if (row_lines) {
                 for (std::size_t i = 0; i < written.size(); ++i)
                   fmt::print("[write] txn i={} loan={} event={} committed\n", loans[i].index,

@@ -25,10 +25,23 @@ Command AddWriteHoldCommand(CLI::App& app, const GlobalOptions& global) {
             auto store = lab::OpenLabStore(global.db, global.MakeStoreOptions());
             const auto history = global.OpenHistory();
             // Numbering continues after the rows a previous run left.
-            const std::int64_t start = lab::NextLoanIndex(*store) - 1;
+            std::int64_t start = lab::NextLoanIndex(*store) - 1;
             for (std::int64_t k = 1; k <= *count; ++k) {
-              const std::int64_t i = start + k;
-              const lab::WrittenLoan w = lab::WriteLoanWithEvent(*store, i, history.get());
+              std::int64_t i = start + k;
+              lab::WrittenLoan w;
+              for (;;) {
+                try {
+                  w = lab::WriteLoanWithEvent(*store, i, history.get());
+                  break;
+                } catch (const std::exception& e) {
+                  // Another writer took index i meanwhile (two terminals, one database): go on
+                  // after its rows. Only while it moved on.
+                  const std::int64_t next = lab::NextLoanIndex(*store);
+                  if (!lab::IsUniqueViolation(e) || next <= i) throw;
+                  start = next - k;
+                  i = next;
+                }
+              }
               if (!row_lines) continue;
               fmt::print("[write] txn i={} loan={} event={} committed business={} outbox={}\n", i,
                          w.loan.loan_id, w.event.event_id, lab::CountLoans(*store),

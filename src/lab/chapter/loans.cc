@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sqlite3.h>
+
 #include <cctype>
 
 #include "outbox/error.h"
@@ -406,6 +408,13 @@ void InsertLoan(sqlite::Connection& connection, const Loan& loan) {
 }
 
 std::int64_t NextLoanIndex(OutboxStore& store) { return store.NextId(); }
+
+bool IsUniqueViolation(const std::exception& e) {
+  if (const auto* db = dynamic_cast<const DbError*>(&e))
+    return db->primary_code() == SQLITE_CONSTRAINT;
+  if (const auto* pg = dynamic_cast<const pg::PgError*>(&e)) return pg->sqlstate() == "23505";
+  return false;
+}
 
 bool LoanExists(sqlite::Connection& connection, const std::string& loan_id) {
   auto select = connection.Prepare("SELECT COUNT(*) FROM business_loan WHERE loan_id = ?1");

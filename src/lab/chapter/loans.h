@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -169,6 +170,11 @@ void InsertLoan(pg::Connection& connection, const Loan& loan);
 // highest outbox id ever assigned, so numbering continues after earlier runs,
 // killed ones and purges alike. Throws DbError.
 std::int64_t NextLoanIndex(OutboxStore& store);
+
+// Whether e is a write that failed on a unique key (a loan id or an event id: SQLite's
+// SQLITE_CONSTRAINT, PostgreSQL's SQLSTATE 23505), as when another `write` on the same database
+// took the indexes this one read at its start; nothing of that transaction committed.
+bool IsUniqueViolation(const std::exception& e);
 
 // Sets the loan's status to RENEWED. Call inside a transaction from
 // Store::BeginWrite(). Throws DbError. A loan that does not exist is left alone.
