@@ -8,6 +8,10 @@
 #include <map>
 #include <cstring>
 #include <exception>
+#include <filesystem>
+#include <system_error>
+#include <tuple>
+#include <utility>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -18,8 +22,23 @@ namespace outbox::lab {
 
 History::History(const std::string& path, Clock& clock, std::string process_name)
     : clock_(clock), process_name_(std::move(process_name)) {
-  fd_ = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) ThrowSystemError(fmt::format("open history '{}'", path), errno);
+  const auto open_history = [&path] {
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    return std::pair{fd, fd < 0 ? errno : 0};
+  };
+  auto [fd, error] = open_history();
+  if (fd < 0 && error == ENOENT) {
+    // As reset creates the database's folder: OUTBOX_HISTORY=/tmp/class/history.jsonl on a
+    // fresh machine must not fail the first command. A folder that cannot be made keeps the
+    // open's own error.
+    std::error_code ec;
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty() && std::filesystem::create_directories(parent, ec))
+      std::tie(fd, error) = open_history();
+  }
+  if (fd < 0) ThrowSystemError(fmt::format("open history '{}'", path), error);
+  fd_ = fd;
+  path_ = path;
   if (!process_name_.empty()) Record("invoke", "process", process_name_);
 }
 
@@ -57,8 +76,15 @@ void History::Write(std::string_view type, std::string_view f, std::string_view 
   if (token > 0) op["token"] = token;
   if (mono_us >= 0) op["mono_us"] = mono_us;
   const std::string line = op.dump() + "\n";
-  // Best effort: a history that cannot be written must not change the run.
-  [[maybe_unused]] const ssize_t n = write(fd_, line.data(), line.size());
+  // Best effort: a history that cannot be written must not change the run, but it says so
+  // once, since check --history would otherwise judge a history with this process's steps
+  // missing.
+  const ssize_t n = write(fd_, line.data(), line.size());
+  if (n == static_cast<ssize_t>(line.size()) || write_failed_) return;
+  write_failed_ = true;
+  fmt::print(stderr, "outbox-lab: warning: cannot write history '{}': {}; the run goes on, "
+             "and check --history will miss this process's steps\n",
+             path_, n < 0 ? std::strerror(errno) : "short write");
 }
 
 std::vector<HistoryOp> ReadHistories(const std::vector<std::string>& paths, std::int64_t* malformed) {

@@ -34,7 +34,7 @@ namespace outbox::lab {
 
 class History {
  public:
-  // Opens path for appending (created if missing); time_ms of each line comes
+  // Opens path for appending (created if missing, and its folder too); time_ms of each line comes
   // from clock (not owned; must outlive the History). With a non-empty
   // process_name (the subcommand, e.g. "publish-hold") it records the
   // process's invoke now and its completion in the destructor. Throws SystemError.
@@ -45,6 +45,8 @@ class History {
 
   // Appends one line with a single write(2) to an O_APPEND descriptor, so a
   // kill -9 never leaves half a line and concurrent processes do not interleave.
+  // Best effort: a failed write (a full disk) never throws; the first one prints a
+  // warning to stderr.
   // token: the fencing token, written when > 0.
   void Record(std::string_view type, std::string_view f, std::string_view value,
               std::string_view error = {}, std::int64_t token = 0);
@@ -61,6 +63,8 @@ class History {
              std::string_view error, std::int64_t token, std::int64_t mono_us);
 
   int fd_ = -1;
+  std::string path_;           // for the warning of the first failed write
+  bool write_failed_ = false;  // that warning was printed
   Clock& clock_;
   std::string process_name_;
 };
