@@ -634,7 +634,8 @@ for arg in "$@"; do
       args+=("$arg")
       ;;
     # Global options that take a value: their value is not the subcommand.
-    --topic | -X | --synchronous | --busy-timeout | --busy-timeout-ms)
+    --topic | --topic-template | -X | --synchronous | --history | --vfs | --busy-timeout | \
+      --busy-timeout-ms)
       args+=("$arg")
       [ -n "$subcommand" ] || expect_value=1
       ;;

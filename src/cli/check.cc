@@ -256,8 +256,8 @@ void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
   // write): name what is found and how to recover, as every other command does.
   if (!r.corrupt.empty())
     fmt::print("[check] corrupt: the database file is corrupt ({}): restore it from a backup, "
-               "or see the damage with PRAGMA integrity_check; `reset` starts a new run in a "
-               "fresh file\n",
+               "or see the damage with PRAGMA integrity_check; `reset` with another --db path "
+               "starts a new run in a fresh file\n",
                r.corrupt);
   fmt::print("[check] {}\n", lab::CheckVerdictLine(r, lang));
   for (const auto& line : mismatches) fmt::print("[check] MISMATCH {}\n", line);

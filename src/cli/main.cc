@@ -51,7 +51,7 @@ ExitCode ForPgError(const outbox::pg::PgError& e) {
 std::string CorruptMessage(const std::string& db, const outbox::DbError& e) {
   return fmt::format("database '{}' is corrupt ({}): restore it from a backup, or see the damage "
                      "with `sqlite3 '{}' 'PRAGMA integrity_check'` (`.recover` may save rows); "
-                     "`reset` starts a new run in a fresh file",
+                     "`reset` with another --db path starts a new run in a fresh file",
                      db, e.reason(), db);
 }
 

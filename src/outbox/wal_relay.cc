@@ -465,8 +465,11 @@ void WalRelay::DeliverWave(std::vector<OutboundMessage> messages, bool first,
             WalRelayError::Kind::kUndeliverable,
             fmt::format("relay --source wal: outbox id {} (event {}) failed {} times: {}; the WAL "
                         "relay cannot park a row (it writes nothing to the outbox), so nothing "
-                        "past its commit is confirmed; fix the cause or send it with the polling "
-                        "relay",
+                        "past its commit is confirmed; fix the cause (a record too large: the "
+                        "topic's max.message.bytes and -X message.max.bytes) and start it again, "
+                        "which streams the row again, or resync past it: relay --until-empty "
+                        "(the polling relay), then drop this relay's slot and publication "
+                        "(docs/wal-relay.md, \"A slot that was dropped or invalidated\")",
                         messages[i].outbox_id, messages[i].event_id, options_.max_attempts,
                         results[i].error));
       }
@@ -474,7 +477,12 @@ void WalRelay::DeliverWave(std::vector<OutboundMessage> messages, bool first,
     }
     if (failed.empty()) return;
     outage_tries = outage ? outage_tries + 1 : 0;
-    const std::int64_t tries = outage ? outage_tries : 1;
+    // An outage backs off by its length; a row's own failures by that row's attempts, as the
+    // polling relay's backoff does.
+    std::int64_t row_tries = 1;
+    for (const OutboundMessage& m : failed)
+      row_tries = std::max<std::int64_t>(row_tries, attempts[m.outbox_id]);
+    const std::int64_t tries = outage ? outage_tries : row_tries;
     std::int64_t delay = options_.backoff_base_ms;
     for (std::int64_t t = 1; t < tries && delay < options_.backoff_max_ms; ++t) delay *= 2;
     delay = std::min(delay, options_.backoff_max_ms);

@@ -181,7 +181,8 @@ std::map<std::string, std::int64_t> ParseExpectations(const std::string& text,
     const auto number = ParseInteger(value, 0);
     if (!number)
       throw ConfigError(fmt::format("expectation '{}': '{}' is not a non-negative integer", key, value));
-    expected[key] = *number;
+    if (!expected.emplace(key, *number).second)
+      throw ConfigError(fmt::format("expectation '{}': given twice", key));
   }
   if (expected.empty()) throw ConfigError(fmt::format("expectations '{}': none given", text));
   return expected;

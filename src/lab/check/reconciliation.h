@@ -128,7 +128,8 @@ KafkaReconciliation Reconcile(const DbSnapshot& db, const TopicLog& log);
 // Expected values from "business=5,outbox=5,kafka_records=8". Keys: business,
 // outbox, published, unpublished, kafka_records, kafka_distinct,
 // kafka_duplicates, kafka_missing, kafka_unexpected. Throws ConfigError for
-// an unknown key, a missing '=', or a value that is not a non-negative integer.
+// an unknown key, a key given twice, a missing '=', or a value that is not a non-negative
+// integer.
 std::map<std::string, std::int64_t> ParseExpectations(const std::string& text);
 
 // The same grammar over another command's keys (check --expect): known_keys

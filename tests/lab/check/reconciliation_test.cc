@@ -137,8 +137,9 @@ TEST_CASE("ParseExpectations reads every known key", "[checker]") {
                           "kafka_missing=0,kafka_unexpected=1") ==
         Values{{"published", 0},        {"unpublished", 12},  {"kafka_distinct", 5},
                {"kafka_duplicates", 3}, {"kafka_missing", 0}, {"kafka_unexpected", 1}});
-  // A repeated key: the last one wins.
-  CHECK(ParseExpectations("business=1,business=2") == Values{{"business", 2}});
+  // A repeated key is refused: which of the two was meant?
+  CHECK_THROWS_WITH(ParseExpectations("business=1,business=2"),
+                    "expectation 'business': given twice");
 }
 
 TEST_CASE("ParseExpectations rejects unknown keys and a missing '=' and values that are not "
