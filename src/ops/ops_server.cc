@@ -4,19 +4,24 @@
 #include <fmt/ranges.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <utility>
 
 #include "ops/parked_api.h"
 #include "ops/probes.h"
 #include "ops/prometheus_text.h"
+#include "outbox/duration.h"
 #include "outbox/error.h"
 #include "outbox/parse_integer.h"
 #include "outbox/store.h"
 
 namespace outbox::ops {
+
+constexpr std::size_t kHttpWorkers = 32;  // threads serving requests (httplib's pool)
 
 // What the handlers share, each part under its own mutex.
 struct OpsServer::State {
@@ -45,11 +50,20 @@ struct OpsServer::State {
     std::int64_t now_ms = 0;
   };
 
+  std::mutex cache_mutex;  // guards the two below
+  StatusRead last_read;    // the last status read, for requests that find a read in progress
+  std::int64_t read_started_steady_ms = 0;  // the status read in progress; 0: none
+
   // Runs fn(store) on the read-only connection, opening it on first use; a failed call drops the
   // connection so the next request opens a new one. Returns fn's error message, or "".
   template <class Fn>
   std::string WithReader(Fn&& fn) {
     std::lock_guard lock(db_mutex);
+    return WithReaderLocked(std::forward<Fn>(fn));
+  }
+  // WithReader, db_mutex held by the caller.
+  template <class Fn>
+  std::string WithReaderLocked(Fn&& fn) {
     try {
       if (!reader) reader = hooks.open_store(true);
       fn(*reader);
@@ -60,9 +74,32 @@ struct OpsServer::State {
     }
   }
 
+  // One status read at a time. A request that finds one in progress answers from the last read
+  // instead of queuing behind it: a lock on an outbox table then holds one HTTP worker, not all
+  // of them, and /healthz, which reads no database, always finds a worker (a liveness probe must
+  // not restart a live relay). A read waiting longer than the stall limit makes that read's
+  // answer a failed one, so /readyz says so.
   StatusRead ReadStatus() {
+    std::unique_lock db(db_mutex, std::try_to_lock);
+    if (!db.owns_lock()) {
+      std::lock_guard cache(cache_mutex);
+      StatusRead r = last_read;
+      const std::int64_t waited = RelayObserver::SteadyNowMs() - read_started_steady_ms;
+      if (read_started_steady_ms > 0 && waited > options.stall_limit_ms) {
+        r.ok = false;
+        r.error = fmt::format("a database read has waited {} (a lock on an outbox table?)",
+                              FormatDuration(waited));
+      } else if (!r.ok && r.error.empty()) {
+        r.error = "the first database read is still in progress";
+      }
+      return r;
+    }
+    {
+      std::lock_guard cache(cache_mutex);
+      read_started_steady_ms = std::max<std::int64_t>(1, RelayObserver::SteadyNowMs());
+    }
     StatusRead r;
-    r.error = WithReader([&r](OutboxStore& store) {
+    r.error = WithReaderLocked([&r](OutboxStore& store) {
       // The lease first, then the instant it is judged at (cli/status.cc says why).
       r.lease = store.ReadLease();
       r.now_ms = store.clock().EpochMs();
@@ -71,6 +108,9 @@ struct OpsServer::State {
       r.outage = store.ReadOutage();
     });
     r.ok = r.error.empty();
+    std::lock_guard cache(cache_mutex);
+    last_read = r;
+    read_started_steady_ms = 0;
     return r;
   }
 
@@ -175,6 +215,9 @@ OpsServer::OpsServer(OpsServerOptions options, OpsServerHooks hooks)
   state_->hooks = std::move(hooks);
   State* st = state_.get();
   httplib::Server& svr = *server_;
+  // More workers than httplib's default 8: a client that connects and sends nothing holds one
+  // until the read timeout, and /healthz must still find one free.
+  svr.new_task_queue = [] { return new httplib::ThreadPool(kHttpWorkers); };
   svr.set_payload_max_length(options_.max_body_bytes);
   svr.set_read_timeout(options_.read_timeout_s, 0);
   svr.set_write_timeout(options_.read_timeout_s, 0);

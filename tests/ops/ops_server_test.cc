@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -65,7 +66,9 @@ struct ServerFixture {
     options.broker_probe_cache_ms = 20;
     OpsServerHooks hooks;
     hooks.observer = &observer;
-    hooks.open_store = [path](bool read_only) -> std::unique_ptr<OutboxStore> {
+    hooks.open_store = [this, path](bool read_only) -> std::unique_ptr<OutboxStore> {
+      if (hold_open) ++held_opens;
+      while (hold_open) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       return std::make_unique<Store>(path, FastStoreOptions(),
                                      read_only ? OpenMode::kReadOnly : OpenMode::kExisting);
     };
@@ -81,6 +84,8 @@ struct ServerFixture {
 
   TempDir dir;
   RelayObserver observer{false};
+  std::atomic<bool> hold_open{false};  // while true, opening a connection waits (a stuck read)
+  std::atomic<int> held_opens{0};      // opens that found hold_open set
   std::mutex broker_mutex;  // the probe runs on the server's thread
   std::string broker_error;
   void SetBrokerError(const std::string& error) {
@@ -235,4 +240,44 @@ TEST_CASE("The endpoint answers bad input with a 4xx and goes on serving", "[ops
   res = f.WaitFor("/readyz", 200);
   REQUIRE(res);
   CHECK(res->status == 200);
+}
+
+TEST_CASE("A stuck database read holds one request thread while healthz and readyz answer at once",
+          "[ops]") {
+  ServerFixture f;
+  f.observer.Turn(1, 0, false);
+  f.hold_open = true;  // the first read's connection never opens until released
+  std::thread stuck([&f] {
+    httplib::Client client("127.0.0.1", f.server->port());
+    client.set_read_timeout(30, 0);
+    const auto res = client.Get("/metrics");
+    CHECK(res);
+  });
+  // The stuck request holds the read connection's lock once its open waits.
+  for (int i = 0; i < 10000 && f.held_opens == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(f.held_opens == 1);
+  // Ten more readers, each answered at once from the last read (none yet) instead of queuing.
+  std::vector<std::thread> readers;
+  std::atomic<int> not_ready{0};
+  for (int i = 0; i < 10; ++i)
+    readers.emplace_back([&f, &not_ready] {
+      httplib::Client client("127.0.0.1", f.server->port());
+      client.set_read_timeout(5, 0);
+      const auto res = client.Get("/readyz");
+      if (res && res->status == 503 &&
+          res->body.find("the first database read is still in progress") != std::string::npos)
+        ++not_ready;
+    });
+  for (std::thread& t : readers) t.join();
+  CHECK(not_ready == 10);
+  const auto healthz = f.client->Get("/healthz");
+  REQUIRE(healthz);
+  CHECK(healthz->status == 200);
+  CHECK(f.held_opens == 1);  // nobody else waited for the connection
+  f.hold_open = false;
+  stuck.join();
+  const auto ready = f.WaitFor("/readyz", 200);
+  REQUIRE(ready);
+  CHECK(ready->status == 200);
 }
