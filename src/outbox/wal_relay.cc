@@ -78,6 +78,10 @@ WalRelay::WalRelay(std::string url, OutboxStore& store, Publisher& publisher, Wa
 
 WalRelay::~WalRelay() = default;
 
+// pg_advisory_lock(key1, key2)'s first key for a WAL relay's setup; the second is the slot
+// name's hashtext. Any fixed int4 ("outb" in ASCII).
+constexpr std::int64_t kWalSetupLockKey = 0x6f757462;
+
 WalOpenReport WalRelay::Open() {
   stream_.reset();
   batch_failed_ = false;
@@ -106,6 +110,26 @@ WalOpenReport WalRelay::Open() {
   slot_ = options_.slot.empty() ? DefaultWalSlotName(settings.Text(0, 1), schema) : options_.slot;
   report.slot = slot_;
   report.publication = slot_;
+  // Two relays started at once would both find nothing and race to create the publication and
+  // the slot: the loser failed on the catalog's unique index (exit 11), or found the publication
+  // the winner had just made without its slot yet and called the slot dropped. The look, the
+  // creation and the stream's start run under a session advisory lock of the slot's name, so
+  // the second relay finds the first one's slot active (exit 24).
+  sql.Query("SELECT pg_advisory_lock($1::int, hashtext($2))",
+            {pg::Param::Int(kWalSetupLockKey), pg::Param::Text(slot_)}, "lock the slot's setup");
+  struct SetupUnlock {
+    pg::Connection& sql;
+    const std::string& slot;
+    ~SetupUnlock() {
+      try {
+        sql.Query("SELECT pg_advisory_unlock($1::int, hashtext($2))",
+                  {pg::Param::Int(kWalSetupLockKey), pg::Param::Text(slot)},
+                  "unlock the slot's setup");
+      } catch (const std::exception&) {
+        // A lost connection ended the session, and its lock with it.
+      }
+    }
+  } unlock_setup{sql, slot_};
 
   // The publication first: pgoutput reads it with the catalog as of each change, so it must
   // exist before the slot's first change.
