@@ -68,6 +68,10 @@ struct OutboxStatus {
   // epoch ms between 2000 and 2100: seconds, text), written before schema 3.
   std::int64_t bad_created_at = 0;
   std::vector<std::int64_t> bad_created_at_ids;  // the first kBadCreatedAtIdsShown, in id order
+  // Rows whose published is neither 0 nor 1 (a foreign writer's 2, 'yes' or 'false' on SQLite;
+  // always 0 on PostgreSQL, whose column is boolean). The relay reads any value but 0 as
+  // published and never sends the row; purge never deletes it (only 1 is the relay's mark).
+  std::int64_t bad_published = 0;
 };
 
 inline constexpr std::size_t kBadCreatedAtIdsShown = 20;

@@ -65,6 +65,7 @@ void PrintJson(const lab::CheckResult& r, const std::string& run_id,
   out["parked"] = r.parked;
   out["retention_unknown"] = r.retention_unknown;
   out["duplicated_changed"] = r.duplicated_changed;
+  out["reused_event_ids"] = r.reused_event_ids;
   out["lost_beyond_retention"] = r.lost_beyond_retention;
   out["restart_unknown"] = r.restart_unknown;
   out["published_during_read"] = r.published_during_read;
@@ -226,6 +227,10 @@ void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
                      "read_committed, and the relay paid one Kafka transaction per batch"
                    : "duplicates allowed here: aborted transactions' records are visible to this "
                      "isolation level");
+  if (!r.reused_event_ids.empty())
+    fmt::print("[check] event id reused by another outbox row (an idempotent consumer keeps the "
+               "first event and drops the other as a duplicate: lost to it): {}\n",
+               list(r.reused_event_ids));
   if (!r.lost.empty()) fmt::print("[check] lost: {}\n", list(r.lost));
   if (!r.pending.empty())
     fmt::print("[check] pending (committed, not yet published: the relay will send them): {}\n",
@@ -313,7 +318,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                 "Jepsen's final drain), then judge");
   AddDeliveryTimeoutOption(*sub, o->delivery_timeout_ms);
   sub->add_option("--lang", o->lang, "Language of the verdict line: en or zh (the chapter's terms)")
-      ->check(CLI::IsMember({"en", "zh"}))
+      ->transform(LanguageName())
       ->envname("OUTBOX_LANG")
       ->capture_default_str();
   AddReadTimeoutOption(*sub, o->timeout_ms);

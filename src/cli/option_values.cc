@@ -49,6 +49,23 @@ CLI::Validator IntegerInRange(std::int64_t min, std::int64_t max) {
       fmt::format("INTEGER in [{}, {}]", min, max), "IntegerInRange");
 }
 
+CLI::Validator LanguageName() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const std::string language = text.substr(0, text.find_first_of("_.@-"));
+        if (language == "zh" || language == "en") {
+          text = language;
+          return {};
+        }
+        if (language == "C" || language == "POSIX") {
+          text = "en";
+          return {};
+        }
+        return fmt::format("must be en or zh (--lang or OUTBOX_LANG), got '{}'", text);
+      },
+      "{en,zh}", "LanguageName");
+}
+
 void AddBusinessTableOptions(CLI::App& sub, std::string& table, std::string& key) {
   CLI::Option* table_option = sub.add_option(
       "--business-table", table,

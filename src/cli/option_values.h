@@ -35,6 +35,11 @@ std::string DbPathProblem(std::string_view db);
 // variable: pass max = the largest value that variable holds.
 CLI::Validator IntegerInRange(std::int64_t min, std::int64_t max);
 
+// CLI11 check and transform for --lang (and OUTBOX_LANG): en or zh; a locale name as LANG
+// holds it is read by its language (zh_CN.UTF-8 -> zh, en_US.UTF-8, C and POSIX -> en).
+// Fails with "must be en or zh (--lang or OUTBOX_LANG), got 'TEXT'" otherwise.
+CLI::Validator LanguageName();
+
 // Adds --business-table TABLE and --business-key COLUMN to sub (check, verify): the
 // application's business table to judge atomicity against, instead of the lab's business_loan.
 // Each needs the other (a usage error otherwise, exit 2).

@@ -130,6 +130,7 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
               out["archived"] = s.archived;
               out["bad_created_at"] = s.bad_created_at;
               out["bad_created_at_ids"] = s.bad_created_at_ids;
+              out["bad_published"] = s.bad_published;
               // null on PostgreSQL: the server's WAL is not a file next to --db.
               if (view.backend == Backend::kSqlite) out["wal_bytes"] = view.wal_bytes;
               else out["wal_bytes"] = nullptr;
@@ -215,6 +216,11 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
                            s.bad_created_at > static_cast<std::int64_t>(s.bad_created_at_ids.size())
                                ? ",..."
                                : "");
+              if (s.bad_published > 0)
+                fmt::print("[status] bad-published={}: published is neither 0 nor 1 (another "
+                           "program's value); the relay reads it as published and never sends "
+                           "these rows (set published = 0 to send them)\n",
+                           s.bad_published);
               for (const ClaimOwner& c : view.owners)
                 fmt::print("[status] claim owner={} rows={} age-ms={} expires-in-ms={} "
                            "owner-process={}\n",

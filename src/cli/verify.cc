@@ -177,7 +177,7 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--lang", options->lang,
                   "Language of the closing line and the final table: en or zh (the chapter's "
                   "terms: 账目, 数值, 业务表行数 ...)")
-      ->check(CLI::IsMember({"en", "zh"}))
+      ->transform(LanguageName())
       ->envname("OUTBOX_LANG")
       ->capture_default_str();
   AddReadTimeoutOption(*sub, options->timeout_ms);

@@ -82,6 +82,9 @@ std::string StatusMetricsText(const OutboxStatus& s, const LeaderLease& lease,
   Gauge(out, "outbox_bad_created_at_rows",
         "Unpublished rows whose created_at is not epoch ms (left out of the oldest age).",
         static_cast<double>(s.bad_created_at));
+  Gauge(out, "outbox_bad_published_rows",
+        "Rows whose published is neither 0 nor 1 (another program's value): never sent.",
+        static_cast<double>(s.bad_published));
   Gauge(out, "outbox_leader_token",
         "Fencing token of the leader lease (relay --coordination leader); 0 before the first.",
         static_cast<double>(lease.token));

@@ -725,7 +725,7 @@ TEST_CASE("Claim tokens given before a reset are never given again on SQLite and
 }
 
 TEST_CASE("PurgePublished keeps a row both marked and parked and a row whose published is not the "
-          "relay's 1",
+          "relay's 1 and Status counts the latter",
           "[store]") {
   StoreFixture f;
   {
@@ -747,4 +747,6 @@ TEST_CASE("PurgePublished keeps a row both marked and parked and a row whose pub
   for (const auto& row : f.store.Snapshot().rows)
     if (!row.archived) kept.push_back(row.event_id);
   CHECK(kept == std::vector<std::string>{"both", "two", "text"});
+  // status names the two values the relay reads as published but never sent.
+  CHECK(f.store.Status(kNowMs).bad_published == 2);
 }

@@ -140,8 +140,13 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
     // Archived rows (purge --archive) were published: they still count.
     for (const SnapshotRow& row : lab.outbox.rows) {
       const bool published = CountsAsPublished(row, wal);
+      const auto earlier = outbox.find(row.event_id);
+      if (earlier != outbox.end())
+        result.reused_event_ids.push_back(fmt::format("{} (outbox ids {} and {})", row.event_id,
+                                                      earlier->second.id, row.id));
+      else
+        outbox_order.push_back(row.event_id);
       outbox[row.event_id] = {row.id, row.event_id, row.aggregate_id, published, row.parked};
-      outbox_order.push_back(row.event_id);
     }
     for (std::string& loan : lab.loan_ids) loans.insert(std::move(loan));
   }
@@ -273,7 +278,7 @@ const std::vector<std::string>& CheckExpectationKeys() {
       "valid",         "business_rows",      "outbox_rows",          "kafka_records",
       "ok",            "lost",               "duplicated",           "phantom",
       "atomicity",     "lost_after_mark",    "stuck",                "order_violations",
-      "order_hazards",
+      "order_hazards", "reused_event_ids",
       "pending",       "parked",             "retention_unknown",    "lost_beyond_retention",
       "other_run_records", "restart_unknown", "published_during_read",
       "history_attempts", "history_acknowledged", "history_failed", "history_indeterminate",
@@ -295,6 +300,7 @@ std::map<std::string, std::int64_t> CheckValues(const CheckResult& r) {
       {"lost", size(r.lost)},
       {"duplicated", size(r.duplicated)},
       {"phantom", size(r.phantom)},
+      {"reused_event_ids", size(r.reused_event_ids)},
       {"atomicity", size(r.atomicity)},
       {"lost_after_mark", size(r.lost_after_mark)},
       {"stuck", size(r.stuck)},

@@ -133,6 +133,11 @@ struct CheckResult {
   std::vector<std::string> duplicated_changed;
   // In Kafka, but no committed outbox row has it (or its transaction definitely failed).
   std::vector<std::string> phantom;
+  // An event id carried by more than one outbox row, live, archived or purged ("evt-7 (outbox
+  // ids 3 and 9)"): a writer reused it after purge lifted the UNIQUE guard, or wrote it under
+  // another explicit id. A finding: an idempotent consumer keeps the first and drops the other
+  // event as a duplicate. The later row is the one judged.
+  std::vector<std::string> reused_event_ids;
   std::vector<std::string> atomicity;  // "loan L-1 has no outbox row" / "event e has no loan"
   // Atomicity was not judged (LabSnapshot::atomicity_skipped): outbox against Kafka only.
   bool atomicity_skipped = false;
@@ -170,11 +175,12 @@ struct CheckResult {
   // isolation.level=read_committed (check --exactly-once): every duplicate is then a finding,
   // not the at-least-once price.
   bool duplicates_forbidden = false;
-  // True when something is wrong: lost, phantom, atomicity, lost after mark,
+  // True when something is wrong: lost, phantom, a reused event id, atomicity, lost after mark,
   // unexpected (history), corrupt, undone at full, or a duplicate where duplicates are forbidden.
   bool has_findings() const {
     const std::size_t allowed_phantom = undo_allowed ? undone_phantom.size() : 0;
     return !lost.empty() || lost_beyond_retention > 0 || phantom.size() != allowed_phantom ||
+           !reused_event_ids.empty() ||
            !atomicity.empty() ||
            (duplicates_forbidden && !duplicated.empty()) ||
            !lost_after_mark.empty() || !history.unexpected.empty() || !corrupt.empty() ||

@@ -172,7 +172,8 @@ SELECT
   COALESCE(SUM(published = 0 AND NOT {2}), 0),
   COALESCE(SUM(published <> 0), 0),
   COALESCE(SUM(published = 0 AND parked_at IS NULL AND {3}), 0),
-  COALESCE(SUM(published = 0 AND parked_at IS NULL AND NOT {3} AND id > delayed_id), 0)
+  COALESCE(SUM(published = 0 AND parked_at IS NULL AND NOT {3} AND id > delayed_id), 0),
+  COALESCE(SUM(published NOT IN (0, 1)), 0)
 FROM outbox LEFT JOIN first_delayed ON delayed_aggregate = aggregate_id
   LEFT JOIN gate ON gate_aggregate = aggregate_id
 )sql";
@@ -189,6 +190,7 @@ FROM outbox LEFT JOIN first_delayed ON delayed_aggregate = aggregate_id
     status.published = select.ColumnInt64(5);
     status.delayed = select.ColumnInt64(6);
     status.behind_delayed = select.ColumnInt64(7);
+    status.bad_published = select.ColumnInt64(8);
     status.unpublished = status.pending + status.delayed + status.parked;
     status.archived = connection_.QueryInt64("SELECT COUNT(*) FROM outbox_archive");
   }

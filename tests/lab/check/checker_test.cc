@@ -503,7 +503,7 @@ TEST_CASE("CheckValues gives check --expect every key with the report's numbers 
   CHECK(values == std::map<std::string, std::int64_t>{
                       {"valid", 0},        {"business_rows", 3},   {"outbox_rows", 3},
                       {"kafka_records", 3}, {"ok", 2},             {"lost", 0},
-                      {"duplicated", 1},   {"phantom", 0},         {"atomicity", 0},
+                      {"duplicated", 1},   {"phantom", 0}, {"reused_event_ids", 0},         {"atomicity", 0},
                       {"lost_after_mark", 0}, {"stuck", 2},        {"order_violations", 0},
                       {"order_hazards", 0},
                       {"pending", 2},      {"parked", 0},          {"retention_unknown", 0},
@@ -908,4 +908,27 @@ TEST_CASE("CheckRun against a named business table judges its rows and without o
 
   const outbox::lab::BusinessTable bad{"orders; DROP TABLE outbox", "id"};
   CHECK_THROWS_AS(CheckRun(*f.store, records, nullptr, {}, {}, &bad), outbox::ConfigError);
+}
+
+TEST_CASE("CheckRun calls an event id carried by a purged row and a new row reused and INVALID",
+          "[checker]") {
+  CheckerFixture f;
+  f.WriteLoans(2);
+  f.Mark("evt-1001");
+  f.Mark("evt-1002");
+  REQUIRE(f.store->PurgePublished(std::numeric_limits<std::int64_t>::max(), 10, false).deleted == 2);
+  // A writer inserts evt-1001 again with a new payload: the UNIQUE guard went with the row.
+  {
+    auto txn = f.store->BeginWrite();
+    txn.connection().Exec(
+        "INSERT INTO outbox(event_id, aggregate_id, event_type, payload) "
+        "VALUES ('evt-1001', 'L-1001', 'LoanRenewed', '{}')");
+    txn.Commit();
+  }
+  const CheckResult r = CheckRun(*f.store, Records({"evt-1001", "evt-1002"}), nullptr, {});
+  CHECK(r.reused_event_ids == Strings{"evt-1001 (outbox ids 1 and 3)"});
+  CHECK(r.outbox_rows == 2);  // two distinct events, the reused one judged by its later row
+  CHECK(r.pending == Strings{"evt-1001"});
+  CHECK(r.verdict() == outbox::lab::Verdict::kInvalid);
+  CHECK(outbox::lab::CheckValues(r).at("reused_event_ids") == 1);
 }
