@@ -345,13 +345,13 @@ std::int64_t Connection::LastInsertRowid() const noexcept {
 
 Transaction::Transaction(Connection& connection) : connection_(connection) {
   connection_.YieldToWaiters();
-  try {
-    connection_.Exec("BEGIN IMMEDIATE");
-  } catch (...) {
-    connection_.EndBusyWait();
-    throw;
-  }
+  // The operation in the error, not the SQL (docs/commands.md): "begin a write transaction on
+  // 'x.db': database is locked".
+  const int rc = sqlite3_exec(connection_.get(), "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
   connection_.EndBusyWait();
+  if (rc != SQLITE_OK)
+    ThrowDbError(connection_.get(), rc,
+                 fmt::format("begin a write transaction on '{}'", connection_.path()));
 }
 
 Transaction::~Transaction() {

@@ -160,6 +160,8 @@ std::string ExplainReconciliation(const DbSnapshot& db, const KafkaReconciliatio
     return text;
   }
   if (!kafka) {
+    if (db.outbox.total == 0)
+      return zh ? "库里还没有借阅，也没有事件" : "nothing written yet: no loans, no events";
     if (zh)
       return fmt::format("outbox {} 行，全部已发布；连上 broker 再 verify 才能看到 Kafka 记录",
                          db.outbox.total);
