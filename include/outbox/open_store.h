@@ -15,6 +15,10 @@
 
 namespace outbox {
 
+namespace pg {
+class Connection;
+}  // namespace pg
+
 // The backend db names, read from its text alone (nothing is opened): kPostgres for a URL
 // starting "postgresql://" or "postgres://" (libpq's connection URI,
 // https://www.postgresql.org/docs/15/libpq-connect.html#LIBPQ-CONNSTRING), kSqlite for anything
@@ -42,6 +46,14 @@ Backend StoreBackend(std::string_view db);
 //   pg::PgError as PgStore's constructor throws it: a malformed URL (libpq's parse
 //   error, before any connection), an unreachable server or a refused login, a missing
 //   database (sqlstate "3D000"), the schema lock not granted in time ("55P03").
+// For a PostgreSQL URL, before anything is created there: the first schema of connection's
+// search_path must hold a table (or partitioned table) named outbox. Throws SchemaMissingError
+// naming the schema when no schema of the search_path exists, when it holds no outbox, when
+// outbox is a view or another kind of relation, or when the outbox found is further down the
+// search_path (the lab's tables would be created beside a new, empty outbox in the first
+// schema); pg::PgError when the server cannot answer.
+void RequirePostgresOutbox(pg::Connection& connection);
+
 std::unique_ptr<OutboxStore> OpenStore(const std::string& db, OpenMode mode = OpenMode::kExisting,
                                        const StoreOptions& options = {},
                                        PgClaimMode pg_mode = PgClaimMode::kScan);

@@ -155,7 +155,8 @@ class OutboxStore {
                                    const std::vector<FailedDelivery>& failed,
                                    const SettlePolicy& policy, std::int64_t now_ms) = 0;
 
-  // Owners of live claims at now_ms, by owner name. Read only.
+  // Owners of live claims at now_ms, by owner name ("" for claims with no owner: another
+  // program's claim columns). Read only.
   virtual std::vector<ClaimOwner> ClaimOwners(std::int64_t now_ms) = 0;
 
   // Releases the claims of owner (a relay known dead) with a token up to up_to_token (its

@@ -463,9 +463,12 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             ObservedWaiter observed(*watcher, observer);
             observed.SetRelay(&relay);
             // Declared after the publisher: stopped before it, as it probes the broker through it.
-            const std::unique_ptr<ops::OpsServer> http_server =
-                StartRelayHttp(*http, global, observer, producer_handle,
-                               loop_options.idle_max_ms, o->delivery_timeout_ms, o->json);
+            // The longest one batch may hold the loop: its acks, and under --exactly-once an
+            // abort retried through a broker outage for up to the transaction timeout.
+            const std::unique_ptr<ops::OpsServer> http_server = StartRelayHttp(
+                *http, global, observer, producer_handle, loop_options.idle_max_ms,
+                o->delivery_timeout_ms + (o->exactly_once ? o->transaction_timeout_ms : 0),
+                o->json);
             const LoopReport report = RunRelayLoopReconnecting(
                 relay, observed, loop_options, ObserveLoop(observer, loop_options, [&](const BatchReport& batch) {
                   if (o->quiet) return;

@@ -32,7 +32,8 @@ void AddRelayHttpOptions(CLI::App& relay, RelayHttpOptions& o) {
                     0, 7LL * 24 * 3600 * 1000);
   relay.add_option("--health-factor", o.health_factor,
                    "/healthz answers 503 once the loop has not turned for this many idle maxima "
-                   "plus the delivery timeout and 5s")
+                   "plus the delivery timeout (and the transaction timeout with --exactly-once) "
+                   "and 5s")
       ->check(PositiveInteger())
       ->capture_default_str();
 }

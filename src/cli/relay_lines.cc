@@ -62,7 +62,10 @@ void PrintWait(const WaitReport& wait, std::int64_t now_ms, bool json) {
                                                               {"until_ms", lease.until_ms}}));
     else
       fmt::print("[relay] waiting: {} rows claimed by {} until {}, when its lease runs out\n",
-                 lease.rows, lab::EscapeBytes(lease.owner), Until(lease.until_ms, now_ms));
+                 lease.rows,
+                 lease.owner.empty() ? std::string("no owner (claim columns another program set)")
+                                     : lab::EscapeBytes(lease.owner),
+                 Until(lease.until_ms, now_ms));
   }
   if (wait.backoff.rows > 0) {
     if (json)

@@ -18,6 +18,11 @@
 
 namespace outbox::cli {
 
+namespace {
+// Times one batch runs again after the server broke a deadlock with another writer.
+constexpr int kConflictRetries = 10;
+}  // namespace
+
 Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
   CLI::App* sub = app.add_subcommand(
       "write",
@@ -77,7 +82,7 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
               const std::int64_t first = k;
               std::vector<lab::LoanToWrite> loans;
               std::vector<lab::WrittenLoan> written;
-              for (;;) {
+              for (int conflicts = 0;; ) {
                 loans.clear();
                 for (k = first; k <= *count && static_cast<std::int64_t>(loans.size()) < *batch;
                      ++k)
@@ -86,8 +91,11 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
                   written = lab::WriteLoansWithEvents(*store, loans, history.get(), *delay_ms);
                   break;
                 } catch (const std::exception& e) {
-                  // Another write on this database took the indexes read at the start (two
-                  // terminals, one database): go on after its rows. Only while it moved on.
+                  // Two writers on one database (two terminals): a deadlock the server broke
+                  // runs the batch again; indexes another writer took since the start go on
+                  // after its rows, only while it moved on.
+                  if (lab::IsDeadlockOrSerialization(e) && ++conflicts < kConflictRetries)
+                    continue;
                   const std::int64_t next = lab::NextLoanIndex(*store);
                   if (!lab::IsUniqueViolation(e) || next <= start + first) throw;
                   start = next - first;

@@ -348,8 +348,14 @@ bool TransactionalPublisher::Abort(std::string* reason, bool retry) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(transaction_timeout_ms_);
   for (;;) {
-    ErrorHandle error(
-        rd_kafka_abort_transaction(publisher_.handle(), options_.delivery_timeout_ms));
+    // Each call within what is left of the bound, so the whole wait stays inside it.
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    const int timeout_ms = retry ? static_cast<int>(std::clamp<std::int64_t>(
+                                       left, 1, options_.delivery_timeout_ms))
+                                 : options_.delivery_timeout_ms;
+    ErrorHandle error(rd_kafka_abort_transaction(publisher_.handle(), timeout_ms));
     if (!error) {
       ++aborted_;
       return true;

@@ -52,31 +52,33 @@ struct OpsServer::State {
 
   std::mutex cache_mutex;  // guards the two below
   StatusRead last_read;    // the last status read, for requests that find a read in progress
-  std::int64_t read_started_steady_ms = 0;  // the status read in progress; 0: none
+  std::int64_t read_started_steady_ms = 0;  // the database read in progress; 0: none
 
   // Runs fn(store) on the read-only connection, opening it on first use; a failed call drops the
-  // connection so the next request opens a new one. Returns fn's error message, or "".
-  template <class Fn>
-  std::string WithReader(Fn&& fn) {
-    std::lock_guard lock(db_mutex);
-    return WithReaderLocked(std::forward<Fn>(fn));
-  }
-  // WithReader, db_mutex held by the caller.
+  // connection so the next request opens a new one. Returns fn's error message, or "". The
+  // caller holds db_mutex; the read's start is kept for ReadStatus's waiters.
   template <class Fn>
   std::string WithReaderLocked(Fn&& fn) {
+    {
+      std::lock_guard cache(cache_mutex);
+      read_started_steady_ms = std::max<std::int64_t>(1, RelayObserver::SteadyNowMs());
+    }
+    std::string error;
     try {
       if (!reader) reader = hooks.open_store(true);
       fn(*reader);
-      return {};
     } catch (const std::exception& e) {
       reader.reset();
-      return e.what();
+      error = e.what();
     }
+    std::lock_guard cache(cache_mutex);
+    read_started_steady_ms = 0;
+    return error;
   }
 
-  // One status read at a time. A request that finds one in progress answers from the last read
-  // instead of queuing behind it: a lock on an outbox table then holds one HTTP worker, not all
-  // of them, and /healthz, which reads no database, always finds a worker (a liveness probe must
+  // One database read at a time. A status request that finds one in progress answers from the
+  // last status read instead of queuing behind it: a lock on an outbox table then holds one HTTP
+  // worker, not all of them, and /healthz, which reads no database, always finds a worker (a liveness probe must
   // not restart a live relay). A read waiting longer than the stall limit makes that read's
   // answer a failed one, so /readyz says so.
   StatusRead ReadStatus() {
@@ -94,10 +96,6 @@ struct OpsServer::State {
       }
       return r;
     }
-    {
-      std::lock_guard cache(cache_mutex);
-      read_started_steady_ms = std::max<std::int64_t>(1, RelayObserver::SteadyNowMs());
-    }
     StatusRead r;
     r.error = WithReaderLocked([&r](OutboxStore& store) {
       // The lease first, then the instant it is judged at (cli/status.cc says why).
@@ -110,7 +108,6 @@ struct OpsServer::State {
     r.ok = r.error.empty();
     std::lock_guard cache(cache_mutex);
     last_read = r;
-    read_started_steady_ms = 0;
     return r;
   }
 
@@ -150,9 +147,13 @@ struct OpsServer::State {
     return Readyz(snapshot, in);
   }
 
-  // All parked rows up to parked_read_cap, and how many there are in all.
+  // All parked rows up to parked_read_cap, and how many there are in all. Never waits behind
+  // another read (it would hold one more request thread): says so instead.
   std::string ReadParked(std::vector<TroubledRow>& rows, std::int64_t& total) {
-    return WithReader([&](OutboxStore& store) {
+    std::unique_lock db(db_mutex, std::try_to_lock);
+    if (!db.owns_lock())
+      return "another database read is in progress (a lock on an outbox table?); try again";
+    return WithReaderLocked([&](OutboxStore& store) {
       const TroubledRows troubled = store.ListTroubled(store.clock().EpochMs(),
                                                        options.parked_read_cap);
       total = troubled.parked;

@@ -116,3 +116,37 @@ TEST_CASE("OpenStore opens a PostgreSQL URL as a PgStore with the claim mode giv
   CHECK(again->backend() == Backend::kPostgres);
   CHECK(again->Count().total == 1);
 }
+
+TEST_CASE("OpenStore refuses a PostgreSQL outbox that is a view or sits further down the "
+          "search_path and creates nothing",
+          "[store][postgres]") {
+  testing::PgSchema first("open_first");
+  testing::PgSchema second("open_second");
+  { PgStore create(second.url()); }  // the application's outbox, in the second schema
+  const auto with_path = [](const std::string& path) {
+    const std::string base = testing::PgServerUrl();
+    return base + (base.find('?') == std::string::npos ? "?" : "&") +
+           "options=-csearch_path%3D" + path;
+  };
+  const std::string both = with_path(first.name() + "," + second.name());
+  const auto message = [](const std::string& url) {
+    try {
+      OpenStore(url);
+    } catch (const SchemaMissingError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // Its other tables would go beside a new, empty outbox in the first schema.
+  CHECK_THAT(message(both), Catch::Contains("is in schema " + second.name()) &&
+                                Catch::Contains("put " + second.name() + " first"));
+  pg::Connection look(first.url());
+  CHECK(look.QueryInt("SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()", {},
+                      "count the tables") == 0);
+  // A view named outbox is not the table the writers insert into.
+  look.Exec("CREATE VIEW outbox AS SELECT 1 AS id", "create a view named outbox");
+  CHECK_THAT(message(first.url()), Catch::Contains("is not a table"));
+  // No schema of the search_path exists.
+  CHECK_THAT(message(with_path("no_such_schema_here")),
+             Catch::Contains("no schema of the search_path"));
+}

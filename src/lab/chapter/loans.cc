@@ -149,6 +149,7 @@ std::unique_ptr<OutboxStore> OpenLabStore(const std::string& db, const StoreOpti
   {
     // Look before PgStore's constructor would create the outbox tables.
     pg::Connection probe(db);
+    RequirePostgresOutbox(probe);
     if (probe.QueryInt("SELECT (to_regclass('business_loan') IS NOT NULL)::int", {},
                        "look for the lab schema") != 1)
       throw SchemaMissingError(fmt::format("open database '{}': no business_loan table",
@@ -414,6 +415,11 @@ bool IsUniqueViolation(const std::exception& e) {
     return db->primary_code() == SQLITE_CONSTRAINT;
   if (const auto* pg = dynamic_cast<const pg::PgError*>(&e)) return pg->sqlstate() == "23505";
   return false;
+}
+
+bool IsDeadlockOrSerialization(const std::exception& e) {
+  const auto* pg = dynamic_cast<const pg::PgError*>(&e);
+  return pg != nullptr && (pg->sqlstate() == "40P01" || pg->sqlstate() == "40001");
 }
 
 bool LoanExists(sqlite::Connection& connection, const std::string& loan_id) {

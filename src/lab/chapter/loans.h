@@ -176,6 +176,11 @@ std::int64_t NextLoanIndex(OutboxStore& store);
 // took the indexes this one read at its start; nothing of that transaction committed.
 bool IsUniqueViolation(const std::exception& e);
 
+// Whether e is a PostgreSQL transaction the server rolled back to break a deadlock (SQLSTATE
+// 40P01) or a serialization failure (40001): nothing of it committed, and the same transaction
+// may simply run again (two writers renewing the same loans in another order).
+bool IsDeadlockOrSerialization(const std::exception& e);
+
 // Sets the loan's status to RENEWED. Call inside a transaction from
 // Store::BeginWrite(). Throws DbError. A loan that does not exist is left alone.
 void RenewLoan(sqlite::Connection& connection, const std::string& loan_id);

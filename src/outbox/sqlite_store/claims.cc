@@ -257,9 +257,11 @@ SettleReport Store::SettleBatch(std::int64_t token, const std::vector<std::int64
 
 std::vector<ClaimOwner> Store::ClaimOwners(std::int64_t now_ms) {
   auto select = connection_.Prepare(
-      fmt::format("SELECT claim_owner, COUNT(*), MIN(COALESCE(claimed_at, claim_until)), "
-                  "MAX(claim_until), MAX(claim_token) FROM outbox WHERE published = 0 AND NOT {} "
-                  "AND claim_owner IS NOT NULL GROUP BY claim_owner ORDER BY claim_owner",
+      // A claim with no owner (another program's claim columns) holds its rows all the same:
+      // listed under the owner "", as PostgreSQL's NULL group is.
+      fmt::format("SELECT COALESCE(claim_owner, ''), COUNT(*), MIN(COALESCE(claimed_at, "
+                  "claim_until)), MAX(claim_until), MAX(claim_token) FROM outbox WHERE "
+                  "published = 0 AND NOT {} GROUP BY 1 ORDER BY 1",
                   Unclaimed("", 1)));
   select.Bind(1, now_ms);
   std::vector<ClaimOwner> owners;

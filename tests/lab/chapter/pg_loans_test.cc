@@ -48,9 +48,14 @@ TEST_CASE("OpenLabStore on a PostgreSQL schema never reset fails as schema missi
   const auto error = CaptureThrow<outbox::SchemaMissingError>(
       [&] { outbox::lab::OpenLabStore(schema.url(), {}); });
   REQUIRE(error.has_value());
-  CHECK_THAT(error->what(), Catch::Contains("no business_loan table"));
+  CHECK_THAT(error->what(), Catch::Contains("no outbox table in schema"));
   outbox::pg::Connection look(schema.url());
   CHECK(look.QueryInt("SELECT (to_regclass('outbox') IS NULL)::int", {}, "look") == 1);
+  // The business table alone (an application's) is not enough: still nothing is created.
+  look.Exec("CREATE TABLE business_loan (loan_id TEXT PRIMARY KEY)", "create a business table");
+  CHECK_THROWS_AS(outbox::lab::OpenLabStore(schema.url(), {}), outbox::SchemaMissingError);
+  CHECK(look.QueryInt("SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()", {},
+                      "count the tables") == 1);
 }
 
 TEST_CASE("WriteLoanWithEvent on PostgreSQL with an error before commit leaves neither the loan nor its outbox row", "[postgres][failpoint]") {
