@@ -78,9 +78,9 @@ struct OpsServer::State {
 
   // One database read at a time. A status request that finds one in progress answers from the
   // last status read instead of queuing behind it: a lock on an outbox table then holds one HTTP
-  // worker, not all of them, and /healthz, which reads no database, always finds a worker (a liveness probe must
-  // not restart a live relay). A read waiting longer than the stall limit makes that read's
-  // answer a failed one, so /readyz says so.
+  // worker, not all of them, and /healthz, which reads no database, always finds a worker (a
+  // liveness probe must not restart a live relay). A read waiting longer than the stall limit
+  // makes the answer a failed one, so /readyz says so.
   StatusRead ReadStatus() {
     std::unique_lock db(db_mutex, std::try_to_lock);
     if (!db.owns_lock()) {

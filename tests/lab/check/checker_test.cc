@@ -503,7 +503,8 @@ TEST_CASE("CheckValues gives check --expect every key with the report's numbers 
   CHECK(values == std::map<std::string, std::int64_t>{
                       {"valid", 0},        {"business_rows", 3},   {"outbox_rows", 3},
                       {"kafka_records", 3}, {"ok", 2},             {"lost", 0},
-                      {"duplicated", 1},   {"phantom", 0}, {"reused_event_ids", 0},         {"atomicity", 0},
+                      {"duplicated", 1},   {"phantom", 0},         {"atomicity", 0},
+                      {"reused_event_ids", 0},
                       {"lost_after_mark", 0}, {"stuck", 2},        {"order_violations", 0},
                       {"order_hazards", 0},
                       {"pending", 2},      {"parked", 0},          {"retention_unknown", 0},
@@ -916,7 +917,8 @@ TEST_CASE("CheckRun calls an event id carried by a purged row and a new row reus
   f.WriteLoans(2);
   f.Mark("evt-1001");
   f.Mark("evt-1002");
-  REQUIRE(f.store->PurgePublished(std::numeric_limits<std::int64_t>::max(), 10, false).deleted == 2);
+  const std::int64_t forever = std::numeric_limits<std::int64_t>::max();
+  REQUIRE(f.store->PurgePublished(forever, 10, /*archive=*/false).deleted == 2);
   // A writer inserts evt-1001 again with a new payload: the UNIQUE guard went with the row.
   {
     auto txn = f.store->BeginWrite();
