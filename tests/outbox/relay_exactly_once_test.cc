@@ -22,22 +22,36 @@ using outbox::testing::IdsOf;
 using outbox::testing::IsPublished;
 using outbox::testing::TempDir;
 
+// A leader-mode relay's pieces over a fresh store holding rows 1..rows, on a fake clock.
+struct LeaderFixture {
+  explicit LeaderFixture(int rows)
+      : store(dir.File("lab.db"), StoreOptionsOn(clock), OpenMode::kCreate) {
+    store.ResetSchema();
+    EnqueueRange(store, 1, rows);
+    options.owner = "relay-a";
+    options.clock = &clock;
+    options.coordination = Coordination::kLeader;
+  }
+  static outbox::StoreOptions StoreOptionsOn(FakeClock& clock) {
+    outbox::StoreOptions store_options = FastStoreOptions();
+    store_options.clock = &clock;
+    return store_options;
+  }
+  TempDir dir;
+  FakeClock clock;
+  Store store;
+  FakePublisher publisher;
+  RelayOptions options;
+};
+
 }  // namespace
 
 TEST_CASE("A leader marks the ids a committed transaction carried and sends only the rest",
           "[relay]") {
-  TempDir dir;
-  FakeClock clock;
-  auto store_options = FastStoreOptions();
-  store_options.clock = &clock;
-  Store store(dir.File("lab.db"), store_options, OpenMode::kCreate);
-  store.ResetSchema();
-  EnqueueRange(store, 1, 5);
-  FakePublisher publisher;
-  RelayOptions options;
-  options.owner = "relay-a";
-  options.clock = &clock;
-  options.coordination = Coordination::kLeader;
+  LeaderFixture f(5);
+  Store& store = f.store;
+  FakePublisher& publisher = f.publisher;
+  RelayOptions& options = f.options;
   int recoveries = 0;
   // The chapter's first kill: 3 rows committed to Kafka, not marked; id 9 names no row.
   options.committed_ids = [&recoveries] {
@@ -45,10 +59,10 @@ TEST_CASE("A leader marks the ids a committed transaction carried and sends only
     return std::vector<std::int64_t>{1, 2, 3, 9};
   };
   std::vector<std::int64_t> found, marked;
-  options.on_recovered = [&](std::int64_t, const std::vector<std::int64_t>& f,
-                             const std::vector<std::int64_t>& m) {
-    found = f;
-    marked = m;
+  options.on_recovered = [&](std::int64_t, const std::vector<std::int64_t>& committed,
+                             const std::vector<std::int64_t>& marked_now) {
+    found = committed;
+    marked = marked_now;
   };
   Relay relay(store, publisher, options);
 
@@ -79,18 +93,10 @@ TEST_CASE("Exactly-once recovery under claims coordination is refused", "[relay]
 }
 
 TEST_CASE("A recovery that throws sends nothing", "[relay]") {
-  TempDir dir;
-  FakeClock clock;
-  auto store_options = FastStoreOptions();
-  store_options.clock = &clock;
-  Store store(dir.File("lab.db"), store_options, OpenMode::kCreate);
-  store.ResetSchema();
-  EnqueueRange(store, 1, 2);
-  FakePublisher publisher;
-  RelayOptions options;
-  options.owner = "relay-a";
-  options.clock = &clock;
-  options.coordination = Coordination::kLeader;
+  LeaderFixture f(2);
+  Store& store = f.store;
+  FakePublisher& publisher = f.publisher;
+  RelayOptions& options = f.options;
   options.committed_ids = []() -> std::vector<std::int64_t> {
     throw outbox::KafkaError("read relay-state topic: broker down", -195);
   };
@@ -104,18 +110,10 @@ TEST_CASE("A batch whose mark failed within the term is recovered before the nex
           "not sent again",
           "[relay][failpoint]") {
   outbox::testing::FailpointReset reset;
-  TempDir dir;
-  FakeClock clock;
-  auto store_options = FastStoreOptions();
-  store_options.clock = &clock;
-  Store store(dir.File("lab.db"), store_options, OpenMode::kCreate);
-  store.ResetSchema();
-  EnqueueRange(store, 1, 3);
-  FakePublisher publisher;
-  RelayOptions options;
-  options.owner = "relay-a";
-  options.clock = &clock;
-  options.coordination = Coordination::kLeader;
+  LeaderFixture f(3);
+  Store& store = f.store;
+  FakePublisher& publisher = f.publisher;
+  RelayOptions& options = f.options;
   int recoveries = 0;
   // What the relay-state topic says: nothing at the term's start, then rows 1-3 (the batch whose
   // transaction committed before its mark failed, as after a lost database connection).
