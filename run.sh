@@ -76,6 +76,7 @@ run.sh starts or stops any broker for it.
   ./run.sh broker-status  print each one's database, address and PID, or "not running" (exit 3)
   ./run.sh broker-addr [DB]
                           print the bootstrap address of DB's broker (for kcat -b), or exit 3
+                          (with OUTBOX_KAFKA=real, both ask scripts/kafka.sh's Kafka)
 
 Real Kafka: with OUTBOX_KAFKA=real, run.sh uses real Apache Kafka 4.3.0 (KRaft, one node) in
 place of the embedded broker: scripts/kafka.sh start fetches it from Maven Central the first
@@ -189,7 +190,8 @@ EOF
 Usage: ./run.sh broker-status
 
 Prints one line per running embedded broker: its database, bootstrap address, PID and log.
-Exit 0 when one runs, 3 ("not running") when none does.
+Exit 0 when one runs, 3 ("not running") when none does. With OUTBOX_KAFKA=real: scripts/kafka.sh
+status (each node of the real Kafka, exit 3 when none runs).
 
 Arguments: none.
 Environment:
@@ -201,7 +203,8 @@ EOF
 Usage: ./run.sh broker-addr [DB]
 
 Prints the bootstrap address of the embedded broker of database DB (for kcat -b); exit 3 when
-none runs for it. Starts no broker.
+none runs for it. Starts no broker. With OUTBOX_KAFKA=real: the address of scripts/kafka.sh's
+Kafka (one cluster for every DB), or exit 3 when it is not running.
 
 Arguments:
   DB                       the database (a path, as given to -Doutbox.db= or --db); default
@@ -514,6 +517,12 @@ case "${1:-}" in
     exit 0
     ;;
   broker-addr)
+    # Real Kafka is one cluster for every database: its address, or exit 3 when it is down.
+    if [ "$kafka_kind" = real ]; then
+      "$repo/scripts/kafka.sh" address 2>/dev/null && exit 0
+      echo "run.sh: OUTBOX_KAFKA=real and scripts/kafka.sh's Kafka is not running (scripts/kafka.sh start)" >&2
+      exit 3
+    fi
     use_broker_of "${2:-${OUTBOX_DB:-outbox.db}}"
     if broker_running; then
       head -n 1 "$addr_file"
@@ -523,6 +532,9 @@ case "${1:-}" in
     exit 3
     ;;
   broker-status)
+    if [ "$kafka_kind" = real ]; then
+      exec "$repo/scripts/kafka.sh" status
+    fi
     running=0
     status_one() {
       if broker_running; then

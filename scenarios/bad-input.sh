@@ -171,9 +171,19 @@ run publish 5 --brokers 127.0.0.1:1 --delivery-timeout-ms 1500
 expect_rc 9 "publish to 127.0.0.1:1"
 expect_line '^\[publish\] outboxId=1 key=evt-1001 delivery FAILED: .*left unpublished$' "$OUT"
 expect_line '^\[publish\] sent=0 marked=0 failed=1 unpublished-left=2$' "$OUT"
-[ "$RUN_MS" -lt 10000 ] || fail "publish with --delivery-timeout-ms 1500 took ${RUN_MS} ms"
+# Up to 2 s to learn the broker, the 1.5 s timeout, librdkafka's once-a-second timeout scan.
+[ "$RUN_MS" -lt 6000 ] || fail "publish with --delivery-timeout-ms 1500 took ${RUN_MS} ms"
 expect_verify business=2,outbox=2,published=0,unpublished=2
 db_untouched "the failed publish"
+
+step "publish-hold with nothing to send does not hold (exit 10)"
+DB=$TMP/empty-outbox.db
+run reset
+expect_rc 0 "reset of $DB"
+run publish-hold 3 --brokers 127.0.0.1:1 --delivery-timeout 1s
+expect_refused 10 "publish-hold 3 on an empty outbox"
+expect_line "^outbox-lab: error: publish-hold: no unpublished row in '$DB', so no send to hold before its mark; \`write N\` first\$" "$ERR"
+DB=$good_db
 
 step "verify against a broker nobody listens on (exit 8, bounded by --timeout-ms)"
 run verify --brokers 127.0.0.1:1 --timeout-ms 2000
@@ -292,6 +302,14 @@ expect_refused 8 "verify with -X bootstrap.servers=127.0.0.1:1"
 expect_line "127\\.0\\.0\\.1:1" "$ERR"
 expect_no_line "127\\.0\\.0\\.1:9" "$ERR"
 
+step "a broker port librdkafka would wrap (99999 dials 34463) is refused"
+run verify --brokers 127.0.0.1:99999
+expect_usage_hint "^outbox-lab: error: --brokers: broker '127.0.0.1:99999': the port must be a number from 1 to 65535, got '99999'\$" "--brokers 127.0.0.1:99999"
+run verify -X bootstrap.servers=127.0.0.1:70000
+expect_refused 3 "-X bootstrap.servers=127.0.0.1:70000"
+expect_line "^outbox-lab: error: -X bootstrap.servers: broker '127.0.0.1:70000': the port must be" "$ERR"
+db_untouched "the refused broker ports"
+
 step "topic names and database paths that cannot work are usage errors (exit 2)"
 saved_topic=$TOPIC
 for topic in '' 'bad topic!' '..'; do
@@ -394,6 +412,9 @@ run_sh "-Doutbox.db=$DB" OutboxLab verfy
 expect_usage_hint "^outbox-lab: error: unknown subcommand 'verfy'; did you mean 'verify'\? \(see --help\)\$" "run.sh verfy"
 run_sh broker-status
 expect_rc 3 "run.sh broker-status after a mistyped subcommand (no broker started for it)"
+OUTBOX_KAFKA=real run_sh broker-addr
+expect_rc 3 "run.sh broker-addr with OUTBOX_KAFKA=real and no Kafka running"
+expect_line "^run.sh: OUTBOX_KAFKA=real and scripts/kafka.sh's Kafka is not running" "$ERR"
 run_sh dmeo
 expect_rc 2 "run.sh dmeo"
 expect_line "^run.sh: error: unknown command 'dmeo'; did you mean './run.sh demo'\? \(see ./run.sh --help\)\$" "$ERR"

@@ -262,7 +262,8 @@ void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
   if (!r.corrupt.empty())
     fmt::print("[check] corrupt: the database file is corrupt ({}): restore it from a backup, "
                "or see the damage with PRAGMA integrity_check; `reset` with another --db path "
-               "starts a new run in a fresh file\n",
+               "starts a new run in a fresh file. The counts above are what the damaged file "
+               "still gave (a damaged run id makes every record look like another run's)\n",
                r.corrupt);
   fmt::print("[check] {}\n", lab::CheckVerdictLine(r, lang));
   for (const auto& line : mismatches) fmt::print("[check] MISMATCH {}\n", line);

@@ -45,6 +45,10 @@ struct GlobalOptions {
   std::vector<kafka::Property> ParsedProperties() const;
   // Throws ConfigError when no broker is configured.
   const std::string& RequireBrokers() const;
+  // Throws ConfigError when brokers (as -X bootstrap.servers left it) is not a list
+  // librdkafka reads as meant (BrokerListProblem, option_values.h); --brokers itself is
+  // checked while parsing.
+  void CheckBrokers() const;
   // The --history file opened for appending (recording this process as
   // process_name), or null. Throws ConfigError.
   std::unique_ptr<lab::History> OpenHistory() const;

@@ -20,7 +20,9 @@ void AddGlobalOptions(CLI::App& app, GlobalOptions& global) {
       ->capture_default_str();
   app.add_option("--brokers", global.brokers,
                  "Kafka bootstrap servers, e.g. 127.0.0.1:9092; empty means no broker")
-      ->envname("KAFKA_BOOTSTRAP_SERVERS");
+      ->envname("KAFKA_BOOTSTRAP_SERVERS")
+      ->check(CLI::Validator([](std::string& brokers) { return BrokerListProblem(brokers); },
+                             "HOST:PORT", "BrokerList"));
   app.add_option("--topic", global.topic,
                  "Kafka topic: 1 to 249 characters of a-z, A-Z, 0-9, '.', '_' and '-'")
       ->envname("OUTBOX_TOPIC")
@@ -117,6 +119,12 @@ const std::string& GlobalOptions::RequireBrokers() const {
         "no broker configured: pass --brokers HOST:PORT or set KAFKA_BOOTSTRAP_SERVERS "
         "(./run.sh starts an embedded broker for you)");
   return brokers;
+}
+
+void GlobalOptions::CheckBrokers() const {
+  // -X bootstrap.servers=... replaces --brokers after the parse (above), unchecked there.
+  if (const std::string problem = BrokerListProblem(brokers); !problem.empty())
+    throw ConfigError("-X bootstrap.servers: " + problem);
 }
 
 }  // namespace outbox::cli

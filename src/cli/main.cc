@@ -97,6 +97,7 @@ int RunCommand(const outbox::cli::Command& command, const outbox::cli::GlobalOpt
   try {
     // Reject an unknown -X property or failpoint spec before anything touches the database.
     outbox::kafka::MakeConf(global.ParsedProperties());
+    global.CheckBrokers();
     outbox::lab::RegisterLabFailpoints();
     outbox::ConfigureFailpointsFromEnv();
     RejectSqliteOnlyOptions(global);

@@ -23,7 +23,7 @@ Command AddNaiveSendFirstHoldCommand(CLI::App& app, const GlobalOptions& global)
             loan.book_id = "B-401";
             const OutboxEvent event = lab::LoanCreatedEvent(loan, 3001);  // evt-4001
             auto publisher = MakePublisher(global, *options, store->RunId());
-            NoteBrokerIncarnation(global, *store, options->delivery_timeout_ms);
+            NoteBrokerIncarnation(publisher->handle(), *store, options->delivery_timeout_ms);
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(*publisher, history.get());
             lab::Note(history.get(), "invoke", "txn", event.event_id);  // stays open: killed before the write

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "outbox/parse_integer.h"
 #include "outbox/pg/connection.h"
 
@@ -22,6 +24,51 @@ std::string TopicNameProblem(std::string_view topic) {
           "a topic name takes only the letters a-z and A-Z, digits, '.', '_' and '-' (Kafka's "
           "rule), got '{}'",
           topic);
+  }
+  return {};
+}
+
+std::string BrokerListProblem(std::string_view brokers) {
+  std::size_t begin = 0;
+  while (begin < brokers.size()) {
+    const std::size_t end = std::min(brokers.find_first_of(", ", begin), brokers.size());
+    std::string_view entry = brokers.substr(begin, end - begin);
+    begin = end + 1;
+    if (entry.empty()) continue;  // "a, b": librdkafka skips the empty pieces too
+    std::string_view address = entry;
+    if (const auto scheme = address.find("://"); scheme != std::string_view::npos)
+      address.remove_prefix(scheme + 3);
+    std::string_view host = address;
+    std::string_view port;
+    bool has_port = false;
+    if (!address.empty() && address.front() == '[') {  // [IPv6]:PORT
+      const auto close = address.find(']');
+      if (close == std::string_view::npos)
+        return fmt::format("broker '{}' opens '[' and never closes it", entry);
+      host = address.substr(0, close + 1);
+      if (close + 1 < address.size()) {
+        if (address[close + 1] != ':')
+          return fmt::format("broker '{}': expected ':PORT' after ']'", entry);
+        has_port = true;
+        port = address.substr(close + 2);
+      }
+    } else if (address.find(':') == address.rfind(':') &&
+               address.find(':') != std::string_view::npos) {  // HOST:PORT, not bare IPv6
+      const auto colon = address.find(':');
+      host = address.substr(0, colon);
+      has_port = true;
+      port = address.substr(colon + 1);
+    }
+    if (host.empty() || host == "[]")
+      return fmt::format("broker '{}' names no host (HOST:PORT, e.g. 127.0.0.1:9092)", entry);
+    if (!has_port) continue;  // librdkafka's default port, 9092
+    const bool digits = !port.empty() && port.size() <= 5 &&
+                        std::all_of(port.begin(), port.end(),
+                                    [](char c) { return c >= '0' && c <= '9'; });
+    const int number = digits ? std::stoi(std::string(port)) : 0;
+    if (number < 1 || number > 65535)
+      return fmt::format("broker '{}': the port must be a number from 1 to 65535, got '{}'",
+                         entry, port);
   }
   return {};
 }

@@ -28,6 +28,13 @@ std::string TopicNameProblem(std::string_view topic);
 // path than the one the lab's other file checks look at).
 std::string DbPathProblem(std::string_view db);
 
+// "" when brokers is a bootstrap list librdkafka reads as meant, else why not. The form is
+// librdkafka's bootstrap.servers (CONFIGURATION.md; rd_kafka_broker_name_parse): entries
+// separated by ',' or spaces, each [PROTOCOL://]HOST[:PORT], an IPv6 host in brackets. A port
+// must be 1 to 65535: librdkafka keeps it in 16 bits, so 99999 would silently dial 34463. An
+// empty brokers is fine (no broker configured; commands that need one say so).
+std::string BrokerListProblem(std::string_view brokers);
+
 // CLI11 check for a whole number in [min, max] (ParseInteger: no sign other
 // than a leading '-', no suffix, no spaces). Fails while parsing with
 // "must be a whole number between MIN and MAX, got 'TEXT'" ("must be a

@@ -22,7 +22,7 @@ Command AddPublishCommand(CLI::App& app, const GlobalOptions& global) {
             StopSignalFd stop;  // before any librdkafka thread exists
             auto store = lab::OpenLabStore(global.db, global.MakeStoreOptions());
             auto publisher = MakePublisher(global, *options, store->RunId());
-            NoteBrokerIncarnation(global, *store, options->delivery_timeout_ms);
+            NoteBrokerIncarnation(publisher->handle(), *store, options->delivery_timeout_ms);
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(*publisher, history.get());
             std::int64_t marked_so_far = 0;

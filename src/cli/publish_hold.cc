@@ -22,7 +22,7 @@ Command AddPublishHoldCommand(CLI::App& app, const GlobalOptions& global) {
             lab::ArmHoldUnlessConfigured(lab::kPublishHoldBeforeMark);
             auto store = lab::OpenLabStore(global.db, global.MakeStoreOptions());
             auto publisher = MakePublisher(global, *options, store->RunId());
-            NoteBrokerIncarnation(global, *store, options->delivery_timeout_ms);
+            NoteBrokerIncarnation(publisher->handle(), *store, options->delivery_timeout_ms);
             const auto history = global.OpenHistory();
             lab::RecordingPublisher recording(*publisher, history.get());
             const auto report = RunPerRowRelay(
@@ -43,6 +43,12 @@ Command AddPublishHoldCommand(CLI::App& app, const GlobalOptions& global) {
               throw CommandError(ExitCode::kDeliveryFailed,
                                  "publish-hold: a delivery failed (see above); nothing was marked");
             }
+            // Nothing sent: a kill -9 here would show no re-send, so do not pretend to hold.
+            if (report.sent == 0)
+              throw CommandError(ExitCode::kPrecondition,
+                                 fmt::format("publish-hold: no unpublished row in '{}', so no "
+                                             "send to hold before its mark; `write N` first",
+                                             global.db));
             lab::Note(history.get(), "info", "hold", "before mark");
             // The registry's hold (an OUTBOX_FAILPOINTS entry for the point may replace it).
             HitFailpoint(lab::kPublishHoldBeforeMark,

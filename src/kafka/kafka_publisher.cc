@@ -185,6 +185,13 @@ std::vector<DeliveryResult> KafkaPublisher::Publish(const std::vector<OutboundMe
 void KafkaPublisher::LearnTopicOnce(const std::string& name) {
   if (topic_known_) return;
   topic_known_ = true;  // once, even when it fails: it only saves time
+  {
+    // Every broker refused already: the wait would only add its timeout to the message's own.
+    // The refusals reach OnError only through a poll.
+    rd_kafka_poll(producer_.get(), 0);
+    std::lock_guard lock(error_mutex_);
+    if (connectivity_error_ == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) return;
+  }
   TopicHandle topic(rd_kafka_topic_new(producer_.get(), name.c_str(), nullptr));
   if (!topic) return;
   const rd_kafka_metadata_t* metadata = nullptr;

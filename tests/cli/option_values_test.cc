@@ -39,6 +39,28 @@ TEST_CASE("Topic names follow Kafka's rule", "[cli]") {
   CHECK_FALSE(TopicNameProblem("caf\xc3\xa9").empty());
 }
 
+TEST_CASE("A broker list is HOST:PORT entries with ports librdkafka can hold", "[cli]") {
+  using outbox::cli::BrokerListProblem;
+  CHECK(BrokerListProblem("").empty());
+  CHECK(BrokerListProblem("127.0.0.1:9092").empty());
+  CHECK(BrokerListProblem("a:1,b:65535 c").empty());
+  CHECK(BrokerListProblem("PLAINTEXT://kafka-1:9092,SSL://kafka-2:9093").empty());
+  CHECK(BrokerListProblem("[::1]:9092,[fe80::1]").empty());
+  CHECK(BrokerListProblem("::1").empty());  // bare IPv6: librdkafka's to read
+  CHECK(BrokerListProblem("127.0.0.1:99999") ==
+        "broker '127.0.0.1:99999': the port must be a number from 1 to 65535, got '99999'");
+  CHECK(BrokerListProblem("a:9092,b:0") ==
+        "broker 'b:0': the port must be a number from 1 to 65535, got '0'");
+  CHECK(BrokerListProblem("host:") ==
+        "broker 'host:': the port must be a number from 1 to 65535, got ''");
+  CHECK(BrokerListProblem("host:90x") ==
+        "broker 'host:90x': the port must be a number from 1 to 65535, got '90x'");
+  CHECK(BrokerListProblem(":9092") ==
+        "broker ':9092' names no host (HOST:PORT, e.g. 127.0.0.1:9092)");
+  CHECK(BrokerListProblem("[::1:9092") == "broker '[::1:9092' opens '[' and never closes it");
+  CHECK(BrokerListProblem("[::1]9092") == "broker '[::1]9092': expected ':PORT' after ']'");
+}
+
 TEST_CASE("A database is a file path or a PostgreSQL URL", "[cli]") {
   using outbox::cli::DbPathProblem;
   CHECK(DbPathProblem("outbox.db").empty());
