@@ -48,6 +48,7 @@ struct OpsServer::State {
     std::vector<Stall> stalls;
     std::optional<BrokerOutage> outage;
     std::int64_t now_ms = 0;
+    std::int64_t steady_ms = 0;  // RelayObserver::SteadyNowMs() at now_ms, to age a cached read
   };
 
   std::mutex cache_mutex;  // guards the two below
@@ -101,6 +102,7 @@ struct OpsServer::State {
       // The lease first, then the instant it is judged at (cli/status.cc says why).
       r.lease = store.ReadLease();
       r.now_ms = store.clock().EpochMs();
+      r.steady_ms = RelayObserver::SteadyNowMs();
       r.status = store.Status(r.now_ms);
       if (r.status.parked > 0) r.stalls = store.Stalls(10);
       r.outage = store.ReadOutage();
@@ -233,6 +235,10 @@ OpsServer::OpsServer(OpsServerOptions options, OpsServerHooks hooks)
     verdicts.healthy = Healthz(snapshot, now, st->options.stall_limit_ms).ok;
     verdicts.ready = st->Ready(snapshot, read, now).ok;
     verdicts.status_read_failed = !read.ok;
+    if (read.ok) {
+      verdicts.lease = read.lease;
+      verdicts.lease_now_ms = read.now_ms + (now - read.steady_ms);  // a cached read ages
+    }
     std::string body;
     if (read.ok) body = StatusMetricsText(read.status, read.lease, read.stalls, read.now_ms, read.outage);
     body += RelayMetricsText(snapshot, verdicts);

@@ -37,11 +37,16 @@ struct RelayVerdicts {
   bool healthy = false;            // /healthz would answer 200
   bool ready = false;              // /readyz would answer 200
   bool status_read_failed = false; // the status families could not be read (database error)
+  // The lease row as the status read found it (nullopt when that read failed): the leader gauge
+  // is 1 only while it is still this relay's term and live, so a stalled loop whose lease
+  // lapsed does not go on reporting itself leader. lease_now_ms: the store's clock at the read.
+  std::optional<LeaderLease> lease;
+  std::int64_t lease_now_ms = 0;
 };
 
 // The relay families (outbox_relay_*): loop turns, batches, rows acked, failed, marked, parked,
 // fenced (counters since the relay started), batches in flight, the last loop's age in seconds,
-// leadership, database retries and losses, and 1/0 gauges for healthy, ready and a failed status
+// leadership (the snapshot's term, confirmed by verdicts.lease when given), database retries and losses, and 1/0 gauges for healthy, ready and a failed status
 // read. Counters end in _total.
 std::string RelayMetricsText(const RelaySnapshot& snapshot, const RelayVerdicts& verdicts);
 

@@ -414,3 +414,32 @@ TEST_CASE("The observer counts loop turns and batches and lease changes and data
   CHECK_FALSE(s.last_batch_all_failed);
   CHECK(s.connection_lost_until_steady_ms == 0);  // a settled batch reached the database
 }
+
+TEST_CASE("The leader gauge follows the lease row: 0 once this relay's term lapsed or passed on",
+          "[ops]") {
+  RelaySnapshot snapshot = BusySnapshot();
+  snapshot.lease_token = 4;
+  RelayVerdicts verdicts;
+  verdicts.now_steady_ms = 10500;
+  const auto leader_line = [&] {
+    const std::string text = RelayMetricsText(snapshot, verdicts);
+    const auto at = text.find("\noutbox_relay_leader ");
+    REQUIRE(at != std::string::npos);
+    return text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+  };
+  // No status read to compare with: the loop's own word.
+  CHECK(leader_line() == "outbox_relay_leader 1");
+  verdicts.lease = LeaderLease{"relay-1", 4, 1700000030000, 1700000000000};
+  verdicts.lease_now_ms = 1700000010000;
+  CHECK(leader_line() == "outbox_relay_leader 1");
+  // A stalled loop still holds token 4, but the term ran out.
+  verdicts.lease_now_ms = 1700000030000;
+  CHECK(leader_line() == "outbox_relay_leader 0");
+  // Another relay took over with token 5.
+  verdicts.lease = LeaderLease{"relay-2", 5, 1700000060000, 1700000030001};
+  verdicts.lease_now_ms = 1700000040000;
+  CHECK(leader_line() == "outbox_relay_leader 0");
+  snapshot.lease_token = 0;
+  verdicts.lease.reset();
+  CHECK(leader_line() == "outbox_relay_leader 0");
+}
