@@ -49,11 +49,23 @@ std::string HeaderOrPayloadEventId(const rd_kafka_message_t* msg, std::string& l
 }  // namespace
 
 sqlite::Connection OpenEffectsDatabase(const std::string& path) {
-  sqlite::Connection effects(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX);
-  effects.SetBusyTimeout(5000);
-  effects.Exec("PRAGMA journal_mode=WAL");
-  effects.Exec(kEffectsSchema);
-  return effects;
+  try {
+    sqlite::Connection effects(path,
+                               SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX);
+    effects.SetBusyTimeout(5000);
+    effects.Exec("PRAGMA journal_mode=WAL");
+    effects.Exec(kEffectsSchema);
+    return effects;
+  } catch (const DbError& e) {
+    // The consumer's file, not the outbox's: name it and the problem, not our SQL.
+    const std::string what =
+        e.primary_code() == SQLITE_NOTADB
+            ? "not an SQLite database (another program's file?); it was left as it was: give "
+              "another path"
+            : e.reason();
+    throw DbError(fmt::format("open the consumer's --effects-db '{}': {}", path, what), e.code(),
+                  e.reason());
+  }
 }
 
 bool ApplyOnce(sqlite::Connection& effects, const std::string& event_id,
