@@ -96,6 +96,11 @@ for args in "reset" "verify --no-kafka" "write-hold 1" "rollback"; do
   run $args
   expect_refused 5 "$args on random bytes"
 done
+DB=$good_db
+run consume --dedupe --group g1 --effects-db "$TMP/garbage.db" --brokers 127.0.0.1:1
+expect_refused 5 "consume --effects-db of random bytes"
+expect_line "^outbox-lab: error: open the consumer's --effects-db '$TMP/garbage.db': not an SQLite database" "$ERR"
+DB=$TMP/garbage.db
 expect_eq "$garbage_sha" "$(sha "$DB")" "sha256 of the random-bytes file"
 [ ! -e "$DB-wal" ] || fail "a WAL appeared next to the random-bytes file"
 
