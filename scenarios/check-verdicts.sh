@@ -10,7 +10,9 @@
 # Expects: (1) check says pending, not lost: exit 15 "not drained yet: run the relay, then check",
 #          5 pending, 0 lost; `check --drain` runs the relay to the end and judges valid (exit 0)
 #          with the 3 re-sent duplicates. (2) verify and check count only their own run's records
-#          (8) and report the other run's 5 apart; no duplicate is invented. (3) check reads the
+#          (8) and report the other run's 5 apart; no duplicate is invented. Under a --topic
+#          that holds only another run's records, both stop with exit 8 "check --topic" instead
+#          of calling every event lost. (3) check reads the
 #          log start: the events that may have been dropped are "cannot judge (broker retention)",
 #          never lost (exit 16, verify too); the id list is cut at 10 with a count, `--ids` prints
 #          them all. Rows marked published by hand past what was dropped: check INVALID with
@@ -82,6 +84,24 @@ expect_line '^duplicated ids +evt-1001 x2, evt-1002 x2, evt-1003 x2$' "$OUT"
 run check --expect valid=1,kafka_records=8,duplicated=3,other_run_records=5
 expect_rc 0 "check --expect of the first database"
 
+step "a mistyped --topic that other runs use: check --topic, not 'lost'"
+# The other database's run on a topic of its own: records there, none of the first run's.
+DB=$TMP/other.db
+saved_topic=$TOPIC
+TOPIC=$saved_topic-other
+run reset
+run write 2 --quiet
+run relay --until-empty --quiet
+expect_rc 0 "relay --until-empty (the other database, on $TOPIC)"
+DB=$FIRST_DB
+for sub in check verify; do
+  run "$sub"
+  expect_rc 8 "$sub --topic $TOPIC of the first database"
+  expect_line "^outbox-lab: error: none of the 2 records on topic '$TOPIC' on .* is this run's, yet 5 outbox rows are marked published; check --topic and --brokers" "$ERR"
+  expect_no_line "INVALID|lost for good" "$OUT"
+done
+TOPIC=$saved_topic
+
 step "more than the embedded broker keeps: cannot judge, never lost"
 DB=$TMP/big.db
 BIG=50000
@@ -120,6 +140,12 @@ expect_no_line 'more \(--ids prints all\)' "$OUT"
 run verify --expect kafka_records=$((BIG - unjudged))
 expect_rc "$kCannotJudge" "verify after the broker dropped records (its expectations hold)"
 expect_line "^\[verify\] the broker dropped $dropped offsets \(retention\): $unjudged published events cannot be judged$" "$OUT"
+expect_line "^\[verify\] the 1 expectations are not judged: some events cannot be \(exit 16\)$" "$OUT"
+# A CI gate of lost=0 must not pass a run whose records the broker dropped.
+run check --expect lost=0,phantom=0
+expect_rc "$kCannotJudge" "check --expect lost=0,phantom=0 after the broker dropped records"
+expect_line "^\[check\] the 2 expectations are not judged: the events above cannot be \(exit 16\)$" "$OUT"
+expect_no_line "expectations hold" "$OUT"
 # More rows marked published by hand, never sent: now more events are missing than the broker
 # dropped offsets, and at least the difference never reached it.
 extra=$((dropped - unjudged + 20))

@@ -355,7 +355,8 @@ TopicLog ReadTopicLogs(const TopicReadOptions& options, const std::vector<std::s
   return merged;
 }
 
-void RequireTopicIfPublished(const TopicLog& log, std::int64_t published_rows) {
+void RequireTopicIfPublished(const TopicLog& log, std::int64_t published_rows,
+                             std::int64_t run_records) {
   if (published_rows <= 0) return;
   if (!log.topic_exists)
     throw KafkaError(fmt::format(
@@ -372,6 +373,14 @@ void RequireTopicIfPublished(const TopicLog& log, std::int64_t published_rows) {
         "outbox rows are marked published; check --topic (if it is the right topic, all of them "
         "are lost)",
         log.topic, log.brokers, published_rows),
+        RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
+  // Records there, none of them this run's: the same mistake on a topic other runs use (a
+  // class's shared topic, a real cluster's). Records dropped by retention are judged apart (16).
+  if (run_records == 0 && !log.records.empty() && log.Dropped() == 0)
+    throw KafkaError(fmt::format(
+        "none of the {} records on topic '{}' on {} is this run's, yet {} outbox rows are "
+        "marked published; check --topic and --brokers (if both are right, all of them are lost)",
+        log.records.size(), log.topic, log.brokers, published_rows),
         RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
 }
 

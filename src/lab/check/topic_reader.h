@@ -134,7 +134,11 @@ TopicLog ReadTopicLogs(const TopicReadOptions& options, const std::vector<std::s
 // every published event lost. Throws KafkaError "topic 'T' does not exist on
 // B; check --topic (N outbox rows are marked published)" then, and "topic 'T' on B has never
 // held a record ..." when the topic exists but every partition ends at offset 0 (a broker that
-// creates topics on first use made the mistyped name exist); returns otherwise.
-void RequireTopicIfPublished(const TopicLog& log, std::int64_t published_rows);
+// creates topics on first use made the mistyped name exist), and "none of the N records on
+// topic 'T' ... is this run's" when the topic holds records but run_records (those carrying this
+// run's run_id header) is 0 and the broker dropped none (a topic shared with other runs, or a
+// real Kafka cluster, under a mistyped --topic); returns otherwise.
+void RequireTopicIfPublished(const TopicLog& log, std::int64_t published_rows,
+                             std::int64_t run_records);
 
 }  // namespace outbox::lab
