@@ -13,6 +13,9 @@
 #          order_hazards; a relay back on consistent_random is refused again (murmur2_random is
 #          now recorded). The empty aggregate id is refused by the schema's trigger. A relay whose
 #          first send creates its topic records the topic's partition count after its first mark.
+#          A relay that starts while the broker is down (broker-ctl down) and a count is recorded
+#          prints a waiting line and sends nothing until the broker answers, then compares:
+#          exit 21 for a changed count; SIGTERM while it waits is exit 8.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -92,5 +95,40 @@ TOPIC=$TOPIC_BEFORE
 count=$(sqlite3 "$DB" "SELECT partitions FROM outbox_partitioning WHERE topic = '$NEW_TOPIC'")
 echo "(outbox_partitioning: $NEW_TOPIC has $count partitions recorded)"
 [ "${count:-0}" -ge 1 ] || fail "no partition count recorded for $NEW_TOPIC after the relay's first mark: '$count'"
+
+step "a broker that does not answer at the start: the relay waits for the count before any send"
+# A broker with a control socket (4 partitions); the count recorded as 2, as if the topic had
+# been altered since: the relay must compare it before it sends, not after the broker answers.
+TOPIC=$TOPIC_BEFORE-waits
+start_control_broker --partitions 4
+DB=$TMP/waits.db
+run reset
+run write 10 --workload 50 --quiet
+expect_rc 0 "write 10"
+run "${RELAY[@]}"
+expect_rc 0 "relay recording 4 partitions"
+sqlite3 "$DB" "UPDATE outbox_partitioning SET partitions = 2" || die "sqlite3 could not update"
+run write 5 --workload 50 --quiet
+broker_ctl down
+start_bg waits relay --until-empty --key aggregate-id
+wait_for 20 "$BG_PID" "the relay's waiting line" _has_line "^\[relay\] waiting for the broker to give the partition count of topic '$TOPIC' (2 recorded)" "$BG_LOG" ||
+  die "the relay did not wait for the count: $(cat "$BG_LOG")"
+broker_ctl up
+wait_exit "$BG_PID" 30 "the waiting relay"
+cat "$BG_LOG"
+expect_eq 21 "$BG_RC" "the relay's exit once the broker answers with 4 partitions"
+expect_line "partitions 2 -> 4" "$BG_LOG"
+expect_eq 5 "$(sqlite3 "$DB" "SELECT COUNT(*) FROM outbox WHERE published = 0")" "rows left unsent"
+# Stopped while it waits: exit 8, nothing sent.
+broker_ctl down
+start_bg waits-stop relay --until-empty --key aggregate-id
+wait_for 20 "$BG_PID" "the relay's waiting line" _has_line "^\[relay\] waiting for the broker" "$BG_LOG" ||
+  die "the relay did not wait for the count: $(cat "$BG_LOG")"
+kill -TERM "$BG_PID"
+wait_exit "$BG_PID" 15 "the relay stopped while waiting"
+cat "$BG_LOG"
+expect_eq 8 "$BG_RC" "the exit of a relay stopped while the broker did not answer"
+expect_line "relay stopped while the broker at .* did not answer; nothing was sent" "$BG_LOG"
+expect_eq 5 "$(sqlite3 "$DB" "SELECT COUNT(*) FROM outbox WHERE published = 0")" "rows left unsent"
 
 finish

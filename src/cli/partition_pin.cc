@@ -2,19 +2,49 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <thread>
+
 #include "cli/publishing.h"
 #include "lab/check/partition_mapping.h"
 #include "lab/check/topic_reader.h"
 
 namespace outbox::cli {
 
-bool PinPartitionMapping(const GlobalOptions& global, OutboxStore& store, bool allow_change) {
+bool PinPartitionMapping(const GlobalOptions& global, OutboxStore& store, bool allow_change,
+                         const std::function<bool()>& stop_requested) {
   const std::vector<kafka::Property> properties = ProducerProperties(global);
   PartitionMapping current;
   current.topic = global.topic;
   current.partitioner = lab::PartitionerOf(properties);
-  current.partitions =
-      lab::ReadPartitionCount(global.RequireBrokers(), global.ParsedProperties(), global.topic, 2000);
+  const auto read_count = [&](bool* answered) {
+    return lab::ReadPartitionCount(global.RequireBrokers(), global.ParsedProperties(),
+                                   global.topic, 2000, answered);
+  };
+  bool answered = false;
+  current.partitions = read_count(&answered);
+  if (!answered) {
+    const std::optional<PartitionMapping> recorded = store.ReadPartitionMapping(global.topic);
+    if (recorded && recorded->partitions > 0) {
+      fmt::print("[relay] waiting for the broker to give the partition count of topic '{}' "
+                 "({} recorded): it is compared before the first send\n",
+                 global.topic, recorded->partitions);
+      std::fflush(stdout);
+      while (!answered) {
+        if (stop_requested())
+          throw CommandError(ExitCode::kBrokerUnavailable,
+                             fmt::format("relay stopped while the broker at {} did not answer; "
+                                         "nothing was sent",
+                                         global.brokers));
+        const auto started = std::chrono::steady_clock::now();
+        current.partitions = read_count(&answered);
+        // A refusal can come back at once: no faster than a try a second.
+        if (!answered) std::this_thread::sleep_until(started + std::chrono::seconds(1));
+      }
+    }
+  }
   const lab::PartitionMappingCheck check =
       lab::CheckPartitionMapping(store, current, allow_change);
   if (!check.note_error.empty())
@@ -49,6 +79,13 @@ bool NotePartitionCount(const GlobalOptions& global, OutboxStore& store, rd_kafk
   // With no count recorded, CheckPartitionMapping records this one (learned_count).
   const lab::PartitionMappingCheck check = lab::CheckPartitionMapping(store, current, false);
   if (!check.note_error.empty()) return false;
+  // The topic did not exist at the start and this relay's send created it with another count.
+  if (!check.change.empty())
+    fmt::print("[relay] warning: partition count changed on topic '{}' ({}) since it was "
+               "recorded: the topic was created again after this relay started, and events of "
+               "one aggregate from before and after may be read out of order; the next start "
+               "stops with exit 21 unless --allow-partitioner-change\n",
+               current.topic, check.change);
   return true;
 }
 

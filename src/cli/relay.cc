@@ -274,7 +274,8 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             auto partition_count_unknown = std::make_shared<bool>(false);
             if (relay_options.key == KeyChoice::kAggregateId)
               *partition_count_unknown =
-                  PinPartitionMapping(global, store, o->allow_partitioner_change);
+                  PinPartitionMapping(global, store, o->allow_partitioner_change,
+                                      [&stop] { return stop.Received(); });
             kafka::KafkaPublisherOptions publisher_options;
             publisher_options.brokers = global.RequireBrokers();
             publisher_options.topic = global.topic;

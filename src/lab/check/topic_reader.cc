@@ -100,19 +100,21 @@ std::string ReadBrokerIncarnation(rd_kafka_t* client, int timeout_ms) {
 
 std::int32_t ReadPartitionCount(const std::string& brokers,
                                 const std::vector<kafka::Property>& properties,
-                                const std::string& topic, int timeout_ms) {
+                                const std::string& topic, int timeout_ms, bool* answered) {
   std::vector<kafka::Property> all = {{"bootstrap.servers", brokers}, {"log_level", "2"}};
   all.insert(all.end(), properties.begin(), properties.end());
   kafka::KafkaHandle client = kafka::MakeClient(RD_KAFKA_PRODUCER, kafka::MakeConf(all));
-  return ReadPartitionCount(client.get(), topic, timeout_ms);
+  return ReadPartitionCount(client.get(), topic, timeout_ms, answered);
 }
 
-std::int32_t ReadPartitionCount(rd_kafka_t* client, const std::string& topic, int timeout_ms) {
+std::int32_t ReadPartitionCount(rd_kafka_t* client, const std::string& topic, int timeout_ms,
+                                bool* answered) {
   const rd_kafka_metadata_t* raw_metadata = nullptr;
   // All topics: asking for one topic by name would let the broker auto-create it.
   const rd_kafka_resp_err_t err =
       rd_kafka_metadata(client, 1, nullptr, &raw_metadata, timeout_ms);
   kafka::MetadataHandle metadata(raw_metadata);
+  if (answered) *answered = !err && metadata;
   if (err || !metadata) return 0;
   for (int t = 0; t < metadata->topic_cnt; ++t)
     if (metadata->topics[t].topic == topic && metadata->topics[t].err == RD_KAFKA_RESP_ERR_NO_ERROR)

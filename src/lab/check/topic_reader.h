@@ -106,12 +106,15 @@ std::string ReadBrokerIncarnation(const std::string& brokers,
 std::string ReadBrokerIncarnation(rd_kafka_t* client, int timeout_ms);
 
 // The partition count of topic on brokers, or 0 when the broker cannot be reached within
-// timeout_ms (ms) or the topic does not exist (yet). Throws ConfigError for a bad -X property only.
+// timeout_ms (ms) or the topic does not exist (yet); *answered (when given) says which: false
+// when the broker did not answer. Throws ConfigError for a bad -X property only.
 std::int32_t ReadPartitionCount(const std::string& brokers,
                                 const std::vector<kafka::Property>& properties,
-                                const std::string& topic, int timeout_ms);
+                                const std::string& topic, int timeout_ms,
+                                bool* answered = nullptr);
 // The same through a client the caller owns (the relay's producer: no second client).
-std::int32_t ReadPartitionCount(rd_kafka_t* client, const std::string& topic, int timeout_ms);
+std::int32_t ReadPartitionCount(rd_kafka_t* client, const std::string& topic, int timeout_ms,
+                                bool* answered = nullptr);
 
 // The topics a run of the relay used: {topic} without a template (topic_template empty), else
 // every topic the template gives the store's event types (OutboxStore::EventTypes), sorted and
