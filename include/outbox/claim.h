@@ -48,6 +48,10 @@ struct SettlePolicy {
   int max_attempts = 5;              // attempts after which a row is parked
   std::int64_t backoff_base_ms = 200;   // first retry delay
   std::int64_t backoff_max_ms = 60000;  // cap of the exponential delay
+  // The relay's lease (ms; Relay::Settle sets it from RelayOptions::lease_ms): on PostgreSQL,
+  // how long a settle's transaction may idle between its statements before the server ends the
+  // session, so a frozen relay cannot hold its rows' locks past its lease.
+  std::int64_t lease_ms = 30000;
 };
 
 // The longest a relay may hold a row back, by a lease (claim_until) or a

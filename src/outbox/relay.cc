@@ -438,7 +438,11 @@ Relay::SettleOutcome Relay::Settle(OutboxStore& store, Clock& clock, const Settl
   for (;;) {
     try {
       const std::int64_t now = clock.EpochMs();
-      if (!leader) return {store.SettleBatch(token, acked, failed, policy, now), now};
+      if (!leader) {
+        SettlePolicy with_lease = policy;
+        with_lease.lease_ms = lease_ms;
+        return {store.SettleBatch(token, acked, failed, with_lease, now), now};
+      }
       return {store.SettleUnderLease(token, acked, failed, policy, now, lease_ms), now};
     } catch (const DbError& e) {
       if (e.primary_code() != SQLITE_BUSY || clock.EpochMs() >= lease_end) throw;

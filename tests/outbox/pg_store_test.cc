@@ -21,6 +21,7 @@
 #include "outbox/failpoint.h"
 #include "outbox/pg/connection.h"
 #include "outbox/pg_store.h"
+#include "outbox/pg_store/internal.h"
 #include "outbox/relay.h"
 #include "pg_test_support.h"
 #include "test_support.h"
@@ -1311,6 +1312,38 @@ TEST_CASE("PostgreSQL keeps the broker incarnations noted by publishers once eac
   CHECK(rows[0].published_at_ms >= noted_at);
   store.ResetSchema();
   CHECK(store.BrokerIncarnations().empty());
+}
+
+TEST_CASE("PostgreSQL ends a relay transaction that idles past its limit and its row locks go "
+          "with it",
+          "[postgres]") {
+  Schema schema;
+  PgStore store(schema.url());
+  const std::int64_t id = EnqueueOne(store, Event("evt-1001"));
+  pg::Connection frozen(schema.url());
+  pg::Connection other(schema.url());
+  pg::Transaction held(frozen);
+  pg_store::LimitIdleInTransaction(frozen, 300);
+  frozen.Query("SELECT id FROM outbox WHERE id = $1 FOR UPDATE", {pg::Param::Int(id)}, "lock");
+  // The holder now idles (a SIGSTOP): the other waits on its lock at most until the server ends
+  // the idle session, far below its own lock_timeout of 10 s.
+  pg::Transaction waiting(other);
+  other.Query("SET LOCAL lock_timeout = 10000", {}, "lock timeout");
+  const auto started = std::chrono::steady_clock::now();
+  other.Query("SELECT id FROM outbox WHERE id = $1 FOR UPDATE", {pg::Param::Int(id)}, "lock");
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now() - started)
+                          .count();
+  CHECK(waited >= 200);
+  CHECK(waited < 5000);
+  waiting.Commit();
+  // The frozen relay, woken: its session is gone, as a lost connection.
+  try {
+    frozen.Query("SELECT 1", {}, "after the freeze");
+    FAIL("the idle transaction's session survived its limit");
+  } catch (const pg::PgError& e) {
+    CHECK(e.connection_lost());
+  }
 }
 
 TEST_CASE("PostgreSQL QueryPrepared prepares a statement once per connection and runs it again after its table is dropped and created",

@@ -284,7 +284,10 @@ SettleReport PgStore::SettleBatch(std::int64_t token, const std::vector<std::int
   // Only acks (the common batch): the marking UPDATE alone, its own transaction, one round trip.
   // Failures too: one transaction around the marks and the failures' rows.
   std::optional<pg::Transaction> txn;
-  if (!failed.empty()) txn.emplace(connection_);
+  if (!failed.empty()) {
+    txn.emplace(connection_);
+    LimitIdleInTransaction(connection_, policy.lease_ms);
+  }
   if (!acked.empty()) {
     // One statement for the batch, not one round trip per row (bench: relay on PostgreSQL 2,146
     // events/s with an UPDATE per row). The token is checked per row as before: a row another

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -17,6 +18,17 @@
 #include "outbox/pg_store.h"
 
 namespace outbox::pg_store {
+
+// Inside a relay's write transaction that holds row locks across round trips (a settle with
+// failures, a takeover): the server ends the session when it idles in the transaction longer
+// than limit_ms (idle_in_transaction_session_timeout, SET LOCAL: this transaction only). A relay
+// frozen there (SIGSTOP, a VM pause) then cannot hold the lease row or its rows' locks past its
+// lease, and the relay that takes over does not wait on them. limit_ms is clamped to >= 1.
+inline void LimitIdleInTransaction(pg::Connection& connection, std::int64_t limit_ms) {
+  connection.Query(fmt::format("SET LOCAL idle_in_transaction_session_timeout = {}",
+                               std::max<std::int64_t>(limit_ms, 1)),
+                   {}, "limit the transaction's idle time");
+}
 
 // epoch ms of a timestamptz, on the server.
 constexpr const char* kEpochMsNow = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";

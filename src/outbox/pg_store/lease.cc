@@ -70,6 +70,7 @@ LeaseAcquisition PgStore::AcquireLease(const std::string& owner, std::int64_t le
   out.lease = out.previous;
   if (out.previous.Live(now_ms)) return out;  // a standby's poll writes nothing, locks nothing
   pg::Transaction txn(connection_);
+  LimitIdleInTransaction(connection_, lease_ms);
   // Again under the row lock: of two relays that saw the lease free, the second reads the
   // first's new term here and stands by.
   out.previous = LeaseAt(connection_.Query(std::string(kLeaseSelect) + " FOR UPDATE", {},
@@ -116,7 +117,10 @@ SettleReport PgStore::SettleUnderLease(std::int64_t token, const std::vector<std
   // marks, and the marks run only when it renewed (EXISTS over its RETURNING). Failures too: one
   // transaction around it and the failures' rows.
   std::optional<pg::Transaction> txn;
-  if (!failed.empty()) txn.emplace(connection_);
+  if (!failed.empty()) {
+    txn.emplace(connection_);
+    LimitIdleInTransaction(connection_, lease_ms);
+  }
   static const std::string sql =
       std::string("WITH lease AS (UPDATE outbox_lease "
                   "SET until = GREATEST(until, now() + $2::bigint * interval '1 millisecond') "
