@@ -250,6 +250,8 @@ void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
   if (!r.restart_unknown.empty())
     fmt::print("[check] cannot judge (broker restarted): {}: {}\n",
                lab::BrokerRestartReason(r.broker_restart), list(r.restart_unknown));
+  else if (r.broker_restart.restarted)
+    fmt::print("[check] note: {}\n", lab::BrokerRestartNote(r.broker_restart));
   if (!r.phantom.empty()) fmt::print("[check] phantom: {}\n", list(r.phantom));
   if (!r.atomicity.empty()) fmt::print("[check] atomicity: {}\n", list(r.atomicity));
   if (!r.undone.empty())

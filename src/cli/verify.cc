@@ -88,6 +88,8 @@ void PrintText(const lab::DbSnapshot& db, const std::optional<lab::KafkaReconcil
   if (!kafka->restart_unknown.empty())
     fmt::print("[verify] cannot judge (broker restarted): {}: {}\n",
                lab::BrokerRestartReason(kafka->broker_restart), list(kafka->restart_unknown));
+  else if (kafka->broker_restart.restarted)
+    fmt::print("[verify] note: {}\n", lab::BrokerRestartNote(kafka->broker_restart));
   if (!kafka->retention_unknown.empty())
     fmt::print("[verify] cannot judge (broker retention; published, not in what is left): {}\n",
                list(kafka->retention_unknown));

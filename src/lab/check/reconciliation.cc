@@ -81,9 +81,21 @@ bool MarkedOnCurrentBroker(const BrokerRestart& restart, std::int64_t published_
 std::string BrokerRestartReason(const BrokerRestart& restart) {
   if (restart.embedded)
     return "the embedded broker was restarted after these were published (it keeps records in "
-           "memory); rerun from reset";
+           "memory); rerun from reset (or, when --brokers names another embedded broker than the "
+           "run's, check --brokers)";
   return fmt::format("they were published to another Kafka cluster ({}) than the one read now "
                      "({}); check --brokers, or rerun from reset",
+                     restart.gone, restart.current);
+}
+
+std::string BrokerRestartNote(const BrokerRestart& restart) {
+  if (!restart.restarted) return {};
+  if (restart.embedded)
+    return "the embedded broker was restarted during this run (or --brokers names another "
+           "one): what was sent to the earlier one is gone, so sends from then (and their "
+           "duplicates) do not show in these counts; rerun from reset to see them all";
+  return fmt::format("this run also published to another Kafka cluster ({}) than the one read "
+                     "now ({}): its records there are not in these counts",
                      restart.gone, restart.current);
 }
 

@@ -68,6 +68,11 @@ BrokerRestart JudgeBrokerRestart(const std::vector<std::string>& noted, const st
 // published to another Kafka cluster (cluster:A) than the one read now (cluster:B)".
 std::string BrokerRestartReason(const BrokerRestart& restart);
 
+// When restart.restarted but no published event is missing (everything was sent again to the
+// broker read now): the one line that says the counts leave out what the gone broker held (the
+// chapter's duplicates, say). "" when not restarted.
+std::string BrokerRestartNote(const BrokerRestart& restart);
+
 struct KafkaReconciliation {
   std::int64_t records = 0;  // this run's records
   std::int64_t distinct_event_ids = 0;

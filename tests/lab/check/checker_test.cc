@@ -880,7 +880,11 @@ TEST_CASE("JudgeBrokerRestart needs a known current incarnation that differs fro
              Catch::Contains("another Kafka cluster (cluster:X) than the one read now (cluster:Y)"));
   CHECK(outbox::lab::BrokerRestartReason(JudgeBrokerRestart({"embedded:a"}, "embedded:b")) ==
         "the embedded broker was restarted after these were published (it keeps records in "
-        "memory); rerun from reset");
+        "memory); rerun from reset (or, when --brokers names another embedded broker than the "
+        "run's, check --brokers)");
+  CHECK(outbox::lab::BrokerRestartNote(JudgeBrokerRestart({"embedded:a"}, "embedded:a")).empty());
+  CHECK_THAT(outbox::lab::BrokerRestartNote(JudgeBrokerRestart({"embedded:a"}, "embedded:b")),
+             Catch::StartsWith("the embedded broker was restarted during this run"));
 }
 
 TEST_CASE("CheckRun counts events purged after publishing as published and never phantom",
