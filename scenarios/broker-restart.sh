@@ -13,7 +13,9 @@
 #          in memory); rerun from reset", exit 16 (cannot judge), and never say lost or INVALID.
 #          The same for rows batch-loop marked, and for verify on a topic the new broker does not
 #          have (not exit 8 "does not exist": the restart took it). After a reset A checks valid again on the new
-#          broker.
+#          broker. A restart with everything sent again to the new broker: check valid with a
+#          note that the counts miss what the old broker held; an event marked once the new broker
+#          was in use and never sent: lost (INVALID), not "cannot judge".
 . "$(dirname "$0")/lib.sh"
 
 fake_repo=$TMP/repo
@@ -159,6 +161,29 @@ run_sh stop-broker
 run_sh "-Doutbox.db=$A" OutboxLab --topic class-topic verify
 expect_cannot_judge "verify --topic class-topic after stop-broker"
 remember_broker "$A" >/dev/null
+
+step "a restart between the sends: everything sent again, a note; a new send missing: lost"
+run_sh "-Doutbox.db=$A" OutboxLab reset
+run_sh "-Doutbox.db=$A" OutboxLab write 3 --quiet
+run_sh "-Doutbox.db=$A" OutboxLab relay --until-empty
+remember_broker "$A" >/dev/null
+run_sh stop-broker
+# The next relay starts a new broker: all three are sent again (their marks cleared by hand, as
+# a relay killed between ack and mark would leave them).
+sqlite3 "$A" "UPDATE outbox SET published = 0, published_at = NULL" || die "sqlite3 update"
+run_sh "-Doutbox.db=$A" OutboxLab relay --until-empty
+expect_rc 0 "relay A on the new broker"
+remember_broker "$A" >/dev/null
+run_sh "-Doutbox.db=$A" OutboxLab check
+expect_rc 0 "check A: nothing missing"
+expect_line '^\[check\] note: the embedded broker was restarted during this run' "$OUT"
+# A row marked by hand once the new broker was in use, never sent: lost, not "cannot judge".
+run_sh "-Doutbox.db=$A" OutboxLab write 1 --quiet
+sqlite3 "$A" "UPDATE outbox SET published = 1, published_at = (SELECT MAX(noted_at) FROM outbox_broker) + 1000 WHERE published = 0" ||
+  die "sqlite3 update"
+run_sh "-Doutbox.db=$A" OutboxLab check
+expect_rc 1 "check A with an event marked on the new broker and never sent"
+expect_line '^\[check\] lost: evt-1004$' "$OUT"
 
 step "from reset, the lesson works again"
 run_sh "-Doutbox.db=$A" OutboxLab reset
