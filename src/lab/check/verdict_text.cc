@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <unordered_set>
 
 #include "lab/broker/json_bytes.h"
 #include "outbox/error.h"
@@ -149,11 +150,28 @@ std::string ExplainReconciliation(const DbSnapshot& db, const KafkaReconciliatio
                          parked > 0 ? fmt::format(" ({} parked: after `outbox-lab unpark`)", parked)
                                     : std::string());
     }
-    std::string text =
-        zh ? fmt::format("{} 条消息已到 broker，但还没标记 published；下次启动会再发一遍（至少一次）",
-                         sent)
-           : fmt::format("{} in Kafka but not marked; {} will be sent again (at-least-once)",
-                         Count(sent, "record is", "records are"), sent == 1 ? "it" : "they");
+    // Their records: one each in the chapter; more when some were sent more than once already.
+    std::int64_t sent_records = sent;
+    {
+      const std::unordered_set<std::string> unmarked(kafka->sent_unmarked.begin(),
+                                                     kafka->sent_unmarked.end());
+      for (const auto& [id, times] : kafka->duplicates)
+        if (unmarked.count(id)) sent_records += times - 1;
+    }
+    std::string text;
+    if (sent_records == sent)
+      text = zh ? fmt::format("{} 条消息已到 broker，但还没标记 published；下次启动会再发一遍（至少一次）",
+                              sent)
+                : fmt::format("{} in Kafka but not marked; {} will be sent again (at-least-once)",
+                              Count(sent, "record is", "records are"), sent == 1 ? "it" : "they");
+    else
+      text = zh ? fmt::format("{} 个事件已到 broker（{} 条记录），但还没标记 published；下次启动会再发一遍"
+                              "（至少一次）",
+                              sent, sent_records)
+                : fmt::format("{} in Kafka ({} records) but not marked; {} will be sent again "
+                              "(at-least-once)",
+                              Count(sent, "event is", "events are"), sent_records,
+                              sent == 1 ? "it" : "they");
     if (unsent > 0)
       text += zh ? fmt::format("；另有 {} 条意图已落盘、尚未发送", unsent)
                  : fmt::format("; {} more {} durable, not sent yet", unsent,

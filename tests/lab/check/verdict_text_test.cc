@@ -88,6 +88,13 @@ TEST_CASE("verify explains each stage of the chapter's experiment in one sentenc
           "3 records are in Kafka but not marked; they will be sent again (at-least-once); "
           "2 more intents are durable, not sent yet");
   }
+  SECTION("publish-hold killed twice: three events in Kafka twice each, none marked") {
+    const DbSnapshot db = ChapterDb(5, 0);
+    const KafkaReconciliation kafka = Reconcile(db, Log({1, 2, 3, 1, 2, 3}));
+    CHECK(ExplainReconciliation(db, &kafka, Lang::kEn) ==
+          "3 events are in Kafka (6 records) but not marked; they will be sent again "
+          "(at-least-once); 2 more intents are durable, not sent yet");
+  }
   SECTION("at the end: eight records of five events and three expected duplicates") {
     const DbSnapshot db = ChapterDb(5, 5);
     const KafkaReconciliation kafka = Reconcile(db, Log({1, 2, 3, 1, 2, 3, 4, 5}));
