@@ -23,6 +23,7 @@ step "verify: the business row survived, its event exists nowhere"
 expect_verify business=1,outbox=0,published=0,unpublished=0,kafka_records=0,kafka_distinct=0
 expect_line '^\[verify\] business_loan=1 outbox=0 published=0 unpublished=0$' "$OUT"
 expect_line '^\[verify\] a loan committed without an outbox row: its event is lost for good$' "$OUT"
+expect_line '^\[verify\] lost before the outbox \(a loan committed without an outbox row: no event to send, so not in lost= above\): 1$' "$OUT"
 run verify --lang zh
 expect_rc 0 "verify --lang zh"
 expect_line '^\[verify\] 有业务行、无事件：1 笔借阅提交时没有 outbox 行，它的事件永远丢失$' "$OUT"

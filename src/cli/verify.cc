@@ -48,6 +48,12 @@ void PrintText(const lab::DbSnapshot& db, const std::optional<lab::KafkaReconcil
              kafka->unsent.size(), kafka->lost.size(),
              cannot_judge ? fmt::format(" cannot-judge={}", cannot_judge) : std::string(),
              kafka->unexpected.size());
+  // lost= counts published events missing from Kafka; a loan with no outbox row is lost before
+  // any intent to send, and the closing line says so: say here why lost= does not count it.
+  if (db.orphan_loans > 0)
+    fmt::print("[verify] lost before the outbox (a loan committed without an outbox row: no "
+               "event to send, so not in lost= above): {}\n",
+               db.orphan_loans);
   if (kafka->other_run_records > 0)
     fmt::print("[verify] other runs' records on the topic: {} (another database or an earlier "
                "reset; not counted)\n",
