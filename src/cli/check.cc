@@ -413,6 +413,13 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                     std::int64_t before_reset = 0;
                     if (!o->histories.empty()) {
                       ops = lab::ReadHistories(o->histories, &malformed);
+                      const auto others = lab::OtherRunsInHistory(ops, run_id);
+                      if (!others.empty() && !o->json)
+                        fmt::print("[check] history: warning: it also holds the run of another "
+                                   "database or a later reset (run id {}); their records are "
+                                   "counted as this run's: give each database its own --history "
+                                   "file\n",
+                                   fmt::join(others, ", "));
                       before_reset = lab::DropBeforeLastReset(ops, run_id);
                     }
                     if (before_reset > 0 && !o->json)

@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 #include <string>
@@ -67,6 +68,12 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
             std::vector<lab::HistoryOp> ops;
             if (!o->histories.empty()) {
               ops = lab::ReadHistories(o->histories, &malformed);
+              if (const auto others = lab::OtherRunsInHistory(ops, store->RunId());
+                  !others.empty())
+                fmt::print("[report] history: warning: it also holds the run of another database "
+                           "or a later reset (run id {}); its lanes are drawn as this run's: give "
+                           "each database its own --history file\n",
+                           fmt::join(others, ", "));
               // Records of an earlier run (before the last reset) are neither lanes nor verdict.
               if (const std::int64_t left_out = lab::DropBeforeLastReset(ops, store->RunId());
                   left_out > 0)

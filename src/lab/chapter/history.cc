@@ -5,10 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <map>
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <system_error>
 #include <tuple>
 #include <utility>
@@ -144,6 +145,21 @@ std::int64_t DropBeforeLastReset(std::vector<HistoryOp>& ops, const std::string&
   }
   ops = std::move(kept);
   return dropped;
+}
+
+std::vector<std::string> OtherRunsInHistory(const std::vector<HistoryOp>& ops,
+                                            const std::string& run_id) {
+  const auto is_reset = [](const HistoryOp& op) { return op.type == "ok" && op.f == kResetOp; };
+  std::map<std::size_t, std::size_t> cut;  // per file, its last reset record of this run
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (is_reset(ops[i]) && !run_id.empty() && ops[i].value == run_id) cut[ops[i].file] = i;
+  std::set<std::string> others;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (!is_reset(ops[i]) || ops[i].value == run_id) continue;
+    const auto at = cut.find(ops[i].file);
+    if (at == cut.end() || i > at->second) others.insert(ops[i].value);
+  }
+  return {others.begin(), others.end()};
 }
 
 void RecordSettle(History* history, std::int64_t token, const std::vector<std::string>& marked,

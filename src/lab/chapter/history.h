@@ -121,4 +121,11 @@ inline constexpr const char* kResetOp = "reset";
 // the history cut nothing; a file without this run's reset is kept whole.
 std::int64_t DropBeforeLastReset(std::vector<HistoryOp>& ops, const std::string& run_id);
 
+// The run ids of other runs' reset records that DropBeforeLastReset would keep the records after
+// (ops as read, before that call): in a file holding this run's reset, those after it; in a file
+// without one, all. Each names a database (or a later reset) writing into the same history, whose
+// records then count as this run's: give each database its own --history file. Sorted, unique.
+std::vector<std::string> OtherRunsInHistory(const std::vector<HistoryOp>& ops,
+                                            const std::string& run_id);
+
 }  // namespace outbox::lab

@@ -686,6 +686,9 @@ TEST_CASE("A history kept across a reset is judged from the reset on and not as 
   // Read whole, run 1's evt-1004 and evt-1005 look like commits a power cut undid.
   CHECK(CheckRun(*f.store, records, &ops).undone == Strings{"evt-1004", "evt-1005"});
 
+  // The other database's reset came after this run's: its records would count as this run's.
+  CHECK(outbox::lab::OtherRunsInHistory(ops, "run-2") == Strings{"run-of-another-database"});
+  CHECK(outbox::lab::OtherRunsInHistory(ops, "run-of-another-database").empty());
   std::vector<outbox::lab::HistoryOp> copy = ops;
   CHECK(outbox::lab::DropBeforeLastReset(copy, "run-of-nobody") == 0);  // markers only
   CHECK(copy.size() == ops.size() - 2);
