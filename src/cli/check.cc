@@ -236,7 +236,7 @@ void PrintText(const lab::CheckResult& r, const CheckOptions& o, lab::Lang lang,
     fmt::print("[check] pending (committed, not yet published: the relay will send them): {}\n",
                list(r.pending));
   if (!r.parked.empty())
-    fmt::print("[check] parked (sent again only after `outbox-lab unpark`): {}\n", list(r.parked));
+    fmt::print("[check] parked (sent only after `outbox-lab unpark`): {}\n", list(r.parked));
   if (!r.published_during_read.empty())
     fmt::print("[check] published while the topic was read (a live relay; their records may lie "
                "past the end read, so neither ok nor lost: check again once it is idle): {}\n",

@@ -223,8 +223,18 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
       result.order_hazards.push_back(
           {topic_and_aggregate.second, std::vector<std::int32_t>(entry.first.begin(), entry.first.end()),
            !entry.second});
-  for (const auto& id : first_seen)
-    if (seen[id] > 1) result.duplicated.emplace_back(id, seen[id]);
+  // In outbox order (the order of the chapter's ids), then any duplicated id with no outbox row,
+  // as first seen: topic order mixes the partitions.
+  {
+    std::unordered_set<std::string> listed;
+    for (const auto& id : outbox_order)
+      if (const auto it = seen.find(id); it != seen.end() && it->second > 1) {
+        result.duplicated.emplace_back(id, it->second);
+        listed.insert(id);
+      }
+    for (const auto& id : first_seen)
+      if (seen[id] > 1 && !listed.count(id)) result.duplicated.emplace_back(id, seen[id]);
+  }
   for (const auto& event_id : outbox_order) {
     const OutboxEntry& entry = outbox[event_id];
     if (!entry.published) {
