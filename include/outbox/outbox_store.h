@@ -71,10 +71,6 @@ class OutboxStore {
   virtual void NoteBrokerIncarnation(const std::string& incarnation) = 0;
   // The incarnations noted since the last reset, in the order first noted (empty: none).
   virtual std::vector<std::string> BrokerIncarnations() = 0;
-  // When incarnation was first noted: epoch ms on the store's clock (0: never noted since the
-  // last reset). A row marked published after then was sent to that broker. Throws the
-  // implementation's error.
-  virtual std::int64_t BrokerNotedAt(const std::string& incarnation) = 0;
 
   // Records how the relay maps keys to partitions of mapping.topic (its librdkafka partitioner and
   // the topic's partition count; 0: not known), replacing what was recorded for that topic. Kept

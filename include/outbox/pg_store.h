@@ -144,7 +144,6 @@ class PgStore : public OutboxStore {
   std::string RunId() override;
   void NoteBrokerIncarnation(const std::string& incarnation) override;
   std::vector<std::string> BrokerIncarnations() override;
-  std::int64_t BrokerNotedAt(const std::string& incarnation) override;
   void NotePartitionMapping(const PartitionMapping& mapping) override;
   std::optional<PartitionMapping> ReadPartitionMapping(const std::string& topic) override;
   // Broker outages (outbox_store.h), in src/outbox/pg_store_outage.cc: the times given, not

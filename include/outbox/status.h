@@ -27,9 +27,6 @@ struct SnapshotRow {
   // Deleted by a purge without archive: only its id, event id and aggregate are left (table
   // outbox_purged), so the checker counts its record as a published event, never a phantom.
   bool purged = false;
-  // When it was marked published: epoch ms on the store's clock (the column published_at);
-  // 0 when not published, purged, or the column holds no whole number (another program's value).
-  std::int64_t published_at_ms = 0;
 };
 
 // Every outbox and archive row, read in one read transaction.

@@ -181,7 +181,6 @@ class Store : public OutboxStore {
   // OutboxStore (outbox/outbox_store.h). Throw DbError.
   void NoteBrokerIncarnation(const std::string& incarnation) override;
   std::vector<std::string> BrokerIncarnations() override;
-  std::int64_t BrokerNotedAt(const std::string& incarnation) override;
   void NotePartitionMapping(const PartitionMapping& mapping) override;
   std::optional<PartitionMapping> ReadPartitionMapping(const std::string& topic) override;
   // Broker outages (outbox_store.h), in src/outbox/store_outage.cc. Throw DbError.

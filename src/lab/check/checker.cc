@@ -122,8 +122,6 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
   CheckResult result;
   result.partitions = partitions;
   result.broker_restart = JudgeBrokerRestart(store.BrokerIncarnations(), broker_incarnation);
-  if (result.broker_restart.restarted)
-    result.broker_restart.current_noted_at_ms = store.BrokerNotedAt(broker_incarnation);
   for (const PartitionExtent& p : partitions) result.dropped_offsets += p.log_start + p.compacted;
   // PRAGMA integrity_check exists on SQLite only; a PostgreSQL server checks its own pages
   // (and reports damage as errors on the reads below).
@@ -148,8 +146,7 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
                                                       earlier->second.id, row.id));
       else
         outbox_order.push_back(row.event_id);
-      outbox[row.event_id] = {row.id, row.event_id, row.aggregate_id, published, row.parked,
-                              row.published_at_ms};
+      outbox[row.event_id] = {row.id, row.event_id, row.aggregate_id, published, row.parked};
     }
     for (std::string& loan : lab.loan_ids) loans.insert(std::move(loan));
   }
@@ -251,8 +248,7 @@ CheckResult CheckRun(OutboxStore& store, const std::vector<TopicRecord>& records
       result.published_during_read.push_back(event_id);
       continue;
     }
-    if (result.broker_restart.restarted &&
-        !MarkedOnCurrentBroker(result.broker_restart, entry.published_at_ms)) {
+    if (result.broker_restart.restarted) {
       result.restart_unknown.push_back(event_id);
       continue;
     }

@@ -60,7 +60,6 @@ struct OutboxEntry {
   std::string aggregate_id;
   bool published = false;
   bool parked = false;
-  std::int64_t published_at_ms = 0;  // SnapshotRow::published_at_ms
 };
 
 // The two records of one order violation, in topic order: `first` is the

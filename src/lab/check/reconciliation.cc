@@ -52,11 +52,6 @@ DbSnapshot TakeDbSnapshot(OutboxStore& store, const BusinessTable* business,
   }
   snapshot.run_id = store.RunId();
   snapshot.broker_incarnations = store.BrokerIncarnations();
-  for (const std::string& incarnation : snapshot.broker_incarnations)
-    snapshot.broker_noted_at[incarnation] = store.BrokerNotedAt(incarnation);
-  for (const SnapshotRow& row : outbox.rows)
-    if (row.published && row.published_at_ms > 0)
-      snapshot.published_at_ms[row.event_id] = row.published_at_ms;
   return snapshot;
 }
 
@@ -72,10 +67,6 @@ BrokerRestart JudgeBrokerRestart(const std::vector<std::string>& noted, const st
     break;
   }
   return restart;
-}
-
-bool MarkedOnCurrentBroker(const BrokerRestart& restart, std::int64_t published_at_ms) {
-  return restart.current_noted_at_ms > 0 && published_at_ms > restart.current_noted_at_ms;
 }
 
 std::string BrokerRestartReason(const BrokerRestart& restart) {
@@ -133,17 +124,9 @@ KafkaReconciliation Reconcile(const DbSnapshot& db, const TopicLog& log) {
       if (!seen.count(id)) result.missing.push_back(id);
   }
   result.broker_restart = JudgeBrokerRestart(db.broker_incarnations, log.broker_incarnation);
-  if (const auto noted = db.broker_noted_at.find(log.broker_incarnation);
-      noted != db.broker_noted_at.end())
-    result.broker_restart.current_noted_at_ms = noted->second;
-  const auto marked_on_current_broker = [&](const std::string& id) {
-    const auto at = db.published_at_ms.find(id);
-    return at != db.published_at_ms.end() && MarkedOnCurrentBroker(result.broker_restart, at->second);
-  };
   for (const std::string& id : result.missing) {
     if (unpublished.count(id)) result.unsent.push_back(id);
-    else if (result.broker_restart.restarted && !marked_on_current_broker(id))
-      result.restart_unknown.push_back(id);
+    else if (result.broker_restart.restarted) result.restart_unknown.push_back(id);
     else if (result.dropped_offsets > 0) result.retention_unknown.push_back(id);
     else result.lost.push_back(id);
   }

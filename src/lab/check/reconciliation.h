@@ -32,10 +32,6 @@ struct DbSnapshot {
   std::string run_id;  // Store::RunId(): which records on the topic are this run's
   // OutboxStore::BrokerIncarnations(): the brokers this run's publishes went to.
   std::vector<std::string> broker_incarnations;
-  // OutboxStore::BrokerNotedAt of each of those (epoch ms, the store's clock).
-  std::map<std::string, std::int64_t> broker_noted_at;
-  // Published events with a known mark time (SnapshotRow::published_at_ms), by event id.
-  std::map<std::string, std::int64_t> published_at_ms;
   bool atomicity_skipped = false;  // LabSnapshot::atomicity_skipped
 };
 
@@ -47,17 +43,7 @@ struct BrokerRestart {
   bool embedded = false;  // the gone incarnation was the embedded broker's
   std::string gone;       // the first noted incarnation that is not the current one
   std::string current;
-  // When this run first noted the broker read now (epoch ms, the store's clock; 0: never). An
-  // event marked published after then was sent to this broker, so a missing one is lost, not
-  // unjudgeable (MarkedOnCurrentBroker).
-  std::int64_t current_noted_at_ms = 0;
 };
-
-// True when restart says the broker read now had been noted by this run before published_at_ms
-// (the event's mark, epoch ms on the store's clock; 0: unknown): its record went to this
-// broker, whatever an earlier one took with it, so its absence is judged as a loss. A relay
-// notes the broker before its first send, and marks only after the broker's ack.
-bool MarkedOnCurrentBroker(const BrokerRestart& restart, std::int64_t published_at_ms);
 
 // noted: OutboxStore::BrokerIncarnations(); current: TopicLog::broker_incarnation.
 // restarted when current is known and some noted incarnation differs from it.

@@ -89,13 +89,6 @@ std::string ExplainReconciliation(const DbSnapshot& db, const KafkaReconciliatio
                                       "are lost for good",
                                       orphans);
   }
-  // A certain loss first: the events a restart hides do not excuse it.
-  if (kafka && !kafka->lost.empty()) {
-    const std::int64_t n = Size(kafka->lost);
-    if (zh) return fmt::format("{} 个事件已标记 published，却不在 Kafka：永久丢失", n);
-    return fmt::format("{} marked published but not in Kafka: lost for good",
-                       Count(n, "event is", "events are"));
-  }
   if (kafka && !kafka->restart_unknown.empty()) {
     const std::int64_t n = Size(kafka->restart_unknown);
     if (zh && kafka->broker_restart.embedded)
@@ -105,6 +98,12 @@ std::string ExplainReconciliation(const DbSnapshot& db, const KafkaReconciliatio
     return fmt::format("cannot judge {} marked published and not in Kafka: {}",
                        Count(n, "event", "events"),
                        BrokerRestartReason(kafka->broker_restart));
+  }
+  if (kafka && !kafka->lost.empty()) {
+    const std::int64_t n = Size(kafka->lost);
+    if (zh) return fmt::format("{} 个事件已标记 published，却不在 Kafka：永久丢失", n);
+    return fmt::format("{} marked published but not in Kafka: lost for good",
+                       Count(n, "event is", "events are"));
   }
   if (kafka && kafka->lost_beyond_retention > 0) {
     if (zh)

@@ -77,9 +77,9 @@ OutboxSnapshot PgStore::Snapshot(pg::Transaction& txn) {
   const pg::Result rows = txn.connection().Query(
       "SELECT id, event_id, aggregate_id, "
       "(published OR COALESCE(id <= (SELECT max(last_id) FROM outbox_offset), false))::int, "
-      "(parked_at IS NOT NULL)::int, 0, CASE WHEN published THEN published_at END FROM outbox "
-      "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 1, published_at FROM outbox_archive "
-      "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 2, NULL FROM outbox_purged ORDER BY 1",
+      "(parked_at IS NOT NULL)::int, 0 FROM outbox "
+      "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 1 FROM outbox_archive "
+      "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 2 FROM outbox_purged ORDER BY 1",
       {}, "read the outbox snapshot");
   OutboxSnapshot snapshot;
   for (int i = 0; i < rows.rows(); ++i) {
@@ -91,7 +91,6 @@ OutboxSnapshot PgStore::Snapshot(pg::Transaction& txn) {
     row.parked = !row.published && rows.Int(i, 4) == 1;
     row.archived = rows.Int(i, 5) != 0;
     row.purged = rows.Int(i, 5) == 2;
-    if (!rows.IsNull(i, 6)) row.published_at_ms = rows.Int(i, 6);
     snapshot.rows.push_back(std::move(row));
   }
   return snapshot;

@@ -75,11 +75,4 @@ std::vector<std::string> PgStore::BrokerIncarnations() {
   return incarnations;
 }
 
-std::int64_t PgStore::BrokerNotedAt(const std::string& incarnation) {
-  const pg::Result rows =
-      connection_.Query("SELECT noted_at FROM outbox_broker WHERE incarnation = $1",
-                        {pg::Param::Text(incarnation)}, "read when the broker was noted");
-  return rows.rows() == 0 ? 0 : rows.Int(0, 0);
-}
-
 }  // namespace outbox

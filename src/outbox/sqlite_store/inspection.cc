@@ -46,12 +46,9 @@ OutboxSnapshot Store::Snapshot(sqlite::ReadTransaction& txn) {
   const bool purged = connection_.QueryInt64("SELECT COUNT(*) FROM sqlite_master WHERE type = "
                                              "'table' AND name = 'outbox_purged'") == 1;
   auto select = connection_.Prepare(std::string(
-      "SELECT id, event_id, aggregate_id, published <> 0, parked_at IS NOT NULL, 0, "
-      "CASE WHEN published <> 0 AND typeof(published_at) = 'integer' THEN published_at END "
-      "FROM outbox UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 1, "
-      "CASE WHEN typeof(published_at) = 'integer' THEN published_at END FROM outbox_archive ") +
-      (purged ? "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 2, NULL FROM outbox_purged "
-              : "") +
+      "SELECT id, event_id, aggregate_id, published <> 0, parked_at IS NOT NULL, 0 FROM outbox "
+      "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 1 FROM outbox_archive ") +
+      (purged ? "UNION ALL SELECT id, event_id, aggregate_id, 1, 0, 2 FROM outbox_purged " : "") +
       "ORDER BY 1");
   while (select.Step()) {
     SnapshotRow row;
@@ -62,7 +59,6 @@ OutboxSnapshot Store::Snapshot(sqlite::ReadTransaction& txn) {
     row.parked = !row.published && select.ColumnInt64(4) != 0;
     row.archived = select.ColumnInt64(5) != 0;
     row.purged = select.ColumnInt64(5) == 2;
-    if (!select.ColumnIsNull(6)) row.published_at_ms = select.ColumnInt64(6);
     snapshot.rows.push_back(std::move(row));
   }
   return snapshot;

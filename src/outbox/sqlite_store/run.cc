@@ -49,16 +49,6 @@ std::vector<std::string> Store::BrokerIncarnations() {
   return incarnations;
 }
 
-std::int64_t Store::BrokerNotedAt(const std::string& incarnation) {
-  if (connection_.QueryInt64("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND "
-                             "name = 'outbox_broker'") == 0)
-    return 0;
-  auto select = connection_.Prepare(
-      "SELECT noted_at FROM outbox_broker WHERE incarnation = ?1 AND typeof(noted_at) = 'integer'");
-  select.Bind(1, incarnation);
-  return select.Step() ? select.ColumnInt64(0) : 0;
-}
-
 void Store::NotePartitionMapping(const PartitionMapping& mapping) {
   Phrased(std::string("note the partition mapping"), path(), [&] {
     sqlite::Transaction txn(connection_);

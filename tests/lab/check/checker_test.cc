@@ -830,45 +830,6 @@ TEST_CASE("CheckRun judges published events missing after a broker restart as un
   CHECK(same.verdict() == outbox::lab::Verdict::kInvalid);
 }
 
-TEST_CASE("After a broker restart an event marked once the new broker was noted is lost and not "
-          "unjudgeable",
-          "[checker]") {
-  CheckerFixture f;
-  f.WriteLoans(4);
-  f.MarkAll();
-  f.store->NoteBrokerIncarnation("embedded:00000000000000a1");
-  f.store->NoteBrokerIncarnation("embedded:00000000000000b2");
-  // Times set by hand (the store's clock would put them in one millisecond): the first broker
-  // noted at 1,000, the second at 2,000; evt-1001/1002 marked before it, evt-1003/1004 after.
-  {
-    outbox::sqlite::Connection db(f.dir.File("lab.db"), SQLITE_OPEN_READWRITE);
-    db.Exec("UPDATE outbox_broker SET noted_at = CASE incarnation WHEN "
-            "'embedded:00000000000000a1' THEN 1000 ELSE 2000 END");
-    db.Exec("UPDATE outbox SET published_at = CASE WHEN id <= 2 THEN 1500 ELSE 2500 END");
-  }
-  CHECK(f.store->BrokerNotedAt("embedded:00000000000000b2") == 2000);
-  CHECK(f.store->BrokerNotedAt("embedded:never") == 0);
-  // The new broker holds evt-1004 only: evt-1003 was sent to it and is not there.
-  const CheckResult r =
-      CheckRun(*f.store, Records({"evt-1004"}), nullptr, {}, "embedded:00000000000000b2");
-  CHECK(r.restart_unknown == Strings{"evt-1001", "evt-1002"});
-  CHECK(r.lost == Strings{"evt-1003"});
-  CHECK(r.verdict() == outbox::lab::Verdict::kInvalid);
-  // verify's reconciliation says the same.
-  outbox::lab::TopicLog log;
-  log.records = Records({"evt-1004"});
-  log.records[0].run_id = f.store->RunId();  // this run's record
-  log.broker_incarnation = "embedded:00000000000000b2";
-  const auto kafka = outbox::lab::Reconcile(outbox::lab::TakeDbSnapshot(*f.store), log);
-  CHECK(kafka.restart_unknown == Strings{"evt-1001", "evt-1002"});
-  CHECK(kafka.lost == Strings{"evt-1003"});
-  // A third broker never noted: nothing tells where the marks went.
-  const CheckResult third =
-      CheckRun(*f.store, Records({}), nullptr, {}, "embedded:00000000000000c3");
-  CHECK(third.lost.empty());
-  CHECK(third.restart_unknown.size() == 4);
-}
-
 TEST_CASE("JudgeBrokerRestart needs a known current incarnation that differs from a noted one",
           "[checker]") {
   using outbox::lab::JudgeBrokerRestart;
