@@ -15,7 +15,8 @@
 #          first send creates its topic records the topic's partition count after its first mark.
 #          A relay that starts while the broker is down (broker-ctl down) and a count is recorded
 #          prints a waiting line and sends nothing until the broker answers, then compares:
-#          exit 21 for a changed count; SIGTERM while it waits is exit 8.
+#          exit 21 for a changed count; SIGTERM while it waits is exit 8; a slow broker (1.5 s
+#          round trips) gets longer tries and the relay drains.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -128,7 +129,14 @@ kill -TERM "$BG_PID"
 wait_exit "$BG_PID" 15 "the relay stopped while waiting"
 cat "$BG_LOG"
 expect_eq 8 "$BG_RC" "the exit of a relay stopped while the broker did not answer"
-expect_line "relay stopped while the broker at .* did not answer; nothing was sent" "$BG_LOG"
+expect_line "relay stopped while the broker at .* did not give the partition count of topic '$TOPIC' .*; nothing was sent" "$BG_LOG"
 expect_eq 5 "$(sqlite3 "$DB" "SELECT COUNT(*) FROM outbox WHERE published = 0")" "rows left unsent"
+# A slow broker (1.5 s a round trip) answers a longer try: the relay compares and sends.
+broker_ctl up
+sqlite3 "$DB" "UPDATE outbox_partitioning SET partitions = 4" || die "sqlite3 could not update"
+broker_ctl rtt 1500
+RUN_TIMEOUT_S=120 run relay --until-empty --key aggregate-id --quiet
+expect_rc 0 "relay on a slow broker with the count recorded"
+expect_eq 0 "$(sqlite3 "$DB" "SELECT COUNT(*) FROM outbox WHERE published = 0")" "rows left unsent"
 
 finish

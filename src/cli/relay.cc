@@ -275,7 +275,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             if (relay_options.key == KeyChoice::kAggregateId)
               *partition_count_unknown =
                   PinPartitionMapping(global, store, o->allow_partitioner_change,
-                                      [&stop] { return stop.Received(); });
+                                      [&stop] { return stop.Received(); }, o->json);
             kafka::KafkaPublisherOptions publisher_options;
             publisher_options.brokers = global.RequireBrokers();
             publisher_options.topic = global.topic;
@@ -373,13 +373,13 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
             // broker is noted again after its first mark.
             auto broker_noted = std::make_shared<bool>(noted);
             relay_options.on_settle = [h = history.get(), producer = producer_handle, &store,
-                                       &global, broker_noted,
+                                       &global, broker_noted, o,
                                        partition_count_unknown](const SettleRecord& settle) {
               if (h) lab::RecordSettle(h, settle.token, settle.marked, settle.parked, settle.fenced);
               if (!*broker_noted && !settle.marked.empty())
                 *broker_noted = NoteBrokerIncarnation(producer, store, 2000);
               if (*partition_count_unknown && !settle.marked.empty())
-                *partition_count_unknown = !NotePartitionCount(global, store, producer);
+                *partition_count_unknown = !NotePartitionCount(global, store, producer, o->json);
             };
             relay_options.on_new_run = [o, broker_noted](const std::string& previous,
                                                          const std::string& run,
