@@ -292,7 +292,7 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
       "code of the error as for every command (docs/exit-codes.md: 6 no database, 8 no broker ...). "
       "Duplicates never invalidate (at-least-once), except with --exactly-once --isolation "
       "read_committed. With --expect: exit 0 when every "
-      "expectation holds, 1 when one does not");
+      "expectation holds, 1 when one does not, 16 when some events cannot be judged");
   auto o = std::make_shared<CheckOptions>();
   sub->add_flag("--json", o->json, "Print one JSON object (every id, whatever --ids)");
   sub->add_option("--history", o->histories,
