@@ -105,9 +105,13 @@ void PrintText(const lab::DbSnapshot& db, const std::optional<lab::KafkaReconcil
   if (!kafka->unexpected.empty())
     fmt::print("[verify] unexpected (in Kafka, not in the outbox): {}\n", list(kafka->unexpected));
   if (!kafka->committed_during_read.empty())
-    fmt::print("[verify] committed while the topic was read (a live writer; in Kafka, not in the "
-               "counts above): {}\n",
+    fmt::print("[verify] committed while the topic was read (a live writer; their records are in "
+               "records= above, not in unexpected=): {}\n",
                list(kafka->committed_during_read));
+  if (!kafka->marked_during_read.empty())
+    fmt::print("[verify] marked while the topic was read (a live relay; in Kafka, and not sent "
+               "again): {}\n",
+               list(kafka->marked_during_read));
   fmt::print("\n{}", lab::ReconciliationTable(db, *kafka, lang, o.ids));
 }
 
@@ -133,6 +137,7 @@ nlohmann::ordered_json ToJson(const lab::DbSnapshot& db,
     k["missing"] = kafka->missing;
     k["unexpected"] = kafka->unexpected;
     k["committed_during_read"] = kafka->committed_during_read;
+    k["marked_during_read"] = kafka->marked_during_read;
     k["unsent"] = kafka->unsent;
     k["parked"] = db.parked_event_ids;
     k["sent_unmarked"] = kafka->sent_unmarked;
@@ -244,7 +249,7 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
                                   [&](const lab::TopicRecord& r) { return r.run_id == db.run_id; }));
               kafka = lab::Reconcile(db, log);
               // The database was read first: records of rows committed since are no phantoms.
-              if (!kafka->unexpected.empty())
+              if (!kafka->unexpected.empty() || !kafka->sent_unmarked.empty())
                 lab::SetAsideCommittedDuringRead(
                     *kafka, lab::TakeDbSnapshot(
                                 *store, options->business_table.empty() ? nullptr : &business,

@@ -147,6 +147,14 @@ void SetAsideCommittedDuringRead(KafkaReconciliation& result, const DbSnapshot& 
   for (std::string& id : result.unexpected)
     (now.count(id) ? result.committed_during_read : unexpected).push_back(std::move(id));
   result.unexpected = std::move(unexpected);
+  if (result.sent_unmarked.empty()) return;
+  std::unordered_set<std::string> still_unpublished(later.unpublished_event_ids.begin(),
+                                                    later.unpublished_event_ids.end());
+  std::vector<std::string> sent_unmarked;
+  for (std::string& id : result.sent_unmarked)
+    (still_unpublished.count(id) ? sent_unmarked : result.marked_during_read)
+        .push_back(std::move(id));
+  result.sent_unmarked = std::move(sent_unmarked);
 }
 
 KafkaReconciliation Reconcile(const std::vector<std::string>& outbox_event_ids,

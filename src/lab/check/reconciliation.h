@@ -87,11 +87,16 @@ struct KafkaReconciliation {
   // (SetAsideCommittedDuringRead): a live writer committed them and a relay sent them while the
   // topic was read. Neither unexpected nor in any other list.
   std::vector<std::string> committed_during_read;
+  // In Kafka and unpublished in the read before the topic, but published in a read after it
+  // (SetAsideCommittedDuringRead): a live relay marked them while the topic was read, so they
+  // will not be sent again. Moved out of sent_unmarked.
+  std::vector<std::string> marked_during_read;
 };
 
 // Moves each id of result.unexpected that later (a DbSnapshot taken after the topic read) holds,
 // in the outbox or archived, to result.committed_during_read: reading the database before the
-// topic, verify would otherwise take a live writer's newest events for phantoms.
+// topic, verify would otherwise take a live writer's newest events for phantoms. Moves as well
+// each id of result.sent_unmarked that later holds as published to result.marked_during_read.
 void SetAsideCommittedDuringRead(KafkaReconciliation& result, const DbSnapshot& later);
 
 // Reads the counts, the outbox's event ids and the run id in one read

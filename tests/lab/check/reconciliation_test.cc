@@ -222,5 +222,23 @@ TEST_CASE("SetAsideCommittedDuringRead keeps as unexpected only ids no later rea
 
   CHECK(result.unexpected == Strings{"evt-9999"});
   CHECK(result.committed_during_read == Strings{"evt-1002"});
+  // A live relay: evt-1001 was unpublished when the database was read and in Kafka; the read
+  // after the topic finds it marked. Not owed again.
+  DbSnapshot unmarked;
+  unmarked.outbox_event_ids = {"evt-1001"};
+  unmarked.unpublished_event_ids = {"evt-1001"};
+  unmarked.outbox.total = 1;
+  unmarked.outbox.unpublished = 1;
+  outbox::lab::TopicLog live_log;
+  live_log.records = RecordsWithIds({"evt-1001"});
+  KafkaReconciliation live = Reconcile(unmarked, live_log);
+  REQUIRE(live.sent_unmarked == Strings{"evt-1001"});
+  DbSnapshot marked = unmarked;
+  marked.unpublished_event_ids.clear();
+  outbox::lab::SetAsideCommittedDuringRead(live, marked);
+  CHECK(live.sent_unmarked.empty());
+  CHECK(live.marked_during_read == Strings{"evt-1001"});
+  CHECK_THAT(outbox::lab::ExplainReconciliation(unmarked, &live, outbox::lab::Lang::kEn),
+             !Catch::Contains("not marked") && !Catch::Contains("durable"));
   CHECK(ActualValues(before, result).at("kafka_unexpected") == 1);
 }
