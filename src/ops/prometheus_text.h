@@ -46,8 +46,8 @@ struct RelayVerdicts {
 
 // The relay families (outbox_relay_*): loop turns, batches, rows acked, failed, marked, parked,
 // fenced (counters since the relay started), batches in flight, the last loop's age in seconds,
-// leadership (the snapshot's term, confirmed by verdicts.lease when given), database retries and losses, and 1/0 gauges for healthy, ready and a failed status
-// read. Counters end in _total.
+// leadership (the snapshot's term, confirmed by verdicts.lease when given), database retries
+// and losses, and 1/0 gauges for healthy, ready and a failed status read. Counters end in _total.
 std::string RelayMetricsText(const RelaySnapshot& snapshot, const RelayVerdicts& verdicts);
 
 }  // namespace outbox::ops
