@@ -52,7 +52,9 @@ bool PinPartitionMapping(const GlobalOptions& global, OutboxStore& store, bool a
     const std::optional<PartitionMapping> recorded = store.ReadPartitionMapping(global.topic);
     if (recorded && recorded->partitions > 0) {
       Say(json,
-          {{"event", "waiting"}, {"topic", global.topic}, {"recorded_partitions", recorded->partitions}},
+          {{"event", "waiting"},
+           {"topic", global.topic},
+           {"recorded_partitions", recorded->partitions}},
           fmt::format("waiting for the broker to give the partition count of topic '{}' ({} "
                       "recorded): it is compared before the first send",
                       global.topic, recorded->partitions));
@@ -111,7 +113,8 @@ bool NotePartitionCount(const GlobalOptions& global, OutboxStore& store, rd_kafk
   if (!check.note_error.empty()) return false;
   // The topic did not exist at the start and this relay's send created it with another count.
   if (!check.change.empty())
-    Say(json, {{"event", "changed_after_start"}, {"topic", current.topic}, {"change", check.change}},
+    Say(json,
+        {{"event", "changed_after_start"}, {"topic", current.topic}, {"change", check.change}},
         fmt::format("warning: partition count changed on topic '{}' ({}) since it was "
                     "recorded: the topic was created again after this relay started, and events "
                     "of one aggregate from before and after may be read out of order; the next "

@@ -245,8 +245,9 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
               if (!lab::JudgeBrokerRestart(db.broker_incarnations, log.broker_incarnation).restarted)
                 lab::RequireTopicIfPublished(
                     log, db.outbox.published,
-                    std::count_if(log.records.begin(), log.records.end(),
-                                  [&](const lab::TopicRecord& r) { return r.run_id == db.run_id; }));
+                    std::count_if(
+                        log.records.begin(), log.records.end(),
+                        [&](const lab::TopicRecord& r) { return r.run_id == db.run_id; }));
               kafka = lab::Reconcile(db, log);
               // The database was read first: records of rows committed since are no phantoms.
               if (!kafka->unexpected.empty() || !kafka->sent_unmarked.empty())

@@ -159,8 +159,9 @@ std::string RelayMetricsText(const RelaySnapshot& r, const RelayVerdicts& v) {
           r.parked);
   Counter(out, "outbox_relay_fenced_rows_total",
           "Rows whose settle was fenced out: another relay had taken them over.", r.fenced);
-  const bool leader = r.lease_token > 0 &&
-                      (!v.lease || (v.lease->token == r.lease_token && v.lease->Live(v.lease_now_ms)));
+  const bool leader =
+      r.lease_token > 0 &&
+      (!v.lease || (v.lease->token == r.lease_token && v.lease->Live(v.lease_now_ms)));
   Gauge(out, "outbox_relay_leader",
         "1 while this relay holds the leader lease (leader mode), else 0.", leader ? 1.0 : 0.0);
   Counter(out, "outbox_relay_lease_acquired_total", "Leader terms this relay began.",
