@@ -57,14 +57,14 @@ sqlite::Connection OpenEffectsDatabase(const std::string& path) {
     effects.Exec(kEffectsSchema);
     return effects;
   } catch (const DbError& e) {
-    // The consumer's file, not the outbox's: name it and the problem, not our SQL.
-    const std::string what =
-        e.primary_code() == SQLITE_NOTADB
-            ? "not an SQLite database (another program's file?); it was left as it was: give "
-              "another path"
-            : e.reason();
-    throw DbError(fmt::format("open the consumer's --effects-db '{}': {}", path, what), e.code(),
-                  e.reason());
+    // Another program's file: name it as the consumer's, not by our SQL. Other errors keep
+    // their message (it names the file, the SQLite code and any failpoint).
+    if (e.primary_code() != SQLITE_NOTADB) throw;
+    throw DbError(fmt::format("open the consumer's --effects-db '{}': not an SQLite database "
+                              "(another program's file?); it was left as it was: give another "
+                              "path",
+                              path),
+                  e.code(), e.reason());
   }
 }
 
