@@ -415,10 +415,10 @@ Command AddCheckCommand(CLI::App& app, const GlobalOptions& global) {
                       ops = lab::ReadHistories(o->histories, &malformed);
                       const auto others = lab::OtherRunsInHistory(ops, run_id);
                       if (!others.empty() && !o->json)
-                        fmt::print("[check] history: warning: it also holds the run of another "
-                                   "database or a later reset (run id {}); their records are "
-                                   "counted as this run's: give each database its own --history "
-                                   "file\n",
+                        fmt::print("[check] history: warning: records of another run (run id "
+                                   "{}) are counted as this run's: another database appends to "
+                                   "this history, or this run's reset is not recorded in it; "
+                                   "give each database its own --history file\n",
                                    fmt::join(others, ", "));
                       before_reset = lab::DropBeforeLastReset(ops, run_id);
                     }

@@ -70,9 +70,10 @@ Command AddReportCommand(CLI::App& app, const GlobalOptions& global) {
               ops = lab::ReadHistories(o->histories, &malformed);
               if (const auto others = lab::OtherRunsInHistory(ops, store->RunId());
                   !others.empty())
-                fmt::print("[report] history: warning: it also holds the run of another database "
-                           "or a later reset (run id {}); its lanes are drawn as this run's: give "
-                           "each database its own --history file\n",
+                fmt::print("[report] history: warning: records of another run (run id {}) are "
+                           "drawn as this run's: another database appends to this history, or "
+                           "this run's reset is not recorded in it; give each database its own "
+                           "--history file\n",
                            fmt::join(others, ", "));
               // Records of an earlier run (before the last reset) are neither lanes nor verdict.
               if (const std::int64_t left_out = lab::DropBeforeLastReset(ops, store->RunId());
