@@ -19,14 +19,20 @@
 
 namespace outbox::pg_store {
 
+// The shortest idle limit LimitIdleInTransaction sets, ms: a live relay on a loaded machine can
+// pause that long between two statements, and a session ended then costs a reconnect and a
+// re-sent batch. A short lease (tests use 1 ms) gets this floor instead.
+inline constexpr std::int64_t kMinIdleInTransactionMs = 5000;
+
 // Inside a relay's write transaction that holds row locks across round trips (a settle with
 // failures, a takeover): the server ends the session when it idles in the transaction longer
-// than limit_ms (idle_in_transaction_session_timeout, SET LOCAL: this transaction only). A relay
-// frozen there (SIGSTOP, a VM pause) then cannot hold the lease row or its rows' locks past its
-// lease, and the relay that takes over does not wait on them. limit_ms is clamped to >= 1.
+// than limit_ms, at least kMinIdleInTransactionMs (idle_in_transaction_session_timeout, SET
+// LOCAL: this transaction only). A relay frozen there (SIGSTOP, a VM pause) then cannot hold the
+// lease row or its rows' locks much past its lease, and the relay that takes over does not wait
+// on them for the length of the freeze.
 inline void LimitIdleInTransaction(pg::Connection& connection, std::int64_t limit_ms) {
   connection.Query(fmt::format("SET LOCAL idle_in_transaction_session_timeout = {}",
-                               std::max<std::int64_t>(limit_ms, 1)),
+                               std::max(limit_ms, kMinIdleInTransactionMs)),
                    {}, "limit the transaction's idle time");
 }
 
