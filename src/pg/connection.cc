@@ -26,9 +26,9 @@ std::string OneLine(const char* message) {
   std::string sqlstate = state == nullptr ? "" : state;
   std::string message = OneLine(primary != nullptr ? primary : PQerrorMessage(conn));
   if (sqlstate.empty()) {
-    throw PgError(fmt::format("{}: {}", what, message), sqlstate);
+    throw PgError(fmt::format("{}: {}", what, message), sqlstate, message);
   }
-  throw PgError(fmt::format("{}: {} (SQLSTATE {})", what, message, sqlstate), sqlstate);
+  throw PgError(fmt::format("{}: {} (SQLSTATE {})", what, message, sqlstate), sqlstate, message);
 }
 
 }  // namespace

@@ -26,9 +26,14 @@ namespace outbox::pg {
 // one line, never the SQL text.
 class PgError : public Error {
  public:
-  PgError(const std::string& message, std::string sqlstate)
-      : Error(message), sqlstate_(std::move(sqlstate)) {}
+  // reason: the server's own words (its primary message), without what we did; empty means
+  // the message is all there is.
+  PgError(const std::string& message, std::string sqlstate, std::string reason = {})
+      : Error(message), sqlstate_(std::move(sqlstate)), reason_(std::move(reason)) {}
   const std::string& sqlstate() const noexcept { return sqlstate_; }
+  // The server's words, e.g. "duplicate key value violates unique constraint ..."; what() when
+  // none were given.
+  std::string reason() const { return reason_.empty() ? std::string(what()) : reason_; }
   // The connection is gone (server crash, restart, network): reconnect, then retry.
   bool connection_lost() const noexcept {
     return sqlstate_.empty() || sqlstate_.starts_with("08") || sqlstate_ == "57P01" ||
@@ -37,6 +42,7 @@ class PgError : public Error {
 
  private:
   std::string sqlstate_;
+  std::string reason_;
 };
 
 struct ConnDeleter {

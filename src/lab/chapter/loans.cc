@@ -12,6 +12,7 @@
 #include "outbox/failpoint.h"
 #include "outbox/open_store.h"
 #include "outbox/pg/connection.h"
+#include "outbox/sqlite/connection.h"
 
 namespace outbox::lab {
 namespace {
@@ -205,7 +206,8 @@ std::string InsertLoanWithCollidingEvent(OutboxStore& store, const Loan& loan,
     try {
       sqlite->Enqueue(txn, event);
     } catch (const DbError& e) {
-      return e.what();
+      // SQLite's words and code, not the statement: the lesson is the constraint.
+      return fmt::format("{} ({})", e.reason(), sqlite::ResultCodeName(e.code()));
     }
     return {};
   }
@@ -216,7 +218,7 @@ std::string InsertLoanWithCollidingEvent(OutboxStore& store, const Loan& loan,
     pg_store.Enqueue(txn, event);
   } catch (const pg::PgError& e) {
     if (e.sqlstate() != "23505") throw;  // unique_violation
-    return e.what();
+    return fmt::format("{} (SQLSTATE {})", e.reason(), e.sqlstate());
   }
   return {};
 }
