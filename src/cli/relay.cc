@@ -397,7 +397,7 @@ Command AddRelayCommand(CLI::App& app, const GlobalOptions& global) {
                 idle = now_idle;
               };
             relay_options.on_outage = [o, &store](const OutageEvent& event) {
-              PrintOutage(event, o->json, store.clock().EpochMs());
+              PrintOutage(event, o->json, store.clock().EpochMs(), o->delivery_timeout_ms);
             };
             *dead_lease_token = ReleaseDeadOwners(store);
             WarnOtherCoordination(store, leader, relay_options.owner, store.clock().EpochMs(),

@@ -139,7 +139,8 @@ void PrintNewRun(const std::string& previous, const std::string& run, std::int64
 
 // One line per change of a broker outage (printed under --quiet too: an operator must see why
 // the relay stands still). now_ms: when it is printed, for an outage's length.
-void PrintOutage(const OutageEvent& event, bool json, std::int64_t now_ms) {
+void PrintOutage(const OutageEvent& event, bool json, std::int64_t now_ms,
+                 std::int64_t delivery_timeout_ms) {
   const char* kind = event.kind == OutageEvent::Kind::kBegun    ? "begun"
                      : event.kind == OutageEvent::Kind::kGoesOn ? "goes-on"
                                                                 : "over";
@@ -153,9 +154,19 @@ void PrintOutage(const OutageEvent& event, bool json, std::int64_t now_ms) {
                static_cast<double>(std::max<std::int64_t>(0, now_ms - event.outage.since_ms)) / 1000.0,
                UtcTime(event.outage.since_ms), lab::EscapeBytes(event.outage.cause));
   } else {
-    fmt::print("[relay] {}; no attempt counted, none parked; next try in {}\n",
+    // Only the message's own timeout, no refused connection: the broker may be up but slow,
+    // and then each try can leave one more copy on the topic.
+    const bool timed_out_only =
+        event.kind == OutageEvent::Kind::kBegun &&
+        event.outage.cause.find("_MSG_TIMED_OUT") != std::string::npos;
+    fmt::print("[relay] {}; no attempt counted, none parked; next try in {}{}\n",
                lab::EscapeBytes(OutageText(event.outage, event.rows_waiting)),
-               FormatDuration(event.retry_in_ms));
+               FormatDuration(event.retry_in_ms),
+               timed_out_only ? fmt::format(" (no broker refused: it is stopped, or answers slower "
+                                            "than --delivery-timeout {}, and then each try may "
+                                            "add a copy of these events)",
+                                            FormatDuration(delivery_timeout_ms))
+                              : std::string());
   }
   std::fflush(stdout);
 }

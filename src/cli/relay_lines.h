@@ -27,7 +27,10 @@ void PrintWait(const WaitReport& wait, std::int64_t now_ms, bool json);
 void PrintLease(const LeaseEvent& event, bool json, std::int64_t dead_token);
 
 // "[relay] broker outage since ..." / "... over" (now_ms: epoch ms), printed even under --quiet.
-void PrintOutage(const OutageEvent& event, bool json, std::int64_t now_ms);
+// An outage begun by the message timeout alone (_MSG_TIMED_OUT, no refused connection) adds that
+// the broker may be stopped or slower than delivery_timeout_ms (ms), each try then a copy more.
+void PrintOutage(const OutageEvent& event, bool json, std::int64_t now_ms,
+                 std::int64_t delivery_timeout_ms);
 
 // "[relay] warning: ..." once at start when a relay of the other coordination mode works on this
 // outbox: for a claims relay (leader false) another owner's live leader lease, for a leader
