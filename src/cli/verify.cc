@@ -115,10 +115,11 @@ void PrintText(const lab::DbSnapshot& db, const std::optional<lab::KafkaReconcil
   fmt::print("\n{}", lab::ReconciliationTable(db, *kafka, lang, o.ids));
 }
 
+// verify --json's object; aborted_visible: the topic was read with read_uncommitted.
 nlohmann::ordered_json ToJson(const lab::DbSnapshot& db,
                               const std::optional<lab::KafkaReconciliation>& kafka,
                               const std::vector<lab::PartitionExtent>& partitions,
-                              const std::string& topic, lab::Lang lang) {
+                              const std::string& topic, lab::Lang lang, bool aborted_visible) {
   nlohmann::ordered_json out;
   out["business_loan"] = db.business_loans;
   out["atomicity_skipped"] = db.atomicity_skipped;
@@ -154,7 +155,8 @@ nlohmann::ordered_json ToJson(const lab::DbSnapshot& db,
   } else {
     out["kafka"] = nullptr;
   }
-  out["meaning"] = lab::ExplainReconciliation(db, kafka ? &*kafka : nullptr, lang);
+  out["meaning"] =
+      lab::ExplainReconciliation(db, kafka ? &*kafka : nullptr, lang, aborted_visible);
   return out;
 }
 
@@ -264,7 +266,8 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
                 kafka && (!kafka->restart_unknown.empty() ||
                           (!kafka->retention_unknown.empty() && kafka->lost_beyond_retention == 0));
             if (options->json) {
-              auto out = ToJson(db, kafka, partitions, topics_read, lang);
+              auto out = ToJson(db, kafka, partitions, topics_read, lang,
+                                options->isolation == "read_uncommitted");
               if (!expected.empty()) {
                 out["expectations_met"] = mismatches.empty();
                 out["mismatches"] = mismatches;
@@ -282,7 +285,8 @@ Command AddVerifyCommand(CLI::App& app, const GlobalOptions& global) {
                   fmt::print("[verify] all {} expectations hold\n", expected.size());
               }
               fmt::print("[verify] {}\n",
-                         lab::ExplainReconciliation(db, kafka ? &*kafka : nullptr, lang));
+                         lab::ExplainReconciliation(db, kafka ? &*kafka : nullptr, lang,
+                                                    options->isolation == "read_uncommitted"));
             }
             if (cannot_judge) return ExitCode::kCannotJudge;
             return mismatches.empty() ? ExitCode::kOk : ExitCode::kExpectationFailed;

@@ -78,7 +78,7 @@ const char* DuplicateNote(Lang lang) {
 }
 
 std::string ExplainReconciliation(const DbSnapshot& db, const KafkaReconciliation* kafka,
-                                  Lang lang) {
+                                  Lang lang, bool aborted_visible) {
   const bool zh = lang == Lang::kZh;
   const std::int64_t orphans = db.orphan_loans;
   if (orphans > 0) {
@@ -201,13 +201,19 @@ std::string ExplainReconciliation(const DbSnapshot& db, const KafkaReconciliatio
   const std::int64_t extra = kafka->records - kafka->distinct_event_ids;
   if (extra > 0) {
     if (zh)
-      return fmt::format("{} 条记录 = 重复发送的 {} 条（标记前崩溃、第二个 relay 或生产者重试）+ 发送并标记的 {} 条；"
+      return fmt::format("{} 条记录 = 重复发送的 {} 条（标记前崩溃、第二个 relay 或生产者重试{}）+ 发送并标记的 {} 条；"
                          "{} 条重复在预期之内（至少一次）",
-                         kafka->records, extra, kafka->distinct_event_ids, extra);
-    return fmt::format("{} = {} sent again (a crash before the mark, a second relay or a producer "
-                       "retry) + {} sent and marked; the {} "
+                         kafka->records, extra,
+                         aborted_visible ? "，或 read_uncommitted 读到的已中止事务的记录" : "",
+                         kafka->distinct_event_ids, extra);
+    return fmt::format("{} = {} sent again (a crash before the mark, a second relay{} producer "
+                       "retry{}) + {} sent and marked; the {} "
                        "{} expected (at-least-once)",
                        Count(kafka->records, "record", "records"), extra,
+                       aborted_visible ? ", a" : " or a",
+                       aborted_visible ? ", or an aborted transaction's records, which "
+                                         "read_uncommitted shows"
+                                       : "",
                        kafka->distinct_event_ids, Count(extra, "duplicate", "duplicates"),
                        extra == 1 ? "is" : "are");
   }

@@ -36,8 +36,11 @@ std::string ShortIdList(const std::vector<std::string>& ids, bool all);
 //   after naive-hold   "a loan committed without an outbox row: its event is lost for good"
 // The worst thing present wins: an orphan loan, then lost, phantom, unsent or
 // unmarked rows, unjudgeable (broker retention), then the final counts.
+// aborted_visible: the topic was read with isolation.level=read_uncommitted (verify
+// --isolation), so the records of aborted transactions count too: duplicates name them as a
+// cause (docs/exactly-once.md).
 std::string ExplainReconciliation(const DbSnapshot& db, const KafkaReconciliation* kafka,
-                                  Lang lang);
+                                  Lang lang, bool aborted_visible = false);
 
 // The chapter's final table (最终对账): a header line and six rows, each
 // ending in '\n', the value column aligned by display width (a CJK character

@@ -105,6 +105,17 @@ TEST_CASE("verify explains each stage of the chapter's experiment in one sentenc
     CHECK(ExplainReconciliation(db, &kafka, Lang::kZh) ==
           "8 条记录 = 重复发送的 3 条（标记前崩溃、第二个 relay 或生产者重试）+ 发送并标记的 5 条；3 条重复在预期之内（至少一次）");
   }
+  SECTION("read with read_uncommitted: aborted transactions' records are named as a cause") {
+    const DbSnapshot db = ChapterDb(5, 5);
+    const KafkaReconciliation kafka = Reconcile(db, Log({1, 2, 3, 1, 2, 3, 4, 5}));
+    CHECK(ExplainReconciliation(db, &kafka, Lang::kEn, /*aborted_visible=*/true) ==
+          "8 records = 3 sent again (a crash before the mark, a second relay, a producer "
+          "retry, or an aborted transaction's records, which read_uncommitted shows) + 5 sent "
+          "and marked; the 3 duplicates are expected (at-least-once)");
+    CHECK(ExplainReconciliation(db, &kafka, Lang::kZh, /*aborted_visible=*/true) ==
+          "8 条记录 = 重复发送的 3 条（标记前崩溃、第二个 relay 或生产者重试，或 read_uncommitted "
+          "读到的已中止事务的记录）+ 发送并标记的 5 条；3 条重复在预期之内（至少一次）");
+  }
   SECTION("after naive-hold: a loan without an outbox row") {
     const DbSnapshot db = ChapterDb(0, 0, 1);
     const KafkaReconciliation kafka = Reconcile(db, Log({}));
