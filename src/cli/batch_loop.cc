@@ -24,7 +24,7 @@ Command AddBatchLoopCommand(CLI::App& app, const GlobalOptions& global) {
       "empty. No claims, no retries: one process at a time");
   auto o = std::make_shared<BatchLoopCliOptions>();
   sub->add_option("--batch-size", o->batch_size, "Rows per page")
-      ->check(PositiveInteger())
+      ->transform(PositiveInteger())
       ->capture_default_str();
   AddDurationOption(*sub, "--delivery-timeout", o->delivery_timeout_ms,
                     "librdkafka message.timeout.ms", 1, kMaxDeliveryTimeoutMs);

@@ -488,43 +488,43 @@ Command AddBenchCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_flag("--quick", o->quick,
                 "Divide every count not given explicitly by 10 (a smoke run, not a measurement)");
   auto* chapter = sub->add_option("--chapter-events", o->chapter_events,
-                                  "Rows the chapter's relay sends")->check(PositiveInteger())->capture_default_str();
+                                  "Rows the chapter's relay sends")->transform(PositiveInteger())->capture_default_str();
   auto* events = sub->add_option("--events", o->events, "Rows `relay` and raw produce send")
-                     ->check(PositiveInteger())->capture_default_str();
-  sub->add_option("--batch-size", o->batch_size, "Rows per relay batch")->check(PositiveInteger())->capture_default_str();
+                     ->transform(PositiveInteger())->capture_default_str();
+  sub->add_option("--batch-size", o->batch_size, "Rows per relay batch")->transform(PositiveInteger())->capture_default_str();
   auto* workload = sub->add_option("--workload-events", o->workload_events,
                                    "Rows of each workload (own, 50, zipf, random-keys) the "
                                    "in-process relay per workload drains (under block-key a skewed "
                                    "workload's drain time grows with the square of its backlog)")
-                       ->check(PositiveInteger())->capture_default_str();
+                       ->transform(PositiveInteger())->capture_default_str();
   auto* write = sub->add_option("--write-txns", o->write_txns,
-                                "Transactions per write-path round")->check(PositiveInteger())->capture_default_str();
+                                "Transactions per write-path round")->transform(PositiveInteger())->capture_default_str();
   sub->add_option("--write-rounds", o->write_rounds,
                   "Rounds per write-path variant, alternated; the median is reported")
-      ->check(PositiveInteger())->capture_default_str();
+      ->transform(PositiveInteger())->capture_default_str();
   auto* history = sub->add_option("--history-rows", o->history_rows,
                                   "Published rows retained for the history figure")
-                      ->check(PositiveInteger())->capture_default_str();
+                      ->transform(PositiveInteger())->capture_default_str();
   auto* polls = sub->add_option("--poll-repetitions", o->poll_repetitions,
                                 "Timed polls per history variant; the median is reported")
-                    ->check(PositiveInteger())->capture_default_str();
+                    ->transform(PositiveInteger())->capture_default_str();
   auto* rss = sub->add_option("--rss-events", o->rss_events,
                               "Backlog the relay child drains for the peak-RSS figure")
-                  ->check(PositiveInteger())->capture_default_str();
+                  ->transform(PositiveInteger())->capture_default_str();
   auto* drain = sub->add_option("--drain-events", o->drain_events,
                                 "Backlog that `batch-loop` and `relay` drain as whole processes, and the "
                                 "in-process relay with each compression.type")
-                    ->check(PositiveInteger())->capture_default_str();
+                    ->transform(PositiveInteger())->capture_default_str();
   sub->add_option("--drain-rounds", o->drain_rounds,
                   "Rounds of the whole-process drains, alternated; the median is reported")
-      ->check(PositiveInteger())->capture_default_str();
+      ->transform(PositiveInteger())->capture_default_str();
   auto* latency = sub->add_option("--latency-events", o->latency_events,
                                   "Rows the paced writer commits per workload for the "
                                   "commit-to-mark figure")
-                      ->check(PositiveInteger())->capture_default_str();
+                      ->transform(PositiveInteger())->capture_default_str();
   sub->add_option("--latency-rate", o->latency_rate,
                   "The paced writer's transactions per second")
-      ->check(PositiveInteger())->capture_default_str();
+      ->transform(PositiveInteger())->capture_default_str();
   auto* idle = AddDurationOption(*sub, "--idle", o->idle_ms,
                                  "Window of the idle relay's CPU figure", 1, 3'600'000);
   sub->add_option("--python", o->python,

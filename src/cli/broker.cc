@@ -47,10 +47,10 @@ Command AddBrokerCommand(CLI::App& app, const GlobalOptions& global) {
       "message sets or 5 MiB");
   auto options = std::make_shared<BrokerOptions>();
   sub->add_option("--partitions", options->partitions, "Partitions of --topic")
-      ->check(PositiveInteger())
+      ->transform(PositiveInteger())
       ->capture_default_str();
   sub->add_option("--broker-count", options->broker_count, "Brokers in the mock cluster")
-      ->check(PositiveInteger())
+      ->transform(PositiveInteger())
       ->capture_default_str();
   sub->add_option("--addr-file", options->addr_file,
                   "Write the bootstrap address here once ready (removed on a clean stop)");

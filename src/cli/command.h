@@ -65,8 +65,8 @@ struct Command {
 
 void AddGlobalOptions(CLI::App& app, GlobalOptions& global);
 
-// CLI11 check for counts: a whole number in [1, INT_MAX] (IntegerInRange,
-// cli/option_values.h), so it fits an int, else "must be a positive integer
+// CLI11 validator for counts (add with transform()): a whole number in [1, INT_MAX]
+// (IntegerInRange, cli/option_values.h), so it fits an int, else "must be a positive integer
 // (at most 2147483647), got '0'": a usage error (exit 2).
 CLI::Validator PositiveInteger();
 

@@ -106,7 +106,7 @@ Command AddConsumeCommand(CLI::App& app, const GlobalOptions& global) {
                     1, 3'650LL * 86'400'000);
   sub->add_option("--prune-batch-size", o->prune_batch_size,
                   "With --retain: processed_event rows deleted per transaction")
-      ->check(PositiveInteger())
+      ->transform(PositiveInteger())
       ->capture_default_str();
   return {sub, [&global, o]() -> ExitCode {
             if (o->dedupe) return RunIdempotentConsumer(global, *o);

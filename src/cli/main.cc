@@ -1,6 +1,8 @@
 // outbox-lab: the one binary. The only place that catches exceptions and
 // chooses exit codes (cli/exit_code.h).
 #include <fmt/format.h>
+#include <librdkafka/rdkafka.h>
+#include <libpq-fe.h>
 #include <sqlite3.h>
 
 #include <CLI/CLI.hpp>
@@ -56,7 +58,12 @@ std::string CorruptMessage(const std::string& db, const outbox::DbError& e) {
 }
 
 int Fail(ExitCode code, const char* message) {
-  fmt::print(stderr, "outbox-lab: error: {}\n", message);
+  // One line, whatever the message holds: librdkafka's errstr ends with a newline of its own.
+  std::string line(message);
+  for (char& c : line)
+    if (c == '\n' || c == '\r') c = ' ';
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  fmt::print(stderr, "outbox-lab: error: {}\n", line);
   return static_cast<int>(code);
 }
 
@@ -143,6 +150,18 @@ int main(int argc, char** argv) {
       "outbox-lab"};
   app.require_subcommand(1);
   app.fallthrough();  // global options may follow the subcommand
+  // The libraries' versions as loaded at run time: they decide the broker's and the store's
+  // behaviour (the embedded broker is librdkafka's mock cluster).
+  app.set_version_flag(
+      "--version",
+      [] {
+        const int pq = PQlibVersion();
+        return fmt::format("outbox-lab {} (librdkafka {}, SQLite {}, libpq {}.{})",
+                           OUTBOX_LAB_VERSION, rd_kafka_version_str(), sqlite3_libversion(),
+                           pq / 10000, pq % 10000);
+      },
+      "Print the version of outbox-lab and of the librdkafka, SQLite and libpq it runs with, and "
+      "exit");
   GlobalOptions global;
   if (const char* frontend = std::getenv("OUTBOX_LAB_FRONTEND")) global.frontend = frontend;
   AddGlobalOptions(app, global);
@@ -168,6 +187,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     const std::vector<std::string> args(argv, argv + argc);

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
+#include <string>
 
 #include "outbox/parse_integer.h"
 #include "outbox/pg/connection.h"
@@ -88,7 +90,12 @@ std::string DbPathProblem(std::string_view db) {
 CLI::Validator IntegerInRange(std::int64_t min, std::int64_t max) {
   return CLI::Validator(
       [min, max](std::string& text) -> std::string {
-        if (ParseInteger(text, min, max)) return {};
+        if (const std::optional<std::int64_t> value = ParseInteger(text, min, max)) {
+          // Decimal, as read here: CLI11 converts with strtoll base 0, so "010" would become 8
+          // (octal) and "09" an error; a leading zero means nothing to a user.
+          text = std::to_string(*value);
+          return {};
+        }
         if (min == 1)
           return fmt::format("must be a positive integer (at most {}), got '{}'", max, text);
         return fmt::format("must be a whole number between {} and {}, got '{}'", min, max, text);

@@ -35,11 +35,12 @@ std::string DbPathProblem(std::string_view db);
 // empty brokers is fine (no broker configured; commands that need one say so).
 std::string BrokerListProblem(std::string_view brokers);
 
-// CLI11 check for a whole number in [min, max] (ParseInteger: no sign other
-// than a leading '-', no suffix, no spaces). Fails while parsing with
-// "must be a whole number between MIN and MAX, got 'TEXT'" ("must be a
-// positive integer ..." when min is 1), so the value also fits the option's
-// variable: pass max = the largest value that variable holds.
+// A CLI11 validator for a whole number in [min, max] (ParseInteger: no sign other than a
+// leading '-', no suffix, no spaces); add it with transform(), not check(): it rewrites the
+// text in decimal, since CLI11 alone reads "010" as octal 8 and refuses "09". Fails while
+// parsing with "must be a whole number between MIN and MAX, got 'TEXT'" ("must be a positive
+// integer ..." when min is 1), so the value also fits the option's variable: pass max = the
+// largest value that variable holds.
 CLI::Validator IntegerInRange(std::int64_t min, std::int64_t max);
 
 // CLI11 check and transform for --lang (and OUTBOX_LANG): en or zh; a locale name as LANG

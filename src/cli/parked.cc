@@ -20,7 +20,7 @@ Command AddParkedCommand(CLI::App& app, const GlobalOptions& global) {
   auto o = std::make_shared<Options>();
   sub->add_flag("--json", o->json, "Print one JSON object");
   sub->add_option("--limit", o->limit, "Rows listed at most (the counts cover all)")
-      ->check(PositiveInteger())
+      ->transform(PositiveInteger())
       ->capture_default_str();
   return {sub, [&global, o]() -> ExitCode {
             auto store = OpenStore(global.db, OpenMode::kReadOnly, global.MakeStoreOptions());

@@ -23,7 +23,7 @@ Command AddPowerCutCommand(CLI::App& app, const GlobalOptions& global) {
                 "Also garble the last unsynced sector of each file (a torn write)");
   sub->add_option("--seed", o->seed,
                   "Keep a random subset of unsynced writes, drawn from this seed (replayable)")
-      ->check(IntegerInRange(0, std::numeric_limits<std::int64_t>::max()));
+      ->transform(IntegerInRange(0, std::numeric_limits<std::int64_t>::max()));
   return {sub, [&global, o] {
             RejectPostgres(global, "power-cut");
             lab::PowerCutReport r;

@@ -23,7 +23,7 @@ CLI::Option* AddDeliveryTimeoutOption(CLI::App& sub, std::int64_t& ms) {
 void AddPublishOptions(CLI::App& sub, PublishOptions& options) {
   sub.add_option("N", options.count, "Number of unpublished rows to send at most")
       ->required()
-      ->check(PositiveInteger());
+      ->transform(PositiveInteger());
   AddDeliveryTimeoutOption(sub, options.delivery_timeout_ms);
 }
 

@@ -29,7 +29,7 @@ Command AddPurgeCommand(CLI::App& app, const GlobalOptions& global) {
       ->default_str("");  // required: no default to show
   sub->add_flag("--archive", o->archive, "Move the rows to outbox_archive instead of dropping them");
   sub->add_option("--batch-size", o->batch_size, "Rows per transaction")
-      ->check(PositiveInteger())
+      ->transform(PositiveInteger())
       ->capture_default_str();
   return {sub, [&global, o]() -> ExitCode {
             auto store = OpenStore(global.db, OpenMode::kExisting, global.MakeStoreOptions());
@@ -49,7 +49,7 @@ Command AddUnparkCommand(CLI::App& app, const GlobalOptions& global) {
   auto o = std::make_shared<Options>();
   // Any 64-bit id: another program may insert a row with id 0, a negative id or one past 2^31.
   auto* id = sub->add_option("ID", o->id, "Outbox id of the parked row (as `parked` lists it)")
-                 ->check(IntegerInRange(std::numeric_limits<std::int64_t>::min(),
+                 ->transform(IntegerInRange(std::numeric_limits<std::int64_t>::min(),
                                         std::numeric_limits<std::int64_t>::max()));
   sub->add_flag("--all", o->all, "Unpark every parked row")->excludes(id);
   return {sub, [&global, o, id]() -> ExitCode {

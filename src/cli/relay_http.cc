@@ -34,7 +34,7 @@ void AddRelayHttpOptions(CLI::App& relay, RelayHttpOptions& o) {
                    "/healthz answers 503 once the loop has not turned for this many idle maxima "
                    "plus the delivery timeout (and the transaction timeout with --exactly-once) "
                    "and 5s")
-      ->check(PositiveInteger())
+      ->transform(PositiveInteger())
       ->capture_default_str();
 }
 

@@ -13,7 +13,7 @@ void AddRelayCliOptions(CLI::App& sub, RelayCliOptions& o) {
                 "the parked rows, when rows are left stalled behind them (block-key)")
       ->excludes(once);
   sub.add_option("--batch-size", o.batch_size, "Rows per batch")
-      ->check(PositiveInteger())
+      ->transform(PositiveInteger())
       ->capture_default_str();
   sub.add_option("--pipeline", o.pipeline,
                  "Batches at the broker at once: the next batch is claimed and produced while "
@@ -21,7 +21,7 @@ void AddRelayCliOptions(CLI::App& sub, RelayCliOptions& o) {
                  "the second connection (--overlap-mark, the default) is one more, so kill -9 "
                  "re-sends at most this many batches plus one (this many with "
                  "--no-overlap-mark or --pipeline 1)")
-      ->check(PositiveInteger())
+      ->transform(PositiveInteger())
       ->capture_default_str();
   // --send-timeout: the name this option had before --delivery-timeout was shared with publish.
   AddDurationOption(sub, "--delivery-timeout,--send-timeout", o.delivery_timeout_ms,
@@ -44,7 +44,7 @@ void AddRelayCliOptions(CLI::App& sub, RelayCliOptions& o) {
                  "runs there too, its lease on the server's clock)")
       ->check(CLI::IsMember({"leader", "claims"}));
   sub.add_option("--max-attempts", o.max_attempts, "Failed attempts before a row is parked")
-      ->check(PositiveInteger())
+      ->transform(PositiveInteger())
       ->capture_default_str();
   // At most 2h: room above the longest --delivery-timeout (1h), far from overflowing the
   // claim's expiry (now + lease, epoch ms).

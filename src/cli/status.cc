@@ -108,7 +108,7 @@ Command AddStatusCommand(CLI::App& app, const GlobalOptions& global) {
   sub->add_option("--wal-lag-warn", *wal_lag_warn,
                   "PostgreSQL, relay --source wal: warn once the WAL slot lags this many bytes "
                   "(0: half of the server's max_slot_wal_keep_size, or 1 GiB without a limit)")
-      ->check(IntegerInRange(0, std::numeric_limits<std::int64_t>::max()))
+      ->transform(IntegerInRange(0, std::numeric_limits<std::int64_t>::max()))
       ->capture_default_str();
   return {sub, [&global, json, horizon_threshold_ms, wal_lag_warn]() -> ExitCode {
             const StatusView view = ReadStatusView(global, *horizon_threshold_ms);

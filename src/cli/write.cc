@@ -32,7 +32,7 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
   auto lines = std::make_shared<RowLineOptions>();
   auto workload = std::make_shared<std::string>("own");
   auto rate = std::make_shared<std::int64_t>(0);
-  sub->add_option("N", *count, "Number of loan transactions")->required()->check(PositiveInteger());
+  sub->add_option("N", *count, "Number of loan transactions")->required()->transform(PositiveInteger());
   sub->add_option("--workload", *workload,
                   "Which loan each transaction touches: own (each a new loan), 50 (round robin "
                   "over 50 loans) or zipf (Zipf-skewed over 1,000 loans); a later transaction "
@@ -43,7 +43,7 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
                   "Commit at a steady pace of this many transactions per second (each starts at "
                   "its own slot from the first; a late one does not shift the rest); 0: as fast "
                   "as possible")
-      ->check(IntegerInRange(0, 1'000'000'000))
+      ->transform(IntegerInRange(0, 1'000'000'000))
       ->capture_default_str();
   auto delay_ms = std::make_shared<std::int64_t>(0);
   AddDurationOption(*sub, "--delay", *delay_ms,
@@ -56,7 +56,7 @@ Command AddWriteCommand(CLI::App& app, const GlobalOptions& global) {
                   "Loans per transaction: each keeps its own business row and outbox row with "
                   "the same event id, but they commit together, one commit (fsync) per batch; "
                   "--rate then paces the batches' loans")
-      ->check(PositiveInteger())
+      ->transform(PositiveInteger())
       ->capture_default_str();
   AddRowLineOptions(*sub, *lines);
   return {sub, [&global, count, lines, workload, rate, delay_ms, batch]() -> ExitCode {

@@ -16,7 +16,7 @@ Command AddWriteHoldCommand(CLI::App& app, const GlobalOptions& global) {
   auto count = std::make_shared<std::int64_t>(0);
   sub->add_option("N", *count, "Number of loan transactions")
       ->required()
-      ->check(PositiveInteger());
+      ->transform(PositiveInteger());
   auto lines = std::make_shared<RowLineOptions>();
   AddRowLineOptions(*sub, *lines);
   return {sub, [&global, count, lines]() -> ExitCode {

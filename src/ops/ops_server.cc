@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
@@ -225,6 +226,12 @@ OpsServer::OpsServer(OpsServerOptions options, OpsServerHooks hooks)
   svr.set_read_timeout(options_.read_timeout_s, 0);
   svr.set_write_timeout(options_.read_timeout_s, 0);
   svr.set_keep_alive_timeout(options_.read_timeout_s);
+  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, with which a second relay given the
+  // same --http port listened beside the first and the kernel split the probes between them.
+  svr.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
 
   svr.Get("/metrics", [st](const httplib::Request&, httplib::Response& res) {
     const State::StatusRead read = st->ReadStatus();

@@ -15,7 +15,7 @@ namespace {
 std::int64_t ParseN(std::vector<std::string> args, std::int64_t min, std::int64_t max) {
   CLI::App app("test");
   std::int64_t n = 7;
-  app.add_option("--n", n, "a count")->check(outbox::cli::IntegerInRange(min, max));
+  app.add_option("--n", n, "a count")->transform(outbox::cli::IntegerInRange(min, max));
   std::reverse(args.begin(), args.end());  // CLI11 takes them last first
   app.parse(args);
   return n;
@@ -80,6 +80,10 @@ TEST_CASE("An integer option takes whole numbers in its range only", "[cli]") {
   CHECK(ParseN({"--n", "1"}, 1, INT_MAX) == 1);
   CHECK(ParseN({"--n", "2147483647"}, 1, INT_MAX) == INT_MAX);
   CHECK(ParseN({"--n", "0"}, 0, 5) == 0);
+  // Decimal with leading zeros: CLI11 alone reads "010" as octal 8 (unpark 010 took row 8).
+  CHECK(ParseN({"--n", "010"}, 1, INT_MAX) == 10);
+  CHECK(ParseN({"--n", "09"}, 1, INT_MAX) == 9);
+  CHECK(ParseN({"--n", "-010"}, INT64_MIN, INT64_MAX) == -10);
   const std::string bad = GENERATE("0", "-1", "abc", "3000000000", "1.5", "+3", " 3", "3x", "");
   INFO("--n '" << bad << "'");
   CHECK_THROWS_AS(ParseN({"--n", bad}, 1, INT_MAX), CLI::ValidationError);

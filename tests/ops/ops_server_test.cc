@@ -281,3 +281,16 @@ TEST_CASE("A stuck database read holds one request thread while healthz and read
   REQUIRE(ready);
   CHECK(ready->status == 200);
 }
+
+TEST_CASE("A second endpoint on a port already served is refused, not shared", "[ops]") {
+  // httplib's default socket options add SO_REUSEPORT: two relays then listened on one --http
+  // port and the kernel split the probes between them.
+  ServerFixture f;
+  OpsServerOptions options;
+  options.port = f.server->port();
+  CHECK_THROWS_WITH(OpsServer(options, OpsServerHooks{}),
+                    Catch::Contains("cannot listen there (address in use"));
+  auto res = f.client->Get("/healthz");
+  REQUIRE(res);
+  CHECK(res->status == 200);
+}

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -87,6 +88,16 @@ int OpenFlags(OpenMode mode, const std::string& path) {
   return flags;
 }
 
+// What this user may not do to reach path's bytes, or null: search a folder on the path (stat
+// fails with EACCES), or read the file itself (access(R_OK) fails with EACCES).
+const char* PermissionDenied(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return errno == EACCES ? "search a folder on its path (the folder's x bit)" : nullptr;
+  if (::access(path.c_str(), R_OK) != 0 && errno == EACCES) return "read the file";
+  return nullptr;
+}
+
 // Runs before the connection exists, so the missing-file case never creates one.
 const std::string& CheckPath(const std::string& path, OpenMode mode) {
   namespace fs = std::filesystem;
@@ -105,6 +116,12 @@ const std::string& CheckPath(const std::string& path, OpenMode mode) {
                               "a socket); give a database file path, such as 'outbox.db' "
                               "(SQLITE_CANTOPEN)",
                               path),
+                  SQLITE_CANTOPEN);
+  // Permission denied is not "no such file" (whose hint is a reset).
+  if (const char* denied = PermissionDenied(path))
+    throw DbError(fmt::format("open database '{}': permission denied: this user cannot {} "
+                              "(SQLITE_CANTOPEN)",
+                              path, denied),
                   SQLITE_CANTOPEN);
   if (mode != OpenMode::kCreate) {
     if (!fs::exists(path, ec))
