@@ -114,6 +114,11 @@ struct DeliveryResult {
   // the relay counts no attempt, parks nothing and sends it again after a backoff. error then
   // names the outage's cause, e.g. "all brokers down (_ALL_BROKERS_DOWN)".
   bool outage = false;
+  // Accepted by the broker, then aborted with its transaction (relay --exactly-once) because
+  // another record of the batch failed: not at fault, so the relay counts no attempt and sends
+  // it again with the next batch, while the record that failed backs off (and is parked after
+  // --max-attempts) alone. error then names the other record's failure.
+  bool rolled_back = false;
 };
 
 }  // namespace outbox

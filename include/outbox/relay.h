@@ -269,6 +269,9 @@ struct BatchReport {
   // Of failed, the rows that failed for the brokers' sake (DeliveryResult::outage): left
   // pending with no attempt counted, not in settle.retried or settle.parked.
   std::int64_t outage = 0;
+  // Of failed, the rows rolled back with an aborted transaction for another record's failure
+  // (DeliveryResult::rolled_back, --exactly-once): left pending with no attempt counted.
+  std::int64_t rolled_back = 0;
   SettleReport settle;
 };
 

@@ -34,11 +34,22 @@ struct WalProgress {
   // pg_logical_slot_peek_binary_changes); nullopt while the slot is active (a peek would be
   // refused: one reader per slot) or lost.
   std::optional<std::set<std::int64_t>> pending_ids;
+  // Unpublished outbox ids the slot never streams: rows committed before the WAL relay created
+  // the slot, or while an older outbox-lab's reset had taken the outbox out of the publication
+  // (table outbox_wal_unstreamed, written by WalRelay::Open). They wait for the polling relay.
+  std::set<std::int64_t> unstreamed_ids;
+
+  // Whether row id counts as published although its flag says not: the slot's pending inserts
+  // are known (the slot is inactive and not lost), hold none of it, and the slot streams it.
+  bool Confirmed(std::int64_t id) const {
+    return pending_ids && pending_ids->count(id) == 0 && unstreamed_ids.count(id) == 0;
+  }
 };
 
 // The WAL relay's progress on the database of url (a postgresql:// URL; its search_path names the
-// outbox's schema): the slot named slot, or DefaultWalSlotName of the connection's database and
-// current schema when slot is empty. Returns nullopt when no such slot exists (no WAL relay ever
+// outbox's schema): the slot named slot; when slot is empty, the slot the WAL relay last recorded
+// for this schema (table outbox_wal_slot: relay --source wal --slot NAME), else
+// DefaultWalSlotName of the connection's database and current schema. Returns nullopt when no such slot exists (no WAL relay ever
 // ran there). The peek decodes every change since the confirmed LSN: its cost grows with the
 // relay's lag. Throws pg::PgError (server errors), pg::DecodeError (a malformed pgoutput message).
 std::optional<WalProgress> ReadWalProgress(const std::string& url, const std::string& slot = "");

@@ -51,6 +51,7 @@ class WalRelayError : public Error {
     kSlotLost,      // the slot was dropped or invalidated: changes past its LSN may be gone
     kSlotMismatch,  // a slot of that name exists with another plugin or database
     kUndeliverable, // a row failed delivery for its own sake max_attempts times
+    kOlderRows,     // unpublished rows the slot never streams (older than it): polling relay first
   };
   WalRelayError(Kind kind, const std::string& message) : Error(message), kind_(kind) {}
   Kind kind() const noexcept { return kind_; }
@@ -110,11 +111,12 @@ struct WalOpenReport {
   bool created_publication = false;
   pg::Lsn confirmed = 0;      // the slot's confirmed_flush_lsn when streaming began
   pg::Lsn wal_at_open = 0;    // pg_current_wal_lsn() when streaming began (RunUntilCaughtUp's goal)
-  // created_slot only: rows whose published flag was false right after the slot was created.
-  // Rows committed before the slot are not in its stream: the polling relay must send them.
+  // created_slot only: rows whose published flag was false right after the slot was created
+  // (Open returns only when that is 0: kOlderRows).
   std::int64_t unpublished_at_creation = 0;
   // The outbox was not in the existing publication and was added: the outbox's rows then, which
-  // are not in the stream (send them with the polling relay). -1: it was in it.
+  // are not in the stream (Open returns only when all are published: kOlderRows). -1: it was in
+  // it.
   std::int64_t unstreamed = -1;
   int walsender_pid = 0;
 };
@@ -143,6 +145,9 @@ class WalRelay {
   // (pgoutput) exist, creating what is missing, then starts streaming from the slot's confirmed
   // position. A publication without the outbox (a reset by an older outbox-lab took it out) gets
   // it back; the rows committed meanwhile are not in the stream (WalOpenReport::unstreamed).
+  // Records the slot's name (table outbox_wal_slot) and, when it creates the slot or adds the
+  // outbox back, the unpublished rows the stream will not hold (table outbox_wal_unstreamed):
+  // verify, check and status read both (WalProgress).
   // Call again after a connection loss: the server re-sends every unconfirmed transaction, and
   // their rows go out under the run they were written in (the last reset this relay saw at or
   // before the confirmed position, else the run the first Open read), not the run now.
@@ -150,7 +155,9 @@ class WalRelay {
   // for one statement) is waited for, up to 5 s in steps of 20 ms.
   // Throws WalRelayError kWalLevel (wal_level is not logical), kSlotActive (a walsender, another
   // WAL relay, streams the slot, or a peek held it past those 5 s: SQLSTATE 55006), kSlotLost (the publication exists but the slot does not,
-  // or the slot's wal_status is lost), kSlotMismatch; pg::PgError for anything else the server
+  // or the slot's wal_status is lost), kSlotMismatch, kOlderRows (recorded rows the stream will
+  // not hold are still unpublished: the polling relay must send them first, or a later row of
+  // their aggregate streamed now would overtake them); pg::PgError for anything else the server
   // says (connection_lost() when it is down).
   WalOpenReport Open();
 

@@ -67,12 +67,16 @@ StatusView ReadStatusView(const GlobalOptions& global, std::int64_t horizon_thre
   if (store->backend() == Backend::kPostgres) view.wal = ReadWalProgress(global.db);
   if (view.wal && view.wal->pending_ids) {
     // The WAL relay marks no row: a row the flag calls unpublished counts as published once its
-    // slot holds no insert of it (as verify and check count). Parked rows stay as they are.
+    // slot holds no insert of it and streams it (as verify and check count). Parked rows stay as
+    // they are.
     std::int64_t sent = 0;
     for (const OutboxRow& row :
          store->FetchUnpublished(std::nullopt, std::numeric_limits<std::int64_t>::max()))
-      if (view.wal->pending_ids->count(row.id) == 0) ++sent;
+      if (view.wal->Confirmed(row.id)) ++sent;
     sent = std::min(sent, view.status.pending);
+    // Nothing left pending: the age was a confirmed row's, no one's wait. (With rows left, the
+    // flag's figure stays: it may be a confirmed row's, an age too high, never too low.)
+    if (sent == view.status.pending) view.status.oldest_pending_age_ms = 0;
     view.status.unpublished -= sent;
     view.status.pending -= sent;
     view.status.published += sent;

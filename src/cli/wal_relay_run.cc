@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cli/partition_pin.h"
 #include "cli/publishing.h"
 #include "cli/stop_signal.h"
 #include "lab/broker/json_bytes.h"
@@ -52,15 +53,12 @@ void PrintOpen(const WalOpenReport& open, bool reconnect, bool json) {
              reconnect ? "reconnected: " : "", open.slot, open.created_slot ? " (created)" : "",
              open.publication, open.created_publication ? " (created)" : "",
              pg::FormatLsn(open.confirmed), open.walsender_pid);
-  if (open.created_slot && open.unpublished_at_creation > 0)
-    fmt::print("[relay] wal: {} rows were unpublished when the slot was created: rows committed "
-               "before the slot are not in its stream; send them with the polling relay "
-               "(relay --until-empty)\n",
-               open.unpublished_at_creation);
+  // Unpublished rows older than the stream end Open with exit 23 (WalRelayError kOlderRows), so
+  // what is left to say here is that the rows of a re-added outbox were all published.
   if (open.unstreamed >= 0)
     fmt::print("[relay] wal: the outbox was not in publication {} (a reset by an older "
                "outbox-lab took it out) and is added back; its {} rows committed before are not "
-               "in the stream: send them with the polling relay (relay --until-empty)\n",
+               "in the stream, and all of them are published\n",
                open.publication, open.unstreamed);
   std::fflush(stdout);
 }
@@ -111,6 +109,13 @@ ExitCode RunWalRelay(const GlobalOptions& global, const RelayCliOptions& o, bool
   StopSignalFd stop;  // before any librdkafka thread exists
   const std::unique_ptr<OutboxStore> store =
       OpenStore(global.db, OpenMode::kExisting, global.MakeStoreOptions());
+  // As the polling relay: a key that pins an aggregate to a partition has a mapping to keep
+  // (a changed partition count or partitioner would put an aggregate's later events on another
+  // partition: exit 21); a count unknown now is noted after the first batch that sends.
+  bool partition_count_unknown = false;
+  if (ParseKeyChoice(o.key) == KeyChoice::kAggregateId)
+    partition_count_unknown = PinPartitionMapping(global, *store, o.allow_partitioner_change,
+                                                  [&stop] { return stop.Received(); }, o.json);
   kafka::KafkaPublisherOptions publisher_options;
   publisher_options.brokers = global.RequireBrokers();
   publisher_options.topic = global.topic;
@@ -233,6 +238,8 @@ ExitCode RunWalRelay(const GlobalOptions& global, const RelayCliOptions& o, bool
     }
     if (!noted && batch.records > 0)
       noted = NoteBrokerIncarnation(publisher.handle(), *store, 2000);
+    if (partition_count_unknown && batch.records > 0)
+      partition_count_unknown = !NotePartitionCount(global, *store, publisher.handle(), json);
     if (o.once) break;
     if (o.until_empty && relay.CaughtUp()) break;
   }

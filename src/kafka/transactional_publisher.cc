@@ -322,7 +322,10 @@ void TransactionalPublisher::Send(const std::vector<OutboundMessage>& messages) 
         // Partition 0, the one Recover reads, even on a state topic of several partitions (one
         // created by hand, or auto-created where CreateTopics is missing: the embedded broker).
         RD_KAFKA_V_PARTITION(0),
-        RD_KAFKA_V_KEY(options_.topic.data(), options_.topic.size()),
+        // Keyed by the transactional.id, one per outbox: two outboxes on one topic share the
+        // state topic, and under the topic as the key compaction kept only the last record of
+        // either, so one outbox's unmarked last transaction could be compacted away by the other's.
+        RD_KAFKA_V_KEY(transactional_id_.data(), transactional_id_.size()),
         RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
     if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) rd_kafka_poll(publisher_.handle(), kPollMs);
@@ -387,7 +390,14 @@ std::vector<DeliveryResult> TransactionalPublisher::AwaitOldest() {
       FailAll(results, fmt::format("{}; the abort failed too: {}", why, abort_error), true);
       return results;
     }
-    FailAll(results, why, false);
+    // Only the records that failed are at fault: the others were accepted and are rolled back
+    // with them (no attempt counted), or one poison row would park every row batched with it.
+    for (DeliveryResult& r : results) {
+      if (!r.ok) continue;
+      r.ok = false;
+      r.rolled_back = true;
+      r.error = why;
+    }
     return results;
   }
   HitFailpoint("relay.txn_before_commit");

@@ -408,6 +408,11 @@ Relay::AckedBatch Relay::TakeAcked() {
       // The producer failed, not the message: no attempt counted, no backoff, never parked.
       batch.producer_fatal = result.error;
       ++batch.left_unsettled;
+    } else if (result.rolled_back) {
+      // Aborted with its transaction for another record's failure: left pending, no attempt
+      // counted; the leader's next pass reads it again (one transaction at a time: no later
+      // row of its aggregate was read meanwhile).
+      ++report.rolled_back;
     } else if (result.outage) {
       // The brokers failed, not the message: left pending, no attempt counted, never parked.
       // KafkaPublisher writes "<cause>; the message: <its own error>" when it knows more than
@@ -423,7 +428,8 @@ Relay::AckedBatch Relay::TakeAcked() {
     }
   }
   report.acked = static_cast<std::int64_t>(batch.acked.size());
-  report.failed = static_cast<std::int64_t>(batch.failed.size()) + report.outage;
+  report.failed =
+      static_cast<std::int64_t>(batch.failed.size()) + report.outage + report.rolled_back;
   return batch;
 }
 

@@ -2,6 +2,7 @@
 // term, ids a committed Kafka transaction already carried are marked, not sent again.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <vector>
 
 #include "outbox/relay.h"
@@ -131,4 +132,57 @@ TEST_CASE("A batch whose mark failed within the term is recovered before the nex
   CHECK(recoveries == 2);  // the same term, recovered again
   CHECK(publisher.calls.size() == 1);  // not sent again
   for (std::int64_t id = 1; id <= 3; ++id) CHECK(IsPublished(store, id));
+}
+
+TEST_CASE("An aborted transaction counts an attempt for its failing record only, not for the "
+          "rows rolled back with it",
+          "[relay]") {
+  // A transactional publisher's batch with a poison record: it fails on its own, and the
+  // transaction's abort rolls back the others (DeliveryResult::rolled_back).
+  class AbortingPublisher : public outbox::testing::RowFailingPublisher {
+   public:
+    std::vector<outbox::DeliveryResult> Publish(
+        const std::vector<outbox::OutboundMessage>& messages) override {
+      std::vector<outbox::DeliveryResult> results = RowFailingPublisher::Publish(messages);
+      const bool aborted = std::any_of(results.begin(), results.end(),
+                                       [](const outbox::DeliveryResult& r) { return !r.ok; });
+      for (outbox::DeliveryResult& r : results) {
+        if (!aborted || !r.ok) continue;
+        r.ok = false;
+        r.rolled_back = true;
+        r.error = "transaction aborted: a record of the batch failed (fake: poison row)";
+      }
+      return results;
+    }
+  };
+  LeaderFixture f(4);
+  f.options.settle.max_attempts = 2;
+  f.options.committed_ids = [] { return std::vector<std::int64_t>{}; };
+  AbortingPublisher publisher;
+  publisher.failing = {1};
+  Relay relay(f.store, publisher, f.options);
+
+  const auto first = relay.RunBatch();
+  CHECK(first.failed == 4);
+  CHECK(first.rolled_back == 3);
+  CHECK(outbox::testing::IntColumn(f.store, "attempts", 1) == 1);
+  for (std::int64_t id = 2; id <= 4; ++id) {
+    INFO("row " << id);
+    CHECK(outbox::testing::IntColumn(f.store, "attempts", id).value_or(0) == 0);
+    CHECK_FALSE(IsPublished(f.store, id));
+  }
+  // The poison row backs off; the rows rolled back go out with the next transaction.
+  const auto second = relay.RunBatch();
+  CHECK(IdsOf(publisher.calls.back()) == std::vector<std::int64_t>{2, 3, 4});
+  CHECK(second.settle.marked == 3);
+  // Past its backoff it fails again and is parked alone.
+  f.clock.AdvanceMs(f.options.settle.backoff_max_ms);
+  const auto third = relay.RunBatch();
+  CHECK(IdsOf(publisher.calls.back()) == std::vector<std::int64_t>{1});
+  CHECK(third.settle.parked == 1);
+  for (std::int64_t id = 2; id <= 4; ++id) {
+    INFO("row " << id);
+    CHECK(IsPublished(f.store, id));
+    CHECK_FALSE(outbox::testing::IntColumn(f.store, "parked_at", id).has_value());
+  }
 }

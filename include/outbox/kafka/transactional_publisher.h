@@ -18,7 +18,8 @@
 // again. That is why one transaction at a time: with one batch in flight and
 // its rows marked before the next transaction begins, only the last committed
 // transaction can hold unmarked ids, and a compacted state topic that keeps one
-// record per key loses nothing the recovery needs.
+// record per key (the transactional.id: one per outbox, also where several outboxes
+// share a topic) loses nothing the recovery needs.
 //
 // Owns one KafkaPublisher (and through it the rd_kafka_t) and the consumer of
 // Recover, made and destroyed inside the call. Not thread-safe.

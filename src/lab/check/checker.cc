@@ -44,10 +44,9 @@ std::map<std::string, std::string> TxnOutcomes(const std::vector<HistoryOp>& ops
 namespace {
 
 // Published by its flag, or (under the WAL relay, which marks no row) once the slot holds no
-// pending insert of it.
+// pending insert of it and it is not a row older than the slot (WalProgress::Confirmed).
 bool CountsAsPublished(const SnapshotRow& row, const WalProgress* wal) {
-  return row.published || (wal != nullptr && wal->pending_ids && !row.archived &&
-                           wal->pending_ids->count(row.id) == 0);
+  return row.published || (wal != nullptr && !row.archived && wal->Confirmed(row.id));
 }
 
 template <typename OutboxMap, typename SeenMap>

@@ -38,7 +38,7 @@ DbSnapshot TakeDbSnapshot(OutboxStore& store, const BusinessTable* business,
   }
   if (wal != nullptr && wal->pending_ids)
     for (SnapshotRow& row : lab.outbox.rows)
-      if (!row.published && !row.archived && wal->pending_ids->count(row.id) == 0) row.published = true;
+      if (!row.published && !row.archived && wal->Confirmed(row.id)) row.published = true;
   const OutboxSnapshot& outbox = lab.outbox;
   snapshot.outbox = outbox.Counts();
   for (const SnapshotRow& row : outbox.rows) {

@@ -290,7 +290,8 @@ ResetCounts PgStore::ResetLocked(const std::function<void(pg::Connection&)>& als
   connection_.Exec("DROP TABLE IF EXISTS outbox_archive; DROP TABLE IF EXISTS outbox_purged; "
                    "DROP TABLE IF EXISTS outbox_broker; DROP TABLE IF EXISTS outbox_partitioning; "
                    "DROP TABLE IF EXISTS outbox; DROP TABLE IF EXISTS outbox_run; "
-                   "DROP TABLE IF EXISTS outbox_offset;",
+                   "DROP TABLE IF EXISTS outbox_offset; "
+                   "DROP TABLE IF EXISTS outbox_wal_unstreamed;",
                    "drop the outbox schema");
   // The lease row stays, so the fencing token keeps growing across runs. The term held now ends,
   // and its token with it (token + 1, a term nobody holds): a leader that read a page of the old
