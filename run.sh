@@ -13,7 +13,8 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 build_dir=$repo/build
-bin=$build_dir/outbox-lab
+# OUTBOX_LAB_BIN: a prebuilt binary to use as it is (run.sh then builds nothing).
+bin=${OUTBOX_LAB_BIN:-$build_dir/outbox-lab}
 state=${OUTBOX_LAB_STATE:-/tmp/outbox-lab-state-$(id -u)}
 # One embedded broker per database (use_broker_of sets these): a reset of one database restarts
 # only that database's broker, so another database's records (in that broker's memory) survive.
@@ -55,7 +56,8 @@ that does not exist (the lab then asks for a reset), except for consume, which r
 Each database (--db) gets a broker of its own. A successful reset stops that database's
 broker, so the next experiment starts on an empty topic and its offsets match the chapter's
 (0, 1, 2, ...); other databases' brokers keep running. The lab checks the command line before
-run.sh starts or stops any broker for it.
+run.sh starts or stops any broker for it. run.sh builds build/outbox-lab when it is missing or
+older than the sources; OUTBOX_LAB_BIN=PATH uses a prebuilt binary as it is instead.
 
   ./run.sh demo           the chapter's experiment (two kill -9s) end to end, with the final
                           reconciliation (scenarios/outbox-crash.sh; own broker, own temp db),
@@ -101,7 +103,8 @@ EOF
 
 # The usage of run.sh's own command $1: what it does, its arguments, the environment it reads.
 own_usage() {
-  local common="  OUTBOX_LAB_STATE         run.sh's state directory, here $state"
+  local common="  OUTBOX_LAB_STATE         run.sh's state directory, here $state
+  OUTBOX_LAB_BIN           a prebuilt outbox-lab to use as it is (run.sh then builds nothing)"
   case "$1" in
     demo)
       cat <<EOF
@@ -270,6 +273,10 @@ progress_while_building() {
 # lives in a subshell: its descriptor must not leak into the lab we exec afterwards.
 build() {
   ensure_state_dir
+  if [ -n "${OUTBOX_LAB_BIN:-}" ]; then
+    [ -x "$bin" ] || die "OUTBOX_LAB_BIN=$bin is not an executable file"
+    return 0
+  fi
   (
     if command -v flock >/dev/null 2>&1; then flock 9; fi
     log=$state/build.log
@@ -660,6 +667,16 @@ for arg in "$@"; do
       ;;
   esac
 done
+
+# A mistyped command of run.sh's own before the first build: a typo must not cost a build of
+# minutes before it is told (with a binary, the lab's own check below catches it).
+if [ ! -x "$bin" ] && [ "$#" -ge 1 ] && [[ $1 != -* ]]; then
+  closest=$(closest_own_command "$1")
+  if [ -n "$closest" ] && [ "$closest" != "$1" ]; then
+    echo "run.sh: error: unknown command '$1'; did you mean './run.sh $closest'? (see ./run.sh --help)" >&2
+    exit 2
+  fi
+fi
 
 build
 
