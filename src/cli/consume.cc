@@ -90,14 +90,17 @@ Command AddConsumeCommand(CLI::App& app, const GlobalOptions& global) {
   AddIsolationOption(*sub, o->isolation);
   sub->add_flag("--with-offsets", o->with_offsets, "Prefix each line with partition=P offset=O");
   AddReadTimeoutOption(*sub, o->timeout_ms);
-  sub->add_flag("--dedupe", o->dedupe,
+  CLI::Option* dedupe = sub->add_flag("--dedupe", o->dedupe,
                 "Idempotent consumer: apply each event once, recording its id in processed_event "
                 "in the same transaction as the effect; commit the offset after. The id is the "
                 "event_id header, else the payload's eventId; a record with neither is applied "
                 "without deduplication and counted apart (without-event-id=N)");
-  sub->add_option("--group", o->group, "Consumer group (with --dedupe): where offsets are committed");
+  // Without --dedupe these would be ignored: a usage error instead (exit 2).
+  sub->add_option("--group", o->group, "Consumer group (with --dedupe): where offsets are committed")
+      ->needs(dedupe);
   sub->add_option("--effects-db", o->effects_db,
-                  "SQLite file for the consumer's effects and processed_event (with --dedupe)");
+                  "SQLite file for the consumer's effects and processed_event (with --dedupe)")
+      ->needs(dedupe);
   AddDurationOption(*sub, "--retain", o->retain_ms,
                     "With --dedupe: after consuming, delete processed_event rows older than this, "
                     "in bounded batches. Keep it above the longest re-send window (relay lease, "
