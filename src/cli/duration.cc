@@ -13,10 +13,15 @@ CLI::Option* AddDurationOption(CLI::App& app, const std::string& name, std::int6
   const CLI::Validator to_ms(
       [min_ms, max_ms](std::string& text) -> std::string {
         const auto value = ParseDurationMs(text);
-        if (!value)
+        // Digits and a unit that overflow 64-bit ms are a duration, only too long.
+        const std::size_t digits = text.find_first_not_of("0123456789");
+        const std::string unit = digits == std::string::npos ? "" : text.substr(digits);
+        const bool duration_shaped = digits > 0 && (unit == "ms" || unit == "s" || unit == "m" ||
+                                                    unit == "h" || unit == "d");
+        if (!value && !duration_shaped)
           return fmt::format("expected a duration such as 500ms, 10s, 5m, 12h or 7d, got '{}'",
                              text);
-        if (*value < min_ms || *value > max_ms)
+        if (!value || *value < min_ms || *value > max_ms)
           return fmt::format("must be between {} and {}, got '{}'", FormatDuration(min_ms),
                              FormatDuration(max_ms), text);
         text = std::to_string(*value);

@@ -42,3 +42,18 @@ TEST_CASE("A bad or out-of-range duration is a parse error", "[cli]") {
   INFO(args[0] << " " << args[1]);
   CHECK_THROWS_AS(Parse(args), CLI::ParseError);
 }
+
+TEST_CASE("A duration too long for 64-bit ms is out of range, not 'not a duration'", "[cli]") {
+  try {
+    Parse({"--timeout", "999999999999d"});
+    FAIL("999999999999d was accepted");
+  } catch (const CLI::ParseError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("must be between 1ms and 1h"));
+  }
+  try {
+    Parse({"--timeout", "1.5s"});
+    FAIL("1.5s was accepted");
+  } catch (const CLI::ParseError& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("expected a duration such as"));
+  }
+}
