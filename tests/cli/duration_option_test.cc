@@ -43,7 +43,7 @@ TEST_CASE("A bad or out-of-range duration is a parse error", "[cli]") {
   CHECK_THROWS_AS(Parse(args), CLI::ParseError);
 }
 
-TEST_CASE("A duration too long for 64-bit ms is out of range, not 'not a duration'", "[cli]") {
+TEST_CASE("A duration too long for 64-bit ms is out of range and not 'not a duration'", "[cli]") {
   try {
     Parse({"--timeout", "999999999999d"});
     FAIL("999999999999d was accepted");

@@ -282,7 +282,7 @@ TEST_CASE("A stuck database read holds one request thread while healthz and read
   CHECK(ready->status == 200);
 }
 
-TEST_CASE("A second endpoint on a port already served is refused, not shared", "[ops]") {
+TEST_CASE("A second endpoint on a port already served is refused and not shared", "[ops]") {
   // httplib's default socket options add SO_REUSEPORT: two relays then listened on one --http
   // port and the kernel split the probes between them.
   ServerFixture f;

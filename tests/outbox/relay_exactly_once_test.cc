@@ -134,7 +134,7 @@ TEST_CASE("A batch whose mark failed within the term is recovered before the nex
   for (std::int64_t id = 1; id <= 3; ++id) CHECK(IsPublished(store, id));
 }
 
-TEST_CASE("An aborted transaction counts an attempt for its failing record only, not for the "
+TEST_CASE("An aborted transaction counts an attempt for its failing record only and not for the "
           "rows rolled back with it",
           "[relay]") {
   // A transactional publisher's batch with a poison record: it fails on its own, and the
