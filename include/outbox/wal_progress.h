@@ -49,9 +49,10 @@ struct WalProgress {
 // The WAL relay's progress on the database of url (a postgresql:// URL; its search_path names the
 // outbox's schema): the slot named slot; when slot is empty, the slot the WAL relay last recorded
 // for this schema (table outbox_wal_slot: relay --source wal --slot NAME), else
-// DefaultWalSlotName of the connection's database and current schema. Returns nullopt when no such slot exists (no WAL relay ever
-// ran there). The peek decodes every change since the confirmed LSN: its cost grows with the
-// relay's lag. Throws pg::PgError (server errors), pg::DecodeError (a malformed pgoutput message).
+// DefaultWalSlotName of the connection's database and current schema. Returns nullopt when no
+// such slot exists (no WAL relay ever ran there). The peek decodes every change since the
+// confirmed LSN: its cost grows with the relay's lag. Throws pg::PgError (server errors),
+// pg::DecodeError (a malformed pgoutput message).
 std::optional<WalProgress> ReadWalProgress(const std::string& url, const std::string& slot = "");
 
 // The lag at which a slot is called lagging when no threshold is given and the server keeps WAL

@@ -121,7 +121,8 @@ bool InsertLoanWithoutEvent(OutboxStore& store, const Loan& loan);
 // rollback's shared fate: inserts loan, then event, in ONE transaction that is never committed.
 // Returns the enqueue's error when event_id collides with an existing row (a unique violation;
 // SQLite: its words and result code, without the statement; PostgreSQL: the server's message),
-// or empty when the enqueue unexpectedly succeeded; the transaction is rolled back either way. Throws DbError or pg::PgError for any other failure.
+// or empty when the enqueue unexpectedly succeeded; the transaction is rolled back either way.
+// Throws DbError or pg::PgError for any other failure.
 std::string InsertLoanWithCollidingEvent(OutboxStore& store, const Loan& loan,
                                          const OutboxEvent& event);
 
