@@ -401,7 +401,8 @@ run_sh() {
   OUT=$TMP/run-$RUNS.out
   ERR=${OUT%.out}.err
   echo "\$ $fake_repo/run.sh $*"
-  PATH=$TMP/fake-bin:$PATH OUTBOX_LAB_STATE=$TMP/run-sh-state timeout -k 5 60 \
+  # Without OUTBOX_LAB_BIN (ctest sets it): run.sh would take that binary and build nothing.
+  env -u OUTBOX_LAB_BIN PATH="$TMP/fake-bin:$PATH" OUTBOX_LAB_STATE="$TMP/run-sh-state" timeout -k 5 60 \
     "$fake_repo/run.sh" "$@" </dev/null >"$OUT" 2>"$ERR"
   RC=$?
   cat "$OUT"
