@@ -51,8 +51,8 @@
 # with a WAL relay that has nothing to send, before the loans are written (a slot streams only
 # what commits after it). No purge phase: the WAL relay marks no row, so purge (published rows
 # only) would find nothing to remove. Expects, besides every cell firing, 0 lost and 0 phantom:
-# duplicates only from the batch killed before its confirm, so at most --batch-size (7) per cell,
-# and none when the kill came before anything was produced (relay.wal.after_receive).
+# duplicates only from the batch killed before its confirm, so at most --batch-size (7) per cell
+# (at relay.wal.after_receive, the batch before, when the kill beats its confirm message).
 # The check runs before the purge: `check` judges Kafka against the outbox table only, so a purged
 # (or archived) row's record would count as a phantom and its loan as an atomicity violation.
 # Purge never touches Kafka, so the check before it is the run's judgement of the Kafka side.
@@ -304,9 +304,10 @@ sweep_case() {
     [ "$kind" = kill ] || [ "$(json_count "$check_out" '.undone')" = 0 ] ||
       case_fail "check: $(json_count "$check_out" '.undone') commits undone by the power cut at synchronous=$POWER_SYNC"
     if [ "$SOURCE" = wal ]; then
+      # At most one batch: the one killed before its confirm, or at relay.wal.after_receive the
+      # one before it, whose confirm (a message to the walsender, which no reply acknowledges)
+      # the kill can beat (1 run in about 4 on the loaded 2-core machine: 7 duplicates).
       [ "$dup" -le "$BATCH" ] || case_fail "check: $dup duplicated, more than one unconfirmed batch of $BATCH"
-      [ "$point" != relay.wal.after_receive ] || [ "$dup" = 0 ] ||
-        case_fail "check: $dup duplicated after a kill before anything was produced"
     fi
     [ "$(json_get "$check_out" '.business_rows')" = "$LOANS" ] ||
       case_fail "check: business rows $(json_get "$check_out" '.business_rows'), expected $LOANS"

@@ -14,12 +14,18 @@ namespace outbox {
 std::optional<WalProgress> ReadWalProgress(const std::string& url, const std::string& slot_name) {
   pg::Connection sql(url);
   std::string slot = slot_name;
-  if (slot.empty() && sql.QueryInt("SELECT (to_regclass('outbox_wal_slot') IS NOT NULL)::int", {},
-                                   "look for the WAL relay's slot names") == 1) {
-    const pg::Result recorded = sql.Query(
-        "SELECT slot FROM outbox_wal_slot ORDER BY recorded_at DESC, slot LIMIT 1", {},
-        "read the WAL relay's slot name");
-    if (recorded.rows() > 0) slot = recorded.Text(0, 0);
+  // The WAL relay's bookkeeping tables (wal_relay.cc) exist once a WAL relay ran here, and a
+  // reset drops outbox_wal_unstreamed: a missing one (undefined_table) means nothing recorded.
+  const auto missing_table = [](const pg::PgError& e) { return e.sqlstate() == "42P01"; };
+  if (slot.empty()) {
+    try {
+      const pg::Result recorded = sql.Query(
+          "SELECT slot FROM outbox_wal_slot ORDER BY recorded_at DESC, slot LIMIT 1", {},
+          "read the WAL relay's slot name");
+      if (recorded.rows() > 0) slot = recorded.Text(0, 0);
+    } catch (const pg::PgError& e) {
+      if (!missing_table(e)) throw;
+    }
   }
   if (slot.empty()) {
     const pg::Result names =
@@ -47,13 +53,14 @@ std::optional<WalProgress> ReadWalProgress(const std::string& url, const std::st
   // Only inserts into the outbox there is now are pending: a row of one a reset dropped, whose
   // id the new outbox may give again, is not one of its rows.
   const auto outbox_oid = static_cast<std::uint32_t>(row.Int(0, 7));
-  if (sql.QueryInt("SELECT (to_regclass('outbox_wal_unstreamed') IS NOT NULL)::int", {},
-                   "look for the rows the slot does not stream") == 1) {
+  try {
     const pg::Result older = sql.Query(
         "SELECT u.id FROM outbox_wal_unstreamed u JOIN outbox o ON o.id = u.id "
         "WHERE NOT o.published",
         {}, "read the rows the slot does not stream");
     for (int i = 0; i < older.rows(); ++i) progress.unstreamed_ids.insert(older.Int(i, 0));
+  } catch (const pg::PgError& e) {
+    if (!missing_table(e)) throw;
   }
   if (progress.active || progress.wal_status == "lost") return progress;
   pg::Result changes(nullptr);

@@ -41,31 +41,28 @@ bool HeldByWalsender(pg::Connection& sql, const std::string& slot) {
                       {pg::Param::Text(slot)}, "look for the slot's walsender") > 0;
 }
 
-// The WAL relay's bookkeeping beside the outbox, read by verify, check and status (WalProgress):
-// the slots it streams (outbox_wal_slot) and the rows those never stream (outbox_wal_unstreamed;
-// a reset drops this one with the outbox, whose ids it names).
-void CreateBookkeeping(pg::Connection& sql) {
-  sql.Exec("CREATE TABLE IF NOT EXISTS outbox_wal_slot (slot text PRIMARY KEY, "
-           "recorded_at timestamptz NOT NULL DEFAULT clock_timestamp()); "
-           "CREATE TABLE IF NOT EXISTS outbox_wal_unstreamed (id bigint PRIMARY KEY)",
-           "create the WAL relay's bookkeeping tables");
-}
-
-// Records the outbox's unpublished rows as ones the slot will never stream, so that verify,
-// check and status count them pending for the polling relay instead of confirmed by the slot.
-// Run right after the slot is created (rows committed before it) or the outbox is added back to
-// the publication. A row committed between that and this read is streamed and recorded too: it
-// then stays pending to the readers until the polling relay sends it once more (a duplicate,
-// never a loss).
+// Records the outbox's unpublished rows as ones the slot will never stream (table
+// outbox_wal_unstreamed), so that verify, check and status count them pending for the polling
+// relay instead of confirmed by the slot (WalProgress). Run right after the slot is created (rows
+// committed before it) or the outbox is added back to the publication. A row committed between
+// that and this read is streamed and recorded too: it then stays pending to the readers until
+// the polling relay sends it once more (a duplicate, never a loss). The table goes with the
+// outbox at a reset (its ids are the outbox's): created here in the insert's own transaction, so
+// a reset that runs meanwhile drops it before or after, never between.
 void RecordUnstreamed(pg::Connection& sql) {
-  sql.Exec("INSERT INTO outbox_wal_unstreamed SELECT id FROM outbox WHERE NOT published "
+  sql.Exec("CREATE TABLE IF NOT EXISTS outbox_wal_unstreamed (id bigint PRIMARY KEY); "
+           "INSERT INTO outbox_wal_unstreamed SELECT id FROM outbox WHERE NOT published "
            "ON CONFLICT DO NOTHING",
            "record the rows the slot does not stream");
 }
 
-// Records slot as this schema's WAL relay slot, so that verify, check and status read the slot
-// a relay --source wal --slot NAME streams, not the default name.
+// Records slot as this schema's WAL relay slot (table outbox_wal_slot, which a reset keeps, as
+// it keeps the slots), so that verify, check and status read the slot a relay --source wal
+// --slot NAME streams, not the default name.
 void RecordSlot(pg::Connection& sql, const std::string& slot) {
+  sql.Exec("CREATE TABLE IF NOT EXISTS outbox_wal_slot (slot text PRIMARY KEY, "
+           "recorded_at timestamptz NOT NULL DEFAULT clock_timestamp())",
+           "create the table of WAL relay slots");
   sql.Query("INSERT INTO outbox_wal_slot(slot) VALUES ($1) ON CONFLICT (slot) DO UPDATE SET "
             "recorded_at = clock_timestamp()",
             {pg::Param::Text(slot)}, "record the WAL relay's slot");
@@ -160,7 +157,6 @@ WalOpenReport WalRelay::Open() {
       }
     }
   } unlock_setup{sql, slot_};
-  CreateBookkeeping(sql);
 
   // The publication first: pgoutput reads it with the catalog as of each change, so it must
   // exist before the slot's first change.
@@ -266,11 +262,18 @@ WalOpenReport WalRelay::Open() {
   // Rows the slot never streams wait for the polling relay; a later row of one of their
   // aggregates streamed first would reach the topic before them (a reordered aggregate). So
   // nothing is streamed until they are published; the rows committed meanwhile wait in the slot.
-  const pg::Result older = sql.Query(
-      "SELECT count(*), min(o.id) FROM outbox_wal_unstreamed u JOIN outbox o ON o.id = u.id "
-      "WHERE NOT o.published",
-      {}, "count the unpublished rows the slot does not stream");
-  if (older.Int(0, 0) > 0)
+  std::int64_t older_count = 0, older_first = 0;
+  try {
+    const pg::Result older = sql.Query(
+        "SELECT count(*), COALESCE(min(o.id), 0) FROM outbox_wal_unstreamed u JOIN outbox o "
+        "ON o.id = u.id WHERE NOT o.published",
+        {}, "count the unpublished rows the slot does not stream");
+    older_count = older.Int(0, 0);
+    older_first = older.Int(0, 1);
+  } catch (const pg::PgError& e) {
+    if (e.sqlstate() != "42P01") throw;  // undefined_table: none recorded, or a reset dropped it
+  }
+  if (older_count > 0)
     throw WalRelayError(
         WalRelayError::Kind::kOlderRows,
         fmt::format("relay --source wal: refused: {} unpublished rows (the first: outbox id {}) "
@@ -279,7 +282,7 @@ WalOpenReport WalRelay::Open() {
                     "reorder them; send them with the polling relay (relay --until-empty), then "
                     "start relay --source wal again (the rows committed meanwhile wait in the "
                     "slot)",
-                    older.Int(0, 0), older.Int(0, 1), slot_));
+                    older_count, older_first, slot_));
   report.confirmed = QueryLsn(
       sql, fmt::format("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE "
                        "slot_name = '{}'",
